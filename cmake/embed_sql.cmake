@@ -1,0 +1,15 @@
+# Generates a C++ source holding every sql/NNNN_name.sql file as a raw string, sorted by
+# version. Invoked at build time: cmake -DSQL_DIR=... -DOUT=... -P embed_sql.cmake
+file(GLOB files "${SQL_DIR}/[0-9][0-9][0-9][0-9]_*.sql")
+list(SORT files)
+set(body "// Generated from sql/*.sql by cmake/embed_sql.cmake. Do not edit.\n#include \"db/migrate.h\"\n\nnamespace oml::db {\n\nconst std::vector<Migration>& EmbeddedMigrations() {\n  static const std::vector<Migration> kAll = {\n")
+foreach(f ${files})
+  get_filename_component(name "${f}" NAME_WE)
+  string(SUBSTRING "${name}" 0 4 ver)
+  math(EXPR vnum "${ver}")
+  file(READ "${f}" content)
+  string(APPEND body "    {${vnum}, \"${name}\", R\"oml_sql(${content})oml_sql\"},\n")
+endforeach()
+string(APPEND body "  };\n  return kAll;\n}\n\n}  // namespace oml::db\n")
+file(WRITE "${OUT}.tmp" "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")

@@ -1,0 +1,214 @@
+#include "admission/claims.h"
+
+#include <regex>
+
+namespace oml::admission {
+namespace {
+
+std::string NewUuid() {
+  std::string raw = crypto::RandomBytes(16);
+  raw[6] = static_cast<char>((raw[6] & 0x0f) | 0x40);
+  raw[8] = static_cast<char>((raw[8] & 0x3f) | 0x80);
+  std::string h = crypto::Hex(raw);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+}
+
+std::string BodyAad(const std::string& t, const std::string& a, int v) {
+  return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
+}
+std::string DekAad(const std::string& t, const std::string& a) { return "oml-dek|" + t + "|" + a; }
+
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned char c = s[i];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > n) return false;
+    for (int k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+    i += len;
+  }
+  return true;
+}
+
+const char* kSelectMeta =
+    "SELECT artifact_id, version, workarea_id, path, principal, writer_key_id, provenance, simulation_id, "
+    "media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq, erased_seq "
+    "FROM oml.artifacts WHERE tenant_id = $1 AND artifact_id = $2 ORDER BY version DESC LIMIT 1";
+
+}  // namespace
+
+bool Claims::ValidUuid(const std::string& s) {
+  static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$");
+  return std::regex_match(s, kUuid);
+}
+
+Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
+  if (c.role == "reviewer") return PermissionDenied("role reviewer may not submit claims", "forbidden-role");
+  if (req.body.size() > max_body_)
+    return Status(Code::kPayloadTooLarge,
+                  "body is " + std::to_string(req.body.size()) + " bytes; the limit is " + std::to_string(max_body_),
+                  "body-too-large");
+  if (!ValidUtf8(req.body)) return InvalidArgument("body must be UTF-8 text", "invalid-field");
+  if (req.workarea_id.empty() || req.workarea_id.size() > 200) return InvalidArgument("workarea_id must be 1..200 characters", "invalid-field");
+  if (req.path.empty() || req.path.size() > 1024) return InvalidArgument("path must be 1..1024 characters", "invalid-field");
+  static const char* kProv[] = {"human", "agent", "tool", "import"};
+  if (std::find(std::begin(kProv), std::end(kProv), req.provenance) == std::end(kProv))
+    return InvalidArgument("provenance must be one of human, agent, tool, import", "invalid-field");
+  if (req.simulation_id && (req.simulation_id->empty() || req.simulation_id->size() > 200))
+    return InvalidArgument("simulation_id must be 1..200 characters", "invalid-field");
+  if (req.media_type.rfind("text/", 0) != 0) return InvalidArgument("media_type must be a text/* type", "invalid-field");
+
+  ClaimMeta m;
+  m.artifact_id = NewUuid();
+  m.version = 1;
+  m.workarea_id = req.workarea_id;
+  m.path = req.path;
+  m.principal = c.principal;
+  m.writer_key_id = c.api_key_id;
+  m.provenance = req.provenance;
+  m.simulation_id = req.simulation_id;
+  m.media_type = req.media_type;
+  m.size = static_cast<int64_t>(req.body.size());
+  m.state = "held";
+
+  // Encrypt before signing: both digests exist when the event is signed.
+  std::string dek = crypto::RandomBytes(32);
+  OML_ASSIGN_OR_RETURN(std::string ct, crypto::EncryptAll(dek, BodyAad(c.tenant_id, m.artifact_id, m.version), req.body));
+  OML_ASSIGN_OR_RETURN(std::string wrapped, kek_->Wrap(dek, DekAad(c.tenant_id, m.artifact_id)));
+  m.plaintext_sha256 = crypto::Sha256(req.body);
+  m.ciphertext_sha256 = crypto::Sha256(ct);
+
+  nlohmann::json payload = {{"artifact_id", m.artifact_id},
+                            {"version", m.version},
+                            {"workarea_id", m.workarea_id},
+                            {"path", m.path},
+                            {"writer_key_id", m.writer_key_id},
+                            {"principal", m.principal},
+                            {"provenance", m.provenance},
+                            {"simulation_id", m.simulation_id ? nlohmann::json(*m.simulation_id) : nlohmann::json(nullptr)},
+                            {"media_type", m.media_type},
+                            {"size", m.size},
+                            {"plaintext_sha256", crypto::Hex(m.plaintext_sha256)},
+                            {"ciphertext_sha256", crypto::Hex(m.ciphertext_sha256)}};
+  journal::EventSpec ev{"claim.submitted", c.principal, payload, nlohmann::json::object(), nullptr};
+  const std::string tenant = c.tenant_id, kek_id = kek_->kek_id();
+  ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
+    return {{"INSERT INTO oml.artifacts (tenant_id, artifact_id, version, workarea_id, path, principal, writer_key_id, "
+             "provenance, simulation_id, media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq) "
+             "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,'held',$14)",
+             {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Text(m.workarea_id), db::Text(m.path),
+              db::Text(m.principal), db::Text(m.writer_key_id), db::Text(m.provenance),
+              m.simulation_id ? db::Text(*m.simulation_id) : db::Null(), db::Text(m.media_type), db::Int(m.size),
+              db::Bytes(m.plaintext_sha256), db::Bytes(m.ciphertext_sha256), db::Int(seq)}},
+            {"INSERT INTO oml.artifact_bodies (tenant_id, artifact_id, version, ciphertext) VALUES ($1,$2,$3,$4)",
+             {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Bytes(ct)}},
+            {"INSERT INTO oml.artifact_keys (tenant_id, artifact_id, kek_id, wrapped_dek) VALUES ($1,$2,$3,$4)",
+             {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)}}};
+  };
+  OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
+  m.submitted_seq = rc.seq;
+  return SubmitResult{m, rc};
+}
+
+Result<std::optional<ClaimMeta>> Claims::Load(db::Conn& conn, const std::string& tenant, const std::string& artifact_id) {
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn.Query(kSelectMeta, {db::Text(tenant), db::Text(artifact_id)}));
+  if (r.size() == 0) return std::optional<ClaimMeta>();
+  ClaimMeta m;
+  m.artifact_id = r.Get(0, 0);
+  m.version = static_cast<int>(r.GetInt(0, 1));
+  m.workarea_id = r.Get(0, 2);
+  m.path = r.Get(0, 3);
+  m.principal = r.Get(0, 4);
+  m.writer_key_id = r.Get(0, 5);
+  m.provenance = r.Get(0, 6);
+  if (!r.IsNull(0, 7)) m.simulation_id = r.Get(0, 7);
+  m.media_type = r.Get(0, 8);
+  m.size = r.GetInt(0, 9);
+  m.plaintext_sha256 = r.GetBytes(0, 10);
+  m.ciphertext_sha256 = r.GetBytes(0, 11);
+  m.state = r.Get(0, 12);
+  m.submitted_seq = r.GetInt(0, 13);
+  if (!r.IsNull(0, 14)) m.erased_seq = r.GetInt(0, 14);
+  return std::optional<ClaimMeta>(m);
+}
+
+Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_id) {
+  if (!ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_RETURN_IF_ERROR(conn->Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
+  struct Done {
+    db::Conn& c;
+    ~Done() { (void)c.Exec("COMMIT"); }
+  } done{*conn};
+  OML_RETURN_IF_ERROR(conn->Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(c.tenant_id)}).status());
+  OML_ASSIGN_OR_RETURN(auto meta, Load(*conn, c.tenant_id, artifact_id));
+  if (!meta) return NotFound("no claim " + artifact_id, "claim-not-found");
+  if (meta->state == "held" && meta->principal != c.principal && c.role != "reviewer" && c.role != "admin")
+    return NotFound("no claim " + artifact_id, "claim-not-found");
+  if (meta->erased_seq)
+    return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
+  OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek FROM oml.artifact_bodies b "
+                                               "LEFT JOIN oml.artifact_keys k USING (tenant_id, artifact_id) "
+                                               "WHERE b.tenant_id = $1 AND b.artifact_id = $2 AND b.version = $3",
+                                               {db::Text(c.tenant_id), db::Text(artifact_id), db::Int(meta->version)}));
+  if (b.size() == 0 || b.IsNull(0, 1))
+    return DataLoss("claim " + artifact_id + " has no stored body or key", "integrity");
+  std::string ct = b.GetBytes(0, 0);
+  if (!crypto::ConstantTimeEquals(crypto::Sha256(ct), meta->ciphertext_sha256))
+    return DataLoss("ciphertext of claim " + artifact_id + " does not match its journalled digest", "integrity");
+  auto dek = kek_->Unwrap(b.GetBytes(0, 1), DekAad(c.tenant_id, artifact_id));
+  if (!dek.ok()) return DataLoss("DEK of claim " + artifact_id + " does not unwrap", "integrity");
+  auto pt = crypto::DecryptAll(*dek, BodyAad(c.tenant_id, artifact_id, meta->version), ct);
+  if (!pt.ok()) return DataLoss("body of claim " + artifact_id + " does not decrypt", "integrity");
+  if (!crypto::ConstantTimeEquals(crypto::Sha256(*pt), meta->plaintext_sha256))
+    return DataLoss("plaintext of claim " + artifact_id + " does not match its journalled digest", "integrity");
+  return FetchResult{*meta, std::move(pt).value()};
+}
+
+Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, const std::string& artifact_id,
+                                                             const std::string& reason) {
+  if (!ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
+  ClaimMeta meta;
+  {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+    OML_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
+    OML_RETURN_IF_ERROR(conn->Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(c.tenant_id)}).status());
+    auto m = Load(*conn, c.tenant_id, artifact_id);
+    (void)conn->Exec("COMMIT");
+    if (!m.ok()) return m.status();
+    if (!*m) return NotFound("no claim " + artifact_id, "claim-not-found");
+    meta = **m;
+  }
+  if (c.role != "admin" && meta.principal != c.principal) {
+    if (meta.state == "held" && c.role != "reviewer") return NotFound("no claim " + artifact_id, "claim-not-found");
+    return PermissionDenied("only an admin or the author may erase a claim", "forbidden-role");
+  }
+  if (meta.erased_seq)
+    return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta.erased_seq), "erased");
+  nlohmann::json payload = {{"artifact_id", artifact_id},
+                            {"plaintext_sha256", crypto::Hex(meta.plaintext_sha256)},
+                            {"ciphertext_sha256", crypto::Hex(meta.ciphertext_sha256)},
+                            {"reason", reason}};
+  journal::EventSpec ev{"artifact.erased", c.principal, payload, nlohmann::json::object(), nullptr};
+  const std::string tenant = c.tenant_id;
+  ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
+    // The guarded UPDATE makes a concurrent double erase fail instead of journalling twice.
+    return {{"WITH u AS (UPDATE oml.artifacts SET state = 'erased', erased_seq = $3 "
+             "WHERE tenant_id = $1 AND artifact_id = $2 AND erased_seq IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
+             {db::Text(tenant), db::Text(artifact_id), db::Int(seq)}},
+            {"DELETE FROM oml.artifact_keys WHERE tenant_id = $1 AND artifact_id = $2",
+             {db::Text(tenant), db::Text(artifact_id)}}};
+  };
+  auto rc = journal_->Append(c.tenant_id, ev);
+  if (!rc.ok()) {
+    if (rc.status().message().find("[22012]") != std::string::npos)
+      return Status(Code::kGone, "claim " + artifact_id + " was erased concurrently", "erased");
+    return rc.status();
+  }
+  meta.state = "erased";
+  meta.erased_seq = rc->seq;
+  return std::make_pair(meta, *rc);
+}
+
+}  // namespace oml::admission

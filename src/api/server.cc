@@ -1,0 +1,355 @@
+#include "api/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "crypto/crypto.h"
+#include "journal/provider.h"
+
+namespace oml::api {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char* DefaultSlug(Code c) {
+  switch (c) {
+    case Code::kInvalidArgument: return "invalid-request";
+    case Code::kUnauthenticated: return "unauthenticated";
+    case Code::kPermissionDenied: return "forbidden-role";
+    case Code::kNotFound: return "not-found";
+    case Code::kGone: return "gone";
+    case Code::kPayloadTooLarge: return "body-too-large";
+    case Code::kFailedPrecondition: return "conflict";
+    case Code::kAborted: return "aborted";
+    case Code::kUnavailable: return "unavailable";
+    case Code::kDataLoss: return "integrity";
+    default: return "internal";
+  }
+}
+
+}  // namespace
+
+int HttpStatus(const Status& s) {
+  switch (s.code()) {
+    case Code::kOk: return 200;
+    case Code::kInvalidArgument: return 400;
+    case Code::kUnauthenticated: return 401;
+    case Code::kPermissionDenied: return 403;
+    case Code::kNotFound: return 404;
+    case Code::kGone: return 410;
+    case Code::kPayloadTooLarge: return 413;
+    case Code::kFailedPrecondition: return 409;
+    case Code::kAborted: return 409;
+    case Code::kUnavailable: return 503;
+    case Code::kDataLoss: return 500;
+    case Code::kInternal: return 500;
+  }
+  return 500;
+}
+
+std::string ProblemSlug(const Status& s) { return s.type().empty() ? DefaultSlug(s.code()) : s.type(); }
+
+std::string ProblemJson(const Status& s, const std::string& instance) {
+  json j = {{"type", "urn:oml:problem:" + ProblemSlug(s)},
+            {"title", ProblemSlug(s)},
+            {"status", HttpStatus(s)},
+            {"detail", s.message()},
+            {"instance", instance}};
+  return j.dump();
+}
+
+struct Server::Impl {
+  ServerDeps d;
+  httplib::Server http;
+
+  // API-key cache: token hash -> (caller, expiry). Revocation takes effect within kAuthTtl.
+  static constexpr auto kAuthTtl = std::chrono::seconds(10);
+  std::mutex auth_mu;
+  std::map<std::string, std::pair<admission::Caller, Clock::time_point>> auth_cache;
+
+  explicit Impl(ServerDeps deps) : d(deps) {}
+
+  void Problem(httplib::Response& res, const httplib::Request& req, const Status& s) {
+    res.status = HttpStatus(s);
+    res.set_content(ProblemJson(s, req.path), "application/problem+json");
+    if (s.code() == Code::kInternal || s.code() == Code::kDataLoss)
+      log::Error("request failed", {{"path", req.path}, {"error", s.ToString()}});
+  }
+
+  void Json(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+  }
+
+  Result<admission::Caller> Authenticate(const httplib::Request& req) {
+    std::string h = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0)
+      return Unauthenticated("missing bearer token", "unauthenticated");
+    std::string token = h.substr(prefix.size());
+    std::string hash = crypto::Sha256(token);
+    {
+      std::lock_guard<std::mutex> l(auth_mu);
+      auto it = auth_cache.find(hash);
+      if (it != auth_cache.end() && it->second.second > Clock::now()) return it->second.first;
+    }
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, d.pool->Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT tenant_id, principal, role FROM oml.authenticate($1)", {db::Bytes(hash)}));
+    if (r.size() == 0 || r.IsNull(0, 0)) return Unauthenticated("unknown or revoked API key", "unauthenticated");
+    admission::Caller caller{r.Get(0, 0), r.Get(0, 1), r.Get(0, 2), journal::ApiKeyId(hash)};
+    std::lock_guard<std::mutex> l(auth_mu);
+    if (auth_cache.size() > 10000) auth_cache.clear();
+    auth_cache[hash] = {caller, Clock::now() + kAuthTtl};
+    return caller;
+  }
+
+  Status WriteGate() {
+    if (!d.fork->refused.load()) return Status::Ok();
+    std::lock_guard<std::mutex> l(d.fork->mu);
+    return Unavailable("writes are refused: " + d.fork->detail + " (run `oml doctor`)", "chain-fork");
+  }
+
+  static json MetaJson(const admission::ClaimMeta& m) {
+    return {{"artifact_id", m.artifact_id},
+            {"version", m.version},
+            {"state", m.state},
+            {"workarea_id", m.workarea_id},
+            {"path", m.path},
+            {"principal", m.principal},
+            {"writer_key_id", m.writer_key_id},
+            {"provenance", m.provenance},
+            {"simulation_id", m.simulation_id ? json(*m.simulation_id) : json(nullptr)},
+            {"media_type", m.media_type},
+            {"size", m.size},
+            {"plaintext_sha256", crypto::Hex(m.plaintext_sha256)},
+            {"ciphertext_sha256", crypto::Hex(m.ciphertext_sha256)},
+            {"submitted_seq", m.submitted_seq},
+            {"erased_seq", m.erased_seq ? json(*m.erased_seq) : json(nullptr)}};
+  }
+
+  // Parses a JSON object body allowing only `allowed` members.
+  Result<json> ParseObject(const httplib::Request& req, const std::set<std::string>& allowed) {
+    json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded()) return InvalidArgument("request body is not valid JSON", "malformed-json");
+    if (!j.is_object()) return InvalidArgument("request body must be a JSON object", "malformed-json");
+    for (auto& [k, v] : j.items())
+      if (!allowed.count(k)) return InvalidArgument("unknown field '" + k + "'", "unknown-field");
+    return j;
+  }
+
+  static Result<std::string> StringField(const json& j, const char* name, bool required) {
+    if (!j.contains(name) || j[name].is_null()) {
+      if (required) return InvalidArgument(std::string("missing field '") + name + "'", "missing-field");
+      return std::string();
+    }
+    if (!j[name].is_string()) return InvalidArgument(std::string("field '") + name + "' must be a string", "invalid-field");
+    return j[name].get<std::string>();
+  }
+
+  void SubmitClaim(const httplib::Request& req, httplib::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    if (Status g = WriteGate(); !g.ok()) return Problem(res, req, g);
+    auto j = ParseObject(req, {"body", "workarea_id", "path", "provenance", "simulation_id", "media_type"});
+    if (!j.ok()) return Problem(res, req, j.status());
+    admission::SubmitRequest sr;
+    auto body = StringField(*j, "body", true);
+    auto wa = StringField(*j, "workarea_id", true);
+    auto path = StringField(*j, "path", true);
+    auto prov = StringField(*j, "provenance", true);
+    auto sim = StringField(*j, "simulation_id", false);
+    auto mt = StringField(*j, "media_type", false);
+    for (auto* r : {&body, &wa, &path, &prov, &sim, &mt})
+      if (!r->ok()) return Problem(res, req, r->status());
+    sr.body = *body;
+    sr.workarea_id = *wa;
+    sr.path = *path;
+    sr.provenance = *prov;
+    if (!sim->empty() || (j->contains("simulation_id") && !(*j)["simulation_id"].is_null())) sr.simulation_id = *sim;
+    if (!mt->empty()) sr.media_type = *mt;
+    auto out = d.claims->Submit(*caller, sr);
+    if (!out.ok()) return Problem(res, req, out.status());
+    json body_json = MetaJson(out->meta);
+    body_json["receipt"] = out->receipt.ToJson();
+    res.set_header("Location", "/v1/claims/" + out->meta.artifact_id);
+    Json(res, 201, body_json);
+  }
+
+  void GetClaim(const httplib::Request& req, httplib::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    auto out = d.claims->Fetch(*caller, req.matches[1]);
+    if (!out.ok()) return Problem(res, req, out.status());
+    json j = MetaJson(out->meta);
+    j["body"] = out->body;
+    Json(res, 200, j);
+  }
+
+  void EraseClaim(const httplib::Request& req, httplib::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    if (Status g = WriteGate(); !g.ok()) return Problem(res, req, g);
+    std::string reason;
+    if (!req.body.empty()) {
+      auto j = ParseObject(req, {"reason"});
+      if (!j.ok()) return Problem(res, req, j.status());
+      auto r = StringField(*j, "reason", false);
+      if (!r.ok()) return Problem(res, req, r.status());
+      reason = *r;
+    }
+    auto out = d.claims->Erase(*caller, req.matches[1], reason);
+    if (!out.ok()) return Problem(res, req, out.status());
+    json j = MetaJson(out->first);
+    j["receipt"] = out->second.ToJson();
+    Json(res, 200, j);
+  }
+
+  void ChainHead(const httplib::Request& req, httplib::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    auto c = d.pool->Acquire();
+    if (!c.ok()) return Problem(res, req, c.status());
+    auto rs = (*c)->Pipeline({{"BEGIN", {}},
+                              {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(caller->tenant_id)}},
+                              {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(caller->tenant_id)}},
+                              {"COMMIT", {}}});
+    if (!rs.ok()) return Problem(res, req, rs.status());
+    const db::Rows& r = (*rs)[2];
+    if (r.size() == 0) return Problem(res, req, NotFound("tenant has no chain", "not-found"));
+    Json(res, 200, {{"tenant", caller->tenant_id}, {"seq", r.GetInt(0, 0)}, {"event_hash", crypto::Hex(r.GetBytes(0, 1))}});
+  }
+
+  static Result<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t dflt, int64_t lo, int64_t hi) {
+    if (!req.has_param(name)) return dflt;
+    std::string v = req.get_param_value(name);
+    try {
+      size_t pos = 0;
+      long long x = std::stoll(v, &pos);
+      if (pos != v.size() || x < lo || x > hi) throw std::out_of_range(v);
+      return static_cast<int64_t>(x);
+    } catch (const std::exception&) {
+      return InvalidArgument(std::string("query parameter '") + name + "' must be an integer in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "]",
+                             "invalid-parameter");
+    }
+  }
+
+  void Events(const httplib::Request& req, httplib::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    auto after = IntParam(req, "after", 0, 0, INT64_MAX);
+    if (!after.ok()) return Problem(res, req, after.status());
+    auto limit = IntParam(req, "limit", 100, 1, 1000);
+    if (!limit.ok()) return Problem(res, req, limit.status());
+    auto c = d.pool->Acquire();
+    if (!c.ok()) return Problem(res, req, c.status());
+    auto rs = (*c)->Pipeline(
+        {{"BEGIN", {}},
+         {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(caller->tenant_id)}},
+         {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature, "
+          "to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+          "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+          {db::Text(caller->tenant_id), db::Int(*after), db::Int(*limit)}},
+         {"COMMIT", {}}});
+    if (!rs.ok()) return Problem(res, req, rs.status());
+    const db::Rows& r = (*rs)[2];
+    json events = json::array();
+    int64_t last = *after;
+    for (int i = 0; i < r.size(); ++i) {
+      last = r.GetInt(i, 0);
+      events.push_back({{"seq", last},
+                        {"prev_hash", crypto::Hex(r.GetBytes(i, 1))},
+                        {"event_hash", crypto::Hex(r.GetBytes(i, 2))},
+                        {"type", r.Get(i, 3)},
+                        {"key_id", r.Get(i, 4)},
+                        {"signed_bytes", crypto::Base64(r.GetBytes(i, 5))},
+                        {"signature", crypto::Base64(r.GetBytes(i, 6))},
+                        {"committed_at", r.Get(i, 7)}});
+    }
+    Json(res, 200, {{"tenant", caller->tenant_id}, {"events", events}, {"next_after", last}});
+  }
+
+  void Health(const httplib::Request& req, httplib::Response& res) {
+    json j = {{"status", "ok"}, {"writes", "accepting"}};
+    auto c = d.pool->Acquire();
+    if (!c.ok() || !(*c)->Exec("SELECT 1").ok()) {
+      j["status"] = "unavailable";
+      j["database"] = "unreachable";
+      return Json(res, 503, j);
+    }
+    j["database"] = "ok";
+    if (d.fork->refused.load()) {
+      std::lock_guard<std::mutex> l(d.fork->mu);
+      j["status"] = "degraded";
+      j["writes"] = "refused";
+      j["fork"] = d.fork->detail;
+    }
+    Json(res, 200, j);
+  }
+
+  void Routes() {
+    auto wrap = [this](const char* route, void (Impl::*fn)(const httplib::Request&, httplib::Response&)) {
+      return [this, route, fn](const httplib::Request& req, httplib::Response& res) {
+        auto t0 = Clock::now();
+        (this->*fn)(req, res);
+        Metrics::Get().Request(req.method, route, res.status,
+                               std::chrono::duration<double>(Clock::now() - t0).count());
+      };
+    };
+    http.Post("/v1/claims", wrap("/v1/claims", &Impl::SubmitClaim));
+    http.Get(R"(/v1/claims/([^/]+))", wrap("/v1/claims/{id}", &Impl::GetClaim));
+    http.Post(R"(/v1/claims/([^/]+)/erase)", wrap("/v1/claims/{id}/erase", &Impl::EraseClaim));
+    http.Get("/v1/chain/head", wrap("/v1/chain/head", &Impl::ChainHead));
+    http.Get("/v1/events", wrap("/v1/events", &Impl::Events));
+    http.Get("/v1/health", wrap("/v1/health", &Impl::Health));
+    http.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(Metrics::Get().Serialize(), "text/plain; version=0.0.4");
+    });
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      Status s = res.status == 413   ? Status(Code::kPayloadTooLarge, "request body too large", "body-too-large")
+                 : res.status == 404 ? NotFound("no such route " + req.method + " " + req.path, "no-route")
+                 : res.status == 400 ? InvalidArgument("malformed HTTP request", "malformed-request")
+                                     : Internal("HTTP error " + std::to_string(res.status));
+      int st = res.status;
+      res.set_content(ProblemJson(s, req.path), "application/problem+json");
+      res.status = st;
+    });
+    http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      Problem(res, req, Internal("unhandled exception: " + what));
+    });
+    // JSON escaping can grow a text body up to 6x; the decoded body limit is enforced in Submit.
+    http.set_payload_max_length(d.config->max_body_bytes * 6 + 64 * 1024);
+    int threads = d.config->http_threads;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_keep_alive_max_count(10000);
+  }
+};
+
+Server::Server(ServerDeps deps) : impl_(std::make_unique<Impl>(deps)) { impl_->Routes(); }
+Server::~Server() = default;
+
+Status Server::Listen(const std::string& host, int port) {
+  if (!impl_->http.bind_to_port(host.c_str(), port))
+    return Unavailable("cannot listen on " + host + ":" + std::to_string(port));
+  log::Info("listening", {{"address", host + ":" + std::to_string(port)}});
+  if (!impl_->http.listen_after_bind()) return Internal("HTTP server stopped with an error");
+  return Status::Ok();
+}
+
+void Server::Stop() { impl_->http.stop(); }
+
+}  // namespace oml::api

@@ -1,0 +1,52 @@
+// The HTTP/JSON API (docs/api/openapi.yaml). Errors are application/problem+json with a stable
+// type per cause ("urn:oml:problem:<slug>"); bad input never writes anything.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "admission/claims.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "db/conn.h"
+#include "journal/journal.h"
+
+namespace oml::api {
+
+// Write gate: set when the startup fork check failed. Reads stay served.
+struct ForkState {
+  std::atomic<bool> refused{false};
+  std::mutex mu;
+  std::string detail;  // GUARDED_BY(mu)
+};
+
+struct ServerDeps {
+  const Config* config;
+  db::Pool* pool;
+  journal::Journal* journal;
+  admission::Claims* claims;
+  ForkState* fork;
+};
+
+class Server {
+ public:
+  explicit Server(ServerDeps deps);
+  ~Server();
+  // Binds and serves until Stop(). kUnavailable if the address cannot be bound.
+  Status Listen(const std::string& host, int port);
+  // Binds, returns the bound port, serves on a background thread (tests).
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// HTTP status and problem slug of a Status (one-to-one with Code, refined by Status::type()).
+int HttpStatus(const Status& s);
+std::string ProblemSlug(const Status& s);
+std::string ProblemJson(const Status& s, const std::string& instance);
+
+}  // namespace oml::api

@@ -1,0 +1,496 @@
+// The `oml` command: one binary, one subcommand per operation (ARCHITECTURE.md "Components").
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "admission/claims.h"
+#include "api/server.h"
+#include "blob/object_store.h"
+#include "cli/exit_codes.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "crypto/crypto.h"
+#include "db/local_cluster.h"
+#include "db/migrate.h"
+#include "journal/heads.h"
+#include "journal/journal.h"
+#include "journal/provider.h"
+#include "journal/verify.h"
+#include "lake/delta_tables.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace oml::cli {
+namespace {
+
+int Fail(const Status& s) {
+  std::cerr << "oml: " << s.ToString() << "\n";
+  return ExitCodeFor(s);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string PgDir(const Config& c) { return c.home + "/pg"; }
+
+// The application database URL: OML_DATABASE_URL, else the local cluster's app.url.
+Result<std::string> AppUrl(const Config& c) {
+  if (!c.database_url.empty()) return c.database_url;
+  std::string f = PgDir(c) + "/app.url";
+  if (fs::exists(f)) return ReadFile(f);
+  return FailedPrecondition("no database: set OML_DATABASE_URL (or database_url in oml.toml), or run `oml dev`");
+}
+
+std::string PublicKeyFile(const Config& c) { return c.signing_key_file + ".pub"; }
+
+Status WritePublicKey(const Config& c, const crypto::SigningKey& k) {
+  std::ofstream(PublicKeyFile(c)) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump() << "\n";
+  return Status::Ok();
+}
+
+// Generates the signing key and KEK if missing (local profile and `oml init`).
+Status EnsureKeys(const Config& c) {
+  if (!fs::exists(c.signing_key_file)) {
+    OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::Generate());
+    OML_RETURN_IF_ERROR(k.SaveFile(c.signing_key_file));
+    OML_RETURN_IF_ERROR(WritePublicKey(c, k));
+    log::Info("signing key generated", {{"file", c.signing_key_file}, {"key_id", k.key_id()}});
+  }
+  if (!fs::exists(c.kek_file)) {
+    OML_RETURN_IF_ERROR(crypto::FileKekProvider::Generate(c.kek_file));
+    log::Info("KEK generated", {{"file", c.kek_file}});
+  }
+  return Status::Ok();
+}
+
+// Everything a command that talks to the database needs.
+struct Runtime {
+  Config config;
+  std::unique_ptr<db::Pool> pool;
+  std::unique_ptr<crypto::SigningKey> key;
+  std::unique_ptr<journal::Journal> journal;
+
+  static Result<std::unique_ptr<Runtime>> Open(const Config& c, bool need_key, int pool_size = 4) {
+    auto rt = std::make_unique<Runtime>();
+    rt->config = c;
+    OML_ASSIGN_OR_RETURN(std::string url, AppUrl(c));
+    rt->pool = std::make_unique<db::Pool>(url, pool_size);
+    {
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle h, rt->pool->Acquire());
+      OML_RETURN_IF_ERROR(db::CheckSchemaVersion(*h));
+    }
+    if (need_key) {
+      OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::LoadFile(c.signing_key_file));
+      rt->key = std::make_unique<crypto::SigningKey>(std::move(k));
+      rt->journal = std::make_unique<journal::Journal>(rt->pool.get(), rt->key.get());
+    }
+    return rt;
+  }
+};
+
+Status DoInit(const Config& c, bool quiet) {
+  OML_RETURN_IF_ERROR(EnsureKeys(c));
+  OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true));
+  OML_ASSIGN_OR_RETURN(bool created, journal::InitProvider(*rt->journal));
+  OML_RETURN_IF_ERROR(lake::EnsureBronzeEvents(c.lake_root));
+  if (!quiet) {
+    std::cout << (created ? "initialized: provider chain genesis and key.issued for " : "already initialized; signing key ")
+              << rt->key->key_id() << "\nlake: " << c.lake_root << "/bronze/events\n";
+  }
+  return Status::Ok();
+}
+
+Status DoMigrate(const std::string& admin_url, const std::string& app_password) {
+  OML_ASSIGN_OR_RETURN(db::Conn admin, db::Conn::Connect(admin_url));
+  OML_ASSIGN_OR_RETURN(auto applied, db::Migrate(admin, {app_password}));
+  if (applied.empty()) {
+    std::cout << "schema is up to date (version " << db::LatestSchemaVersion() << ")\n";
+  } else {
+    for (int v : applied) std::cout << "applied migration " << v << "\n";
+  }
+  return Status::Ok();
+}
+
+// Signals end the serve loop: SIGINT/SIGTERM are blocked in every thread and taken by sigwait.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+Status Serve(const Config& c, const std::function<void()>& on_ready) {
+  OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size));
+  OML_ASSIGN_OR_RETURN(auto kek, crypto::FileKekProvider::Load(c.kek_file));
+  OML_ASSIGN_OR_RETURN(auto store, blob::OpenObjectStore(c.object_store_url));
+  api::ForkState fork;
+  auto findings = journal::CheckForks(*rt->pool, *store);
+  if (!findings.ok()) return findings.status();
+  if (!findings->empty()) {
+    std::string detail;
+    for (const auto& f : *findings) {
+      detail += (detail.empty() ? "" : "; ") + std::string("tenant ") + f.tenant + ": " + f.what;
+      log::Error("chain fork detected; writes refused", {{"tenant", f.tenant}, {"published_seq", f.published_seq},
+                                                         {"stored_seq", f.stored_seq}, {"what", f.what}});
+    }
+    fork.refused = true;
+    fork.detail = detail;
+  }
+  journal::HeadPublisher publisher(store.get(), rt->key.get(), c.head_publish_ms);
+  rt->journal->SetCommitListener([&publisher](const journal::Receipt& r) { publisher.OnCommit(r); });
+  publisher.Start();
+  admission::Claims claims(rt->journal.get(), rt->pool.get(), kek.get(), c.max_body_bytes);
+  api::Server server({&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork});
+
+  sigset_t set = BlockStopSignals();
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    log::Info("stopping", {{"signal", sig}});
+    server.Stop();
+  });
+  std::thread ready([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (on_ready) on_ready();
+  });
+  Status st = server.Listen(c.ListenHost(), c.ListenPort());
+  ready.join();
+  if (!st.ok()) {
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
+  waiter.join();
+  OML_RETURN_IF_ERROR(publisher.Flush());
+  return st;
+}
+
+Status Dev(Config c) {
+  log::Info("oml dev: local profile", {{"home", c.home}});
+  std::unique_ptr<db::LocalCluster> cluster;
+  if (c.database_url.empty()) {
+    cluster = std::make_unique<db::LocalCluster>(PgDir(c));
+    OML_RETURN_IF_ERROR(cluster->Start());
+    OML_ASSIGN_OR_RETURN(db::Conn admin, db::Conn::Connect(cluster->SuperuserUrl()));
+    OML_RETURN_IF_ERROR(db::Migrate(admin, {}).status());
+    c.database_url = cluster->AppUrl();
+  }
+  Status st = [&]() -> Status {
+    OML_RETURN_IF_ERROR(DoInit(c, true));
+    std::string token_file = c.home + "/dev-writer.token";
+    if (!fs::exists(token_file)) {
+      OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true));
+      auto t = journal::LookupTenant(*rt->pool, "demo");
+      std::string tenant_id;
+      if (t.ok()) {
+        tenant_id = t->tenant_id;
+      } else {
+        OML_ASSIGN_OR_RETURN(auto created, journal::CreateTenant(*rt->journal, "demo"));
+        tenant_id = created.tenant_id;
+      }
+      OML_ASSIGN_OR_RETURN(std::string tok, journal::CreateApiKey(*rt->pool, tenant_id, "dev", "writer"));
+      std::ofstream(token_file) << tok << "\n";
+      fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+    }
+    auto on_ready = [&] {
+      std::string base = "http://" + c.listen;
+      std::cout << "\noml dev is running (local profile; durability is this one disk).\n"
+                << "  API:        " << base << "   metrics: " << base << "/metrics\n"
+                << "  database:   " << PgDir(c) << "/superuser.url\n"
+                << "  tenant:     demo   writer key: " << token_file << "\n\n"
+                << "Submit a first claim:\n"
+                << "  curl -sS -X POST " << base << "/v1/claims \\\n"
+                << "    -H \"Authorization: Bearer $(cat " << token_file << ")\" \\\n"
+                << "    -H 'Content-Type: application/json' \\\n"
+                << "    -d '{\"body\":\"hello, oml\",\"workarea_id\":\"wa-1\",\"path\":\"notes/hello.md\",\"provenance\":\"human\"}'\n"
+                << "Then fetch it with GET " << base << "/v1/claims/<artifact_id> (same header).\n"
+                << "Press Ctrl-C to stop oml and its PostgreSQL.\n"
+                << std::flush;
+    };
+    return Serve(c, on_ready);
+  }();
+  if (cluster) {
+    Status stop = cluster->Stop();
+    if (!stop.ok()) log::Error("cannot stop PostgreSQL", {{"error", stop.ToString()}});
+    else log::Info("PostgreSQL stopped");
+  }
+  return st;
+}
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool on) : on_(on) {}
+  void Update(int64_t done, int64_t total) {
+    if (!on_) return;
+    int pct = total > 0 ? static_cast<int>(done * 100 / total) : 100;
+    int filled = pct * 30 / 100;
+    std::fprintf(stderr, "\rverify [%.*s%*s] %3d%% %lld/%lld events", filled, "##############################",
+                 30 - filled, "", pct, static_cast<long long>(done), static_cast<long long>(total));
+    std::fflush(stderr);
+  }
+  void Done() {
+    if (on_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool on_;
+};
+
+int Main(int argc, char** argv) {
+  CLI::App app{"oml: the storage core of a reviewed memory system (commit point, lake, attachments)"};
+  app.require_subcommand(1);
+  auto loaded = LoadConfig();
+  if (!loaded.ok()) return Fail(loaded.status());
+  Config cfg = *loaded;
+  log::Init(cfg.log_level);
+
+  auto* dev = app.add_subcommand("dev", "local profile: private PostgreSQL under $OML_HOME/pg, keys, genesis, API");
+  auto* serve = app.add_subcommand("serve", "serve the HTTP API (production: connect as oml_app)");
+
+  auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
+  std::string admin_url, app_password;
+  migrate->add_option("--admin-url", admin_url, "libpq URL of an administrator (superuser or CREATEROLE)")->required();
+  migrate->add_option("--app-password", app_password, "password to set on the oml_app login role");
+
+  auto* init = app.add_subcommand("init", "provider chain genesis, key.issued, empty lake tables (idempotent)");
+
+  auto* cluster = app.add_subcommand("cluster", "the local profile's private PostgreSQL cluster");
+  cluster->require_subcommand(1);
+  auto* cluster_start = cluster->add_subcommand("start", "initdb if needed, start, migrate; prints the superuser URL");
+  auto* cluster_stop = cluster->add_subcommand("stop", "stop the cluster");
+
+  auto* tenant = app.add_subcommand("tenant", "tenants");
+  tenant->require_subcommand(1);
+  auto* tenant_create = tenant->add_subcommand("create", "journal tenant.created and open the tenant's chain");
+  std::string tenant_name;
+  tenant_create->add_option("name", tenant_name, "tenant name ([a-z0-9][a-z0-9_-]*)")->required();
+  auto* tenant_list = tenant->add_subcommand("list", "list tenants");
+
+  auto* key = app.add_subcommand("key", "API keys and the deployment signing key");
+  key->require_subcommand(1);
+  auto* key_create = key->add_subcommand("create", "create an API key and print it (shown once)");
+  std::string key_tenant, key_role, key_principal;
+  key_create->add_option("--tenant", key_tenant, "tenant name or id")->required();
+  key_create->add_option("--role", key_role, "writer | reviewer | admin")->required();
+  key_create->add_option("--principal", key_principal, "principal name (default: <role>)");
+  auto* key_rotate = key->add_subcommand("rotate", "journal key.issued for a new signing key and install it");
+  auto* key_public = key->add_subcommand("public", "print the deployment public key (JSON)");
+
+  auto* verify = app.add_subcommand("verify", "verify every chain from genesis; exit 3 on the first bad seq per tenant");
+  std::string verify_tenant;
+  int verify_threads = 0;
+  verify->add_option("--tenant", verify_tenant, "only this tenant (name or id)");
+  verify->add_option("--threads", verify_threads, "worker threads (default: all cores)");
+
+  auto* verify_receipt = app.add_subcommand("verify-receipt", "check a receipt offline with the deployment public key");
+  std::string receipt_file, public_key_file;
+  verify_receipt->add_option("file", receipt_file, "receipt JSON (or a 201 response containing \"receipt\")")->required();
+  verify_receipt->add_option("--public-key", public_key_file, "public key file (default: <signing key>.pub)");
+
+  auto* erase = app.add_subcommand("erase", "crypto-shred a claim: destroy its DEK and journal artifact.erased");
+  std::string erase_tenant, erase_id, erase_reason;
+  erase->add_option("--tenant", erase_tenant, "tenant name or id")->required();
+  erase->add_option("artifact_id", erase_id)->required();
+  erase->add_option("--reason", erase_reason, "recorded in the event");
+
+  auto* doctor = app.add_subcommand("doctor", "explain the deployment's state: database, schema, forks, durability");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+
+  if (*dev) {
+    Status s = Dev(cfg);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*serve) {
+    Status s = Serve(cfg, nullptr);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*migrate) {
+    Status s = DoMigrate(admin_url, app_password);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*cluster) {
+    db::LocalCluster lc(PgDir(cfg));
+    if (*cluster_start) {
+      Status s = lc.Start();
+      if (s.ok()) {
+        auto admin = db::Conn::Connect(lc.SuperuserUrl());
+        s = admin.ok() ? db::Migrate(*admin, {}).status() : admin.status();
+      }
+      if (!s.ok()) return Fail(s);
+      std::cout << lc.SuperuserUrl() << "\n";
+      return 0;
+    }
+    if (*cluster_stop) {
+      Status s = lc.Stop();
+      return s.ok() ? 0 : Fail(s);
+    }
+  }
+  if (*init) {
+    Status s = DoInit(cfg, false);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*key_public) {
+    auto k = crypto::SigningKey::LoadFile(cfg.signing_key_file);
+    if (!k.ok()) return Fail(k.status());
+    std::cout << json{{"key_id", k->key_id()}, {"public_key", crypto::Base64(k->public_key())}}.dump() << "\n";
+    return 0;
+  }
+  if (*verify_receipt) {
+    std::string text = ReadFile(receipt_file);
+    auto j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) return Fail(InvalidArgument(receipt_file + " is not JSON"));
+    if (j.contains("receipt")) j = j["receipt"];
+    auto r = journal::Receipt::FromJson(j);
+    if (!r.ok()) return Fail(r.status());
+    std::string pkf = public_key_file.empty() ? PublicKeyFile(cfg) : public_key_file;
+    if (!fs::exists(pkf)) return Fail(NotFound("public key file " + pkf + " not found"));
+    std::string pk_text = ReadFile(pkf);
+    auto pj = json::parse(pk_text, nullptr, false);
+    auto pub = crypto::FromBase64(!pj.is_discarded() && pj.is_object() ? pj.value("public_key", "") : pk_text);
+    if (!pub.ok() || pub->size() != 32) return Fail(InvalidArgument(pkf + " does not hold an Ed25519 public key"));
+    Status s = journal::VerifyReceipt(*r, *pub);
+    if (!s.ok()) {
+      std::cout << "receipt INVALID: " << s.message() << "\n";
+      return kExitVerifyFailed;
+    }
+    std::cout << "receipt OK: tenant " << r->tenant << " seq " << r->seq << " event_hash " << crypto::Hex(r->event_hash)
+              << " signed by " << r->key_id << "\n";
+    return 0;
+  }
+
+  // Everything below talks to the database.
+  bool need_key = *tenant_create || *key_rotate || *erase;
+  auto rt = Runtime::Open(cfg, need_key);
+  if (!rt.ok()) return Fail(rt.status());
+  Runtime& R = **rt;
+
+  if (*tenant_create) {
+    auto t = journal::CreateTenant(*R.journal, tenant_name);
+    if (!t.ok()) return Fail(t.status());
+    std::cout << json{{"tenant_id", t->tenant_id}, {"name", t->name}}.dump() << "\n";
+    return 0;
+  }
+  if (*tenant_list) {
+    auto ts = journal::ListTenants(*R.pool);
+    if (!ts.ok()) return Fail(ts.status());
+    for (const auto& t : *ts) std::cout << t.tenant_id << "  " << t.name << "\n";
+    return 0;
+  }
+  if (*key_create) {
+    auto t = journal::LookupTenant(*R.pool, key_tenant);
+    if (!t.ok()) return Fail(t.status());
+    auto tok = journal::CreateApiKey(*R.pool, t->tenant_id, key_principal.empty() ? key_role : key_principal, key_role);
+    if (!tok.ok()) return Fail(tok.status());
+    std::cout << *tok << "\n";
+    return 0;
+  }
+  if (*key_rotate) {
+    auto nk = crypto::SigningKey::Generate();
+    if (!nk.ok()) return Fail(nk.status());
+    std::string staged = cfg.signing_key_file + ".new";
+    fs::remove(staged);
+    if (Status s = nk->SaveFile(staged); !s.ok()) return Fail(s);
+    auto rc = journal::IssueKey(*R.journal, *nk);
+    if (!rc.ok()) {
+      fs::remove(staged);
+      return Fail(rc.status());
+    }
+    std::string old_id = R.key->key_id();
+    fs::rename(cfg.signing_key_file, cfg.signing_key_file + "." + old_id.substr(8) + ".retired");
+    fs::rename(staged, cfg.signing_key_file);
+    (void)WritePublicKey(cfg, *nk);
+    std::cout << "key.issued at provider seq " << rc->seq << ": " << nk->key_id() << " replaces " << old_id
+              << "\nrestart every `oml serve` replica within " << journal::kRotationGraceSeconds << " s\n";
+    return 0;
+  }
+  if (*erase) {
+    auto t = journal::LookupTenant(*R.pool, erase_tenant);
+    if (!t.ok()) return Fail(t.status());
+    auto kek = crypto::FileKekProvider::Load(cfg.kek_file);
+    if (!kek.ok()) return Fail(kek.status());
+    admission::Claims claims(R.journal.get(), R.pool.get(), kek->get(), cfg.max_body_bytes);
+    admission::Caller op{t->tenant_id, "operator", "admin", "cli"};
+    auto out = claims.Erase(op, erase_id, erase_reason);
+    if (!out.ok()) return Fail(out.status());
+    std::cout << json{{"artifact_id", erase_id}, {"erased_seq", out->second.seq}, {"receipt", out->second.ToJson()}}.dump()
+              << "\n";
+    return 0;
+  }
+  if (*verify) {
+    ProgressBar bar(isatty(2));
+    journal::VerifyOptions vo;
+    vo.only_tenant = verify_tenant;
+    vo.threads = verify_threads;
+    vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
+    auto t0 = std::chrono::steady_clock::now();
+    auto rep = journal::VerifyChains(*R.pool, vo);
+    bar.Done();
+    if (!rep.ok()) return Fail(rep.status());
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& p : rep->problems)
+      std::cout << "FAIL tenant " << p.tenant_name << " (" << p.tenant_id << ") seq " << p.seq << ": " << p.what << "\n";
+    std::cout << (rep->problems.empty() ? "OK" : "FAILED") << ": " << rep->tenants << " tenants, " << rep->events
+              << " events verified in " << secs << " s (" << static_cast<int64_t>(rep->events / (secs > 0 ? secs : 1))
+              << " events/s)\n";
+    return rep->problems.empty() ? 0 : kExitVerifyFailed;
+  }
+  if (*doctor) {
+    int problems = 0;
+    std::cout << "database: reachable, schema version " << db::LatestSchemaVersion() << "\n";
+    {
+      auto h = R.pool->Acquire();
+      if (h.ok()) {
+        auto r = (*h)->Query("SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')");
+        if (r.ok()) {
+          std::string sc = r->Get(0, 0), names = r->Get(0, 1);
+          bool quorum = !names.empty() && (sc == "remote_write" || sc == "remote_apply" || sc == "on");
+          std::cout << "durability: synchronous_commit=" << sc << " synchronous_standby_names='" << names << "' -> "
+                    << (quorum ? "synchronous replication configured"
+                               : "NO synchronous standbys: durability is this one machine's disk (local profile)")
+                    << "\n";
+        }
+      }
+    }
+    auto store = blob::OpenObjectStore(cfg.object_store_url);
+    if (!store.ok()) return Fail(store.status());
+    auto f = journal::CheckForks(*R.pool, **store);
+    if (!f.ok()) return Fail(f.status());
+    if (f->empty()) {
+      std::cout << "fork check: every stored chain head agrees with its published signed head\n";
+    }
+    for (const auto& x : *f) {
+      ++problems;
+      std::cout << "FORK tenant " << x.tenant << ": " << x.what << " (published seq " << x.published_seq
+                << ", stored seq " << x.stored_seq << ").\n"
+                << "  The database lost committed events or diverged from what was published. `oml serve` refuses\n"
+                << "  writes until it is repaired: restore the missing tail from a standby or backup that holds seq "
+                << x.published_seq << ",\n  then run `oml verify --tenant " << x.tenant << "`.\n";
+    }
+    return problems ? kExitVerifyFailed : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace oml::cli
+
+int main(int argc, char** argv) { return oml::cli::Main(argc, argv); }

@@ -1,0 +1,100 @@
+#include "common/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <toml++/toml.h>
+
+namespace oml {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+Status ParseInt(const std::string& key, const std::string& text, int64_t* out) {
+  try {
+    size_t pos = 0;
+    long long v = std::stoll(text, &pos);
+    if (pos != text.size() || v < 0) throw std::invalid_argument(text);
+    *out = v;
+    return Status::Ok();
+  } catch (const std::exception&) {
+    return InvalidArgument("setting " + key + ": not a non-negative integer: '" + text + "'");
+  }
+}
+
+}  // namespace
+
+std::string Config::ListenHost() const {
+  auto p = listen.rfind(':');
+  return p == std::string::npos ? listen : listen.substr(0, p);
+}
+
+int Config::ListenPort() const {
+  auto p = listen.rfind(':');
+  if (p == std::string::npos) return 8470;
+  return std::atoi(listen.c_str() + p + 1);
+}
+
+Result<Config> LoadConfig() {
+  Config c;
+  if (auto h = Env("OML_HOME"); !h.empty()) c.home = h;
+  namespace fs = std::filesystem;
+  const fs::path home = fs::absolute(c.home).lexically_normal();
+
+  // Values as strings, file first, then environment.
+  struct Item { const char* key; const char* env; std::string value; };
+  Item items[] = {
+      {"database_url", "OML_DATABASE_URL", ""}, {"listen", "OML_LISTEN", ""},
+      {"signing_key_file", "OML_SIGNING_KEY", ""}, {"kek_file", "OML_KEK_FILE", ""},
+      {"object_store_url", "OML_OBJECT_STORE_URL", ""}, {"lake_root", "OML_LAKE_ROOT", ""},
+      {"max_body_bytes", "OML_MAX_BODY_BYTES", ""}, {"db_pool_size", "OML_DB_POOL_SIZE", ""},
+      {"http_threads", "OML_HTTP_THREADS", ""}, {"head_publish_ms", "OML_HEAD_PUBLISH_MS", ""},
+      {"log_level", "OML_LOG_LEVEL", ""},
+  };
+  const fs::path file = home / "oml.toml";
+  if (fs::exists(file)) {
+    toml::table tbl;
+    try {
+      tbl = toml::parse_file(file.string());
+    } catch (const toml::parse_error& e) {
+      return InvalidArgument(file.string() + ": " + std::string(e.description()));
+    }
+    for (auto& [k, node] : tbl) {
+      bool known = false;
+      for (auto& it : items) {
+        if (k.str() != it.key) continue;
+        known = true;
+        if (auto s = node.value<std::string>()) it.value = *s;
+        else if (auto i = node.value<int64_t>()) it.value = std::to_string(*i);
+        else return InvalidArgument(file.string() + ": " + it.key + " must be a string or integer");
+      }
+      if (!known) return InvalidArgument(file.string() + ": unknown setting '" + std::string(k.str()) + "'");
+    }
+  }
+  for (auto& it : items) {
+    if (auto e = Env(it.env); !e.empty()) it.value = e;
+  }
+  auto get = [&](const char* key) -> const std::string& {
+    for (auto& it : items) if (std::string(it.key) == key) return it.value;
+    static std::string empty;
+    return empty;
+  };
+  c.home = home.string();
+  c.database_url = get("database_url");
+  if (!get("listen").empty()) c.listen = get("listen");
+  c.signing_key_file = get("signing_key_file").empty() ? (home / "keys/signing.key").string() : get("signing_key_file");
+  c.kek_file = get("kek_file").empty() ? (home / "keys/kek.key").string() : get("kek_file");
+  c.object_store_url = get("object_store_url").empty() ? "file://" + (home / "objects").string() : get("object_store_url");
+  c.lake_root = get("lake_root").empty() ? (home / "lake").string() : get("lake_root");
+  if (!get("log_level").empty()) c.log_level = get("log_level");
+  int64_t v = 0;
+  if (!get("max_body_bytes").empty()) { OML_RETURN_IF_ERROR(ParseInt("max_body_bytes", get("max_body_bytes"), &v)); c.max_body_bytes = v; }
+  if (!get("db_pool_size").empty()) { OML_RETURN_IF_ERROR(ParseInt("db_pool_size", get("db_pool_size"), &v)); c.db_pool_size = static_cast<int>(v); }
+  if (!get("http_threads").empty()) { OML_RETURN_IF_ERROR(ParseInt("http_threads", get("http_threads"), &v)); c.http_threads = static_cast<int>(v); }
+  if (!get("head_publish_ms").empty()) { OML_RETURN_IF_ERROR(ParseInt("head_publish_ms", get("head_publish_ms"), &v)); c.head_publish_ms = static_cast<int>(v); }
+  return c;
+}
+
+}  // namespace oml

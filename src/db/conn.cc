@@ -1,0 +1,211 @@
+#include "db/conn.h"
+
+#include <cstring>
+
+namespace oml::db {
+namespace {
+
+int HexVal(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool ResultOk(const PGresult* r) {
+  auto s = PQresultStatus(r);
+  return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK || s == PGRES_SINGLE_TUPLE ||
+         s == PGRES_PIPELINE_SYNC;
+}
+
+struct ParamArrays {
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+  explicit ParamArrays(const std::vector<Param>& ps) {
+    for (const auto& p : ps) {
+      values.push_back(p.value ? p.value->data() : nullptr);
+      lengths.push_back(p.value ? static_cast<int>(p.value->size()) : 0);
+      formats.push_back(p.binary ? 1 : 0);
+    }
+  }
+};
+
+}  // namespace
+
+std::string Rows::Get(int row, int col) const {
+  return std::string(PQgetvalue(r_.get(), row, col), PQgetlength(r_.get(), row, col));
+}
+
+int64_t Rows::GetInt(int row, int col) const { return std::stoll(Get(row, col)); }
+
+std::string Rows::GetBytes(int row, int col) const {
+  const char* v = PQgetvalue(r_.get(), row, col);
+  size_t n = PQgetlength(r_.get(), row, col);
+  std::string out;
+  if (n >= 2 && v[0] == '\\' && v[1] == 'x') {
+    out.reserve((n - 2) / 2);
+    for (size_t i = 2; i + 1 < n; i += 2) out.push_back(static_cast<char>(HexVal(v[i]) * 16 + HexVal(v[i + 1])));
+    return out;
+  }
+  return std::string(v, n);
+}
+
+int64_t Rows::Affected() const {
+  const char* s = PQcmdTuples(r_.get());
+  return (s && *s) ? std::stoll(s) : 0;
+}
+
+Status StatusFromResult(const PGresult* r, PGconn* c) {
+  if (c != nullptr && PQstatus(c) == CONNECTION_BAD) {
+    return Unavailable(std::string("database connection lost: ") + PQerrorMessage(c), "database-unavailable");
+  }
+  const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+  std::string msg = r ? PQresultErrorMessage(r) : (c ? PQerrorMessage(c) : "unknown error");
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  std::string code = state ? state : "";
+  std::string full = "[" + code + "] " + msg;
+  if (code == "40001" || code == "40P01") return Status(Code::kAborted, full);
+  if (code == "42501") return PermissionDenied(full);
+  if (code.rfind("23", 0) == 0) return FailedPrecondition(full, "constraint");
+  if (code.rfind("08", 0) == 0 || code == "57P01") return Unavailable(full, "database-unavailable");
+  return Internal(full);
+}
+
+Result<Conn> Conn::Connect(const std::string& url) {
+  PGconn* c = PQconnectdb(url.c_str());
+  Conn conn(c);
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::string m = PQerrorMessage(c);
+    while (!m.empty() && m.back() == '\n') m.pop_back();
+    return Unavailable("cannot connect to PostgreSQL: " + m, "database-unavailable");
+  }
+  return conn;
+}
+
+bool Conn::healthy() const { return c_ && PQstatus(c_.get()) == CONNECTION_OK; }
+
+Result<Rows> Conn::Exec(const std::string& sql) {
+  PGresult* r = PQexec(c_.get(), sql.c_str());
+  if (!ResultOk(r)) {
+    Status s = StatusFromResult(r, c_.get());
+    PQclear(r);
+    return s;
+  }
+  return Rows(r);
+}
+
+Result<Rows> Conn::Query(const std::string& sql, const std::vector<Param>& params) {
+  ParamArrays pa(params);
+  PGresult* r = PQexecParams(c_.get(), sql.c_str(), static_cast<int>(params.size()), nullptr, pa.values.data(),
+                             pa.lengths.data(), pa.formats.data(), 0);
+  if (!ResultOk(r)) {
+    Status s = StatusFromResult(r, c_.get());
+    PQclear(r);
+    return s;
+  }
+  return Rows(r);
+}
+
+Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
+  PGconn* c = c_.get();
+  if (PQenterPipelineMode(c) != 1) return StatusFromResult(nullptr, c);
+  Status send_err;
+  for (const auto& s : stmts) {
+    ParamArrays pa(s.params);
+    if (PQsendQueryParams(c, s.sql.c_str(), static_cast<int>(s.params.size()), nullptr, pa.values.data(),
+                          pa.lengths.data(), pa.formats.data(), 0) != 1) {
+      send_err = StatusFromResult(nullptr, c);
+      break;
+    }
+  }
+  if (PQpipelineSync(c) != 1 && send_err.ok()) send_err = StatusFromResult(nullptr, c);
+  std::vector<Rows> out;
+  Status first_err = send_err;
+  // Drain: for each statement one result then NULL; aborted ones give PGRES_PIPELINE_ABORTED;
+  // finally PGRES_PIPELINE_SYNC.
+  for (;;) {
+    PGresult* r = PQgetResult(c);
+    if (r == nullptr) {
+      if (PQstatus(c) == CONNECTION_BAD) {
+        if (first_err.ok()) first_err = StatusFromResult(nullptr, c);
+        break;
+      }
+      continue;  // end of one statement's results
+    }
+    auto st = PQresultStatus(r);
+    if (st == PGRES_PIPELINE_SYNC) {
+      PQclear(r);
+      break;
+    }
+    if (st == PGRES_PIPELINE_ABORTED) {
+      PQclear(r);
+      continue;
+    }
+    if (!ResultOk(r)) {
+      if (first_err.ok()) first_err = StatusFromResult(r, c);
+      PQclear(r);
+      continue;
+    }
+    out.emplace_back(r);
+  }
+  PQexitPipelineMode(c);
+  if (!first_err.ok()) return first_err;
+  return out;
+}
+
+Pool::Handle::~Handle() {
+  if (pool_ && conn_) pool_->Release(std::move(conn_));
+}
+
+Result<Pool::Handle> Pool::Acquire() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    if (!idle_.empty()) {
+      auto c = std::move(idle_.front());
+      idle_.pop_front();
+      if (c->healthy()) return Handle(this, std::move(c));
+      --open_;
+      continue;
+    }
+    if (open_ < size_) {
+      ++open_;
+      l.unlock();
+      auto c = Conn::Connect(url_);
+      if (!c.ok()) {
+        std::lock_guard<std::mutex> g(mu_);
+        --open_;
+        cv_.notify_one();
+        return c.status();
+      }
+      return Handle(this, std::make_unique<Conn>(std::move(c).value()));
+    }
+    cv_.wait(l);
+  }
+}
+
+void Pool::Release(std::unique_ptr<Conn> c) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (c->healthy() && PQtransactionStatus(c->raw()) == PQTRANS_IDLE) {
+    idle_.push_back(std::move(c));
+  } else {
+    --open_;  // drop a broken connection or one left inside a transaction
+  }
+  cv_.notify_one();
+}
+
+std::string QuoteIdent(Conn& c, const std::string& s) {
+  char* q = PQescapeIdentifier(c.raw(), s.data(), s.size());
+  std::string out(q ? q : "");
+  PQfreemem(q);
+  return out;
+}
+
+std::string QuoteLiteral(Conn& c, const std::string& s) {
+  char* q = PQescapeLiteral(c.raw(), s.data(), s.size());
+  std::string out(q ? q : "");
+  PQfreemem(q);
+  return out;
+}
+
+}  // namespace oml::db

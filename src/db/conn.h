@@ -1,0 +1,125 @@
+// PostgreSQL access over libpq: a move-only connection, a bounded pool, and a pipeline.
+//
+// Results come back in text format; bytea columns are decoded with GetBytes(). SQLSTATEs map to
+// Status codes: 40001/40P01 -> kAborted, 42501 -> kPermissionDenied, connection loss ->
+// kUnavailable, 23xxx -> kFailedPrecondition, anything else -> kInternal. The SQLSTATE is kept in
+// the message ("[42501] permission denied for table journal").
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace oml::db {
+
+// A query parameter: NULL, text, or raw bytes sent in binary format (for bytea).
+struct Param {
+  std::optional<std::string> value;
+  bool binary = false;
+};
+inline Param Text(std::string v) { return Param{std::move(v), false}; }
+inline Param Bytes(std::string raw) { return Param{std::move(raw), true}; }
+inline Param Int(int64_t v) { return Param{std::to_string(v), false}; }
+inline Param Null() { return Param{std::nullopt, false}; }
+
+// One statement of a pipeline.
+struct Stmt {
+  std::string sql;
+  std::vector<Param> params;
+};
+
+// A materialized result. Move-only.
+class Rows {
+ public:
+  Rows() = default;
+  explicit Rows(PGresult* r) : r_(r, &PQclear) {}
+  int size() const { return r_ ? PQntuples(r_.get()) : 0; }
+  bool IsNull(int row, int col) const { return PQgetisnull(r_.get(), row, col); }
+  std::string Get(int row, int col) const;
+  int64_t GetInt(int row, int col) const;
+  // Decodes a bytea column (text format "\x...") into raw bytes.
+  std::string GetBytes(int row, int col) const;
+  // Rows affected by INSERT/UPDATE/DELETE.
+  int64_t Affected() const;
+
+ private:
+  std::unique_ptr<PGresult, void (*)(PGresult*)> r_{nullptr, &PQclear};
+};
+
+class Conn {
+ public:
+  // Connects with a libpq URL or keyword string. kUnavailable if the server is unreachable.
+  static Result<Conn> Connect(const std::string& url);
+  Conn(Conn&&) noexcept = default;
+  Conn& operator=(Conn&&) noexcept = default;
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  // Simple-protocol execution; may contain several statements. Returns the last result.
+  Result<Rows> Exec(const std::string& sql);
+  // Extended protocol with parameters.
+  Result<Rows> Query(const std::string& sql, const std::vector<Param>& params = {});
+  // Sends all statements in one libpq pipeline and one sync: a single round trip. Returns one
+  // Rows per statement, or the first error (statements after a failure are not executed; the
+  // caller must roll back an open transaction).
+  Result<std::vector<Rows>> Pipeline(const std::vector<Stmt>& stmts);
+
+  bool healthy() const;
+  PGconn* raw() const { return c_.get(); }
+
+ private:
+  explicit Conn(PGconn* c) : c_(c, &PQfinish) {}
+  std::unique_ptr<PGconn, void (*)(PGconn*)> c_{nullptr, &PQfinish};
+};
+
+// Maps a failed PGresult (or connection) to a Status as described above.
+Status StatusFromResult(const PGresult* r, PGconn* c);
+
+// A bounded pool of connections to one URL. Thread-safe.
+class Pool {
+ public:
+  Pool(std::string url, int size) : url_(std::move(url)), size_(size) {}
+
+  // A connection checked out of the pool; returns itself on destruction. Move-only.
+  class Handle {
+   public:
+    Handle(Pool* p, std::unique_ptr<Conn> c) : pool_(p), conn_(std::move(c)) {}
+    Handle(Handle&&) noexcept = default;
+    Handle& operator=(Handle&&) noexcept = default;
+    ~Handle();
+    Conn* operator->() { return conn_.get(); }
+    Conn& operator*() { return *conn_; }
+
+   private:
+    Pool* pool_;
+    std::unique_ptr<Conn> conn_;
+  };
+
+  // Blocks until a connection is free (or can be opened). kUnavailable if connecting fails.
+  Result<Handle> Acquire();
+  const std::string& url() const { return url_; }
+
+ private:
+  void Release(std::unique_ptr<Conn> c);
+  const std::string url_;
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Conn>> idle_;  // GUARDED_BY(mu_)
+  int open_ = 0;                            // GUARDED_BY(mu_)
+};
+
+// Quotes an identifier / literal with libpq's escaping (for DDL that cannot take parameters).
+std::string QuoteIdent(Conn& c, const std::string& s);
+std::string QuoteLiteral(Conn& c, const std::string& s);
+
+}  // namespace oml::db

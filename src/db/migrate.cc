@@ -1,0 +1,118 @@
+#include "db/migrate.h"
+
+#include <openssl/evp.h>
+
+#include "common/log.h"
+
+namespace oml::db {
+namespace {
+
+std::string Sha256Hex(const std::string& s) {
+  unsigned char md[32];
+  unsigned int n = 0;
+  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+int LatestSchemaVersion() {
+  const auto& all = EmbeddedMigrations();
+  return all.empty() ? 0 : all.back().version;
+}
+
+Result<int> AppliedSchemaVersion(Conn& c) {
+  OML_ASSIGN_OR_RETURN(Rows r, c.Query("SELECT to_regclass('oml.schema_migrations') IS NOT NULL"));
+  if (r.Get(0, 0) != "t") return 0;
+  OML_ASSIGN_OR_RETURN(Rows v, c.Query("SELECT coalesce(max(version), 0) FROM oml.schema_migrations"));
+  return static_cast<int>(v.GetInt(0, 0));
+}
+
+Status CheckSchemaVersion(Conn& c) {
+  OML_ASSIGN_OR_RETURN(int applied, AppliedSchemaVersion(c));
+  int mine = LatestSchemaVersion();
+  if (applied > mine) {
+    return FailedPrecondition("database schema version " + std::to_string(applied) +
+                                  " is newer than this binary's " + std::to_string(mine) + "; upgrade oml",
+                              "schema-newer");
+  }
+  if (applied < mine) {
+    return FailedPrecondition("database schema version " + std::to_string(applied) + " is older than " +
+                                  std::to_string(mine) + "; run `oml migrate`",
+                              "schema-older");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
+  // Roles are cluster-wide and cannot be created inside the migration transactions' owner role.
+  std::string roles =
+      "DO $$ BEGIN "
+      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_owner') THEN CREATE ROLE oml_owner NOLOGIN; END IF; "
+      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_app') THEN "
+      "  CREATE ROLE oml_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE; END IF; "
+      "END $$; "
+      "ALTER ROLE oml_app NOBYPASSRLS NOSUPERUSER; "
+      "GRANT oml_owner TO CURRENT_USER;";
+  OML_RETURN_IF_ERROR(admin.Exec(roles).status());
+  if (!opts.app_password.empty()) {
+    OML_RETURN_IF_ERROR(admin.Exec("ALTER ROLE oml_app PASSWORD " + QuoteLiteral(admin, opts.app_password)).status());
+  }
+  OML_RETURN_IF_ERROR(admin.Exec(
+      "DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO oml_app', current_database()); END $$; "
+      "CREATE SCHEMA IF NOT EXISTS oml AUTHORIZATION oml_owner; "
+      "SET ROLE oml_owner; "
+      "CREATE TABLE IF NOT EXISTS oml.schema_migrations ("
+      "  version integer PRIMARY KEY, name text NOT NULL, sha256 text NOT NULL,"
+      "  applied_at timestamptz NOT NULL DEFAULT now()); "
+      "GRANT USAGE ON SCHEMA oml TO oml_app; "
+      "GRANT SELECT ON oml.schema_migrations TO oml_app; "
+      "RESET ROLE;").status());
+
+  OML_ASSIGN_OR_RETURN(Rows applied, admin.Query("SELECT version, sha256 FROM oml.schema_migrations ORDER BY version"));
+  int max_applied = 0;
+  for (int i = 0; i < applied.size(); ++i) max_applied = std::max<int>(max_applied, applied.GetInt(i, 0));
+  if (max_applied > LatestSchemaVersion()) {
+    return FailedPrecondition("database schema version " + std::to_string(max_applied) +
+                                  " is newer than this binary's " + std::to_string(LatestSchemaVersion()) +
+                                  "; refusing to migrate",
+                              "schema-newer");
+  }
+  std::vector<int> done;
+  for (const auto& m : EmbeddedMigrations()) {
+    std::string digest = Sha256Hex(m.sql);
+    bool already = false;
+    for (int i = 0; i < applied.size(); ++i) {
+      if (applied.GetInt(i, 0) != m.version) continue;
+      already = true;
+      if (applied.Get(i, 1) != digest) {
+        return FailedPrecondition("migration " + m.name + " was applied with different text (sha256 " +
+                                      applied.Get(i, 1) + ", binary has " + digest + ")",
+                                  "migration-changed");
+      }
+    }
+    if (already) continue;
+    OML_RETURN_IF_ERROR(admin.Exec("BEGIN; SET LOCAL ROLE oml_owner;").status());
+    auto r = admin.Exec(m.sql);
+    if (r.ok()) {
+      r = admin.Query("INSERT INTO oml.schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
+                      {Int(m.version), Text(m.name), Text(digest)});
+    }
+    if (!r.ok()) {
+      (void)admin.Exec("ROLLBACK");
+      return Status(r.status().code(), "migration " + m.name + ": " + r.status().message(), r.status().type());
+    }
+    OML_RETURN_IF_ERROR(admin.Exec("COMMIT").status());
+    log::Info("migration applied", {{"version", m.version}, {"name", m.name}});
+    done.push_back(m.version);
+  }
+  return done;
+}
+
+}  // namespace oml::db

@@ -1,0 +1,85 @@
+// The commit point (D1): appending signed events to a tenant's chain.
+//
+// One PostgreSQL transaction per write, two round trips:
+//   round trip 1  BEGIN; set_config('oml.tenant_id', T, true); oml.lock_head(T)
+//                 -> pg_advisory_xact_lock on T (held to commit) and the head (seq, hash)
+//   (client)      envelope(seq = head+1, prev = head hash) -> canonical signed bytes,
+//                 event_hash = SHA-256, Ed25519 signature
+//   round trip 2  INSERT journal; fold rows; oml.enqueue_outbox(bronze row); oml.advance_head;
+//                 COMMIT
+// A write is durable iff that COMMIT returns; only then is a Receipt returned, and only then is
+// the commit listener (the signed-head publisher) told. Because the advisory lock is held to
+// commit, each tenant's commits become visible in seq order.
+//
+// Fault points (common/sync_point.h): "journal.after_journal_insert" and
+// "journal.after_outbox_insert". When one fires, the statements before it are executed for real
+// and the transaction is rolled back: no journal, fold or outbox row survives and the chain seq
+// is not consumed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "crypto/crypto.h"
+#include "db/conn.h"
+#include "journal/event.h"
+
+namespace oml::journal {
+
+// One event to append. `fold` returns the fold-state statements for the assigned seq; they run
+// in the same transaction, after the journal insert and before the outbox insert.
+struct EventSpec {
+  std::string type;
+  std::string principal;
+  nlohmann::json payload = nlohmann::json::object();
+  nlohmann::json refs = nlohmann::json::object();
+  std::function<std::vector<db::Stmt>(int64_t seq)> fold;
+};
+
+class Journal {
+ public:
+  // Neither pointer is owned; both must outlive the Journal.
+  Journal(db::Pool* pool, const crypto::SigningKey* key) : pool_(pool), key_(key) {}
+
+  // Called after every successful COMMIT, once per event, in commit order per tenant.
+  void SetCommitListener(std::function<void(const Receipt&)> fn) { listener_ = std::move(fn); }
+
+  // Appends one event to `tenant`'s chain in its own transaction.
+  Result<Receipt> Append(const std::string& tenant, const EventSpec& ev);
+
+  // A transaction that may append to several chains (tenant creation writes the provider chain
+  // and the new tenant's genesis atomically). Lock order: chains in the order appended.
+  // Move-only; rolls back on destruction unless committed.
+  class Txn {
+   public:
+    Txn(Journal* j, db::Pool::Handle conn) : j_(j), conn_(std::move(conn)) {}
+    Txn(Txn&&) = default;
+    ~Txn();
+    // REQUIRES: the previous Append returned OK. With commit_now the COMMIT rides in round trip 2.
+    Result<Receipt> Append(const std::string& tenant, const EventSpec& ev, bool commit_now = false);
+    Status Commit();
+    db::Conn& conn() { return *conn_; }
+
+   private:
+    Status Rollback();
+    Journal* j_;
+    db::Pool::Handle conn_;
+    bool open_ = false;
+    bool done_ = false;
+    std::vector<Receipt> pending_;
+  };
+  Result<Txn> Begin();
+
+  const crypto::SigningKey& key() const { return *key_; }
+
+ private:
+  void Notify(const std::vector<Receipt>& rs);
+  db::Pool* pool_;
+  const crypto::SigningKey* key_;
+  std::function<void(const Receipt&)> listener_;
+};
+
+}  // namespace oml::journal

@@ -1,0 +1,126 @@
+#include "journal/provider.h"
+
+#include <regex>
+
+#include "crypto/crypto.h"
+
+namespace oml::journal {
+
+std::string ApiKeyId(const std::string& token_hash_raw) { return "ak_" + crypto::Hex(token_hash_raw).substr(0, 16); }
+
+Result<bool> InitProvider(Journal& journal) {
+  OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
+  // Serialize concurrent inits on the provider lock, then check for an existing chain.
+  OML_RETURN_IF_ERROR(tx.conn().Exec("BEGIN").status());
+  OML_RETURN_IF_ERROR(tx.conn().Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}).status());
+  OML_ASSIGN_OR_RETURN(db::Rows head, tx.conn().Query("SELECT head_seq FROM oml.lock_head($1::uuid)", {db::Text(kProviderTenant)}));
+  if (head.GetInt(0, 0) > 0) {
+    (void)tx.conn().Exec("ROLLBACK");
+    return false;
+  }
+  OML_RETURN_IF_ERROR(tx.conn().Query("INSERT INTO oml.tenants (tenant_id, name) VALUES ($1, 'provider') ON CONFLICT DO NOTHING",
+                                      {db::Text(kProviderTenant)}).status());
+  OML_RETURN_IF_ERROR(tx.conn().Exec("COMMIT").status());
+  // The genesis and the first key.issued go in one transaction.
+  OML_ASSIGN_OR_RETURN(Journal::Txn tx2, journal.Begin());
+  EventSpec genesis{"chain.genesis", "system", {{"deployment", "oml"}}, nlohmann::json::object(), nullptr};
+  OML_RETURN_IF_ERROR(tx2.Append(kProviderTenant, genesis).status());
+  const auto& key = journal.key();
+  EventSpec issued{"key.issued", "system",
+                   {{"key_id", key.key_id()}, {"public_key", crypto::Base64(key.public_key())}, {"algorithm", "ed25519"}},
+                   nlohmann::json::object(), nullptr};
+  std::string pub = key.public_key(), kid = key.key_id();
+  issued.fold = [pub, kid](int64_t seq) -> std::vector<db::Stmt> {
+    return {{"INSERT INTO oml.signing_keys (key_id, public_key, issued_seq, issued_at) VALUES ($1, $2, $3, now())",
+             {db::Text(kid), db::Bytes(pub), db::Int(seq)}}};
+  };
+  OML_RETURN_IF_ERROR(tx2.Append(kProviderTenant, issued).status());
+  OML_RETURN_IF_ERROR(tx2.Commit());
+  return true;
+}
+
+Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key) {
+  std::string pub = new_key.public_key(), kid = new_key.key_id();
+  EventSpec issued{"key.issued", "system",
+                   {{"key_id", kid}, {"public_key", crypto::Base64(pub)}, {"algorithm", "ed25519"},
+                    {"supersedes", journal.key().key_id()}},
+                   nlohmann::json::object(), nullptr};
+  issued.fold = [pub, kid](int64_t seq) -> std::vector<db::Stmt> {
+    return {{"UPDATE oml.signing_keys SET retired_at = now() WHERE retired_at IS NULL", {}},
+            {"INSERT INTO oml.signing_keys (key_id, public_key, issued_seq, issued_at) VALUES ($1, $2, $3, now())",
+             {db::Text(kid), db::Bytes(pub), db::Int(seq)}}};
+  };
+  return journal.Append(kProviderTenant, issued);
+}
+
+Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
+  static const std::regex kName("^[a-z0-9][a-z0-9_-]{0,62}$");
+  if (!std::regex_match(name, kName))
+    return InvalidArgument("tenant name must match ^[a-z0-9][a-z0-9_-]{0,62}$: '" + name + "'");
+  std::string raw = crypto::RandomBytes(16);
+  raw[6] = static_cast<char>((raw[6] & 0x0f) | 0x40);
+  raw[8] = static_cast<char>((raw[8] & 0x3f) | 0x80);
+  std::string h = crypto::Hex(raw);
+  std::string id = h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+
+  OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
+  EventSpec created{"tenant.created", "system", {{"tenant_id", id}, {"name", name}}, nlohmann::json::object(), nullptr};
+  created.fold = [id, name](int64_t seq) -> std::vector<db::Stmt> {
+    // The registry row is inserted in the new tenant's scope (RLS WITH CHECK).
+    return {{"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(id)}},
+            {"INSERT INTO oml.tenants (tenant_id, name, created_seq) VALUES ($1, $2, $3)",
+             {db::Text(id), db::Text(name), db::Int(seq)}},
+            {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}}};
+  };
+  auto rc = tx.Append(kProviderTenant, created);
+  if (!rc.ok()) {
+    if (rc.status().type() == "constraint")
+      return FailedPrecondition("tenant '" + name + "' exists already", "tenant-exists");
+    return rc.status();
+  }
+  EventSpec genesis{"chain.genesis", "system", {{"tenant_id", id}, {"name", name}},
+                    {{"provider", {{"tenant", kProviderTenant}, {"seq", rc->seq}, {"event_hash", crypto::Hex(rc->event_hash)}}}},
+                    nullptr};
+  OML_RETURN_IF_ERROR(tx.Append(id, genesis).status());
+  OML_RETURN_IF_ERROR(tx.Commit());
+  return TenantInfo{id, name};
+}
+
+Result<std::vector<TenantInfo>> ListTenants(db::Pool& pool) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+  OML_ASSIGN_OR_RETURN(auto rows, c->Pipeline({{"BEGIN", {}},
+                                               {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}},
+                                               {"SELECT tenant_id, name FROM oml.tenants ORDER BY created_seq NULLS FIRST, name", {}},
+                                               {"COMMIT", {}}}));
+  std::vector<TenantInfo> out;
+  for (int i = 0; i < rows[2].size(); ++i) out.push_back({rows[2].Get(i, 0), rows[2].Get(i, 1)});
+  return out;
+}
+
+Result<TenantInfo> LookupTenant(db::Pool& pool, const std::string& name_or_id) {
+  OML_ASSIGN_OR_RETURN(auto all, ListTenants(pool));
+  for (auto& t : all)
+    if (t.name == name_or_id || t.tenant_id == name_or_id) return t;
+  return NotFound("no tenant '" + name_or_id + "'", "tenant-not-found");
+}
+
+Result<std::string> CreateApiKey(db::Pool& pool, const std::string& tenant_id, const std::string& principal,
+                                 const std::string& role) {
+  if (role != "writer" && role != "reviewer" && role != "admin")
+    return InvalidArgument("role must be writer, reviewer or admin: '" + role + "'");
+  if (principal.empty() || principal.size() > 200) return InvalidArgument("principal must be 1..200 characters");
+  std::string b64 = crypto::Base64(crypto::RandomBytes(32));
+  for (auto& ch : b64) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
+  while (!b64.empty() && b64.back() == '=') b64.pop_back();
+  std::string token = "oml_" + b64;
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+  OML_RETURN_IF_ERROR(c->Pipeline({{"BEGIN", {}},
+                                   {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant_id)}},
+                                   {"INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role) VALUES ($1, $2, $3, $4)",
+                                    {db::Bytes(crypto::Sha256(token)), db::Text(tenant_id), db::Text(principal), db::Text(role)}},
+                                   {"COMMIT", {}}})
+                          .status());
+  return token;
+}
+
+}  // namespace oml::journal

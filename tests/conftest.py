@@ -1,0 +1,173 @@
+"""Black-box test harness: real PostgreSQL (a private cluster started through `oml cluster
+start`, run as the `postgres` system user when root), the real `oml` binary, real HTTP.
+
+A `Deployment` is one OML_HOME with its own cluster, keys, object store and lake.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+
+OML_BIN = os.environ.get("OML_BIN") or str(Path(__file__).resolve().parents[1] / "build" / "oml")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deployment:
+    def __init__(self, home: Path, extra_env=None):
+        self.home = home
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = dict(os.environ)
+        self.env.update({
+            "OML_HOME": str(home),
+            "OML_LISTEN": f"127.0.0.1:{self.port}",
+            "OML_HEAD_PUBLISH_MS": "50",
+            "OML_LOG_LEVEL": "warn",
+        })
+        self.env.pop("OML_DATABASE_URL", None)
+        self.env.update(extra_env or {})
+        self.server = None
+        self.server_log = None
+
+    # --- commands -------------------------------------------------------------------------
+    def run(self, *args, check=True, env=None, timeout=300):
+        e = dict(self.env)
+        e.update(env or {})
+        p = subprocess.run([OML_BIN, *args], env=e, capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"oml {' '.join(args)} exited {p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}")
+        return p
+
+    def start_cluster(self):
+        out = self.run("cluster", "start").stdout.strip()
+        self.superuser_url = out.splitlines()[-1]
+        return self.superuser_url
+
+    def stop_cluster(self):
+        self.run("cluster", "stop", check=False)
+
+    def init(self):
+        return self.run("init")
+
+    def su(self):
+        """A superuser connection (autocommit)."""
+        return psycopg.connect(self.superuser_url, autocommit=True)
+
+    def app_url(self):
+        return (self.home / "pg" / "app.url").read_text().strip()
+
+    def app(self):
+        return psycopg.connect(self.app_url(), autocommit=True)
+
+    def tenant(self, name):
+        return json.loads(self.run("tenant", "create", name).stdout)["tenant_id"]
+
+    def api_key(self, tenant, role="writer", principal=None):
+        args = ["key", "create", "--tenant", tenant, "--role", role]
+        if principal:
+            args += ["--principal", principal]
+        return self.run(*args).stdout.strip()
+
+    # --- server ---------------------------------------------------------------------------
+    def serve(self, env=None):
+        assert self.server is None
+        e = dict(self.env)
+        e.update(env or {})
+        self.server_log = open(self.home / "serve.log", "ab")
+        self.server = subprocess.Popen([OML_BIN, "serve"], env=e, stdout=self.server_log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.server.poll() is not None:
+                raise AssertionError(f"oml serve exited {self.server.returncode}: {self.log_text()}")
+            try:
+                requests.get(self.base + "/v1/health", timeout=1)
+                return
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError("oml serve did not come up: " + self.log_text())
+
+    def stop_server(self):
+        if self.server is not None:
+            self.server.terminate()
+            try:
+                self.server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+            self.server = None
+            self.server_log.close()
+
+    def log_text(self):
+        p = self.home / "serve.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    # --- HTTP -----------------------------------------------------------------------------
+    def post(self, path, token=None, **kw):
+        h = kw.pop("headers", {})
+        if token:
+            h["Authorization"] = f"Bearer {token}"
+        return requests.post(self.base + path, headers=h, timeout=30, **kw)
+
+    def get(self, path, token=None, **kw):
+        h = kw.pop("headers", {})
+        if token:
+            h["Authorization"] = f"Bearer {token}"
+        return requests.get(self.base + path, headers=h, timeout=30, **kw)
+
+    def submit(self, token, body="hello", **fields):
+        doc = {"body": body, "workarea_id": "wa-1", "path": "notes/a.md", "provenance": "human"}
+        doc.update(fields)
+        return self.post("/v1/claims", token, json=doc)
+
+    def counts(self):
+        """Row count of every oml table (superuser view, RLS does not apply)."""
+        with self.su() as c:
+            tables = [r[0] for r in c.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'oml' ORDER BY 1").fetchall()]
+            return {t: c.execute(f"SELECT count(*) FROM oml.{t}").fetchone()[0] for t in tables}
+
+    def close(self):
+        self.stop_server()
+        self.stop_cluster()
+
+
+@pytest.fixture
+def deployment(tmp_path_factory):
+    """A fresh, initialized deployment with its cluster running (no server)."""
+    home = Path(tempfile.mkdtemp(prefix="oml-t-", dir="/tmp"))
+    os.chmod(home, 0o755)
+    d = Deployment(home)
+    try:
+        d.start_cluster()
+        d.init()
+        yield d
+    finally:
+        d.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def served(deployment):
+    """`deployment` plus a running `oml serve`, a tenant "acme" and keys for each role."""
+    d = deployment
+    d.tenant_id = d.tenant("acme")
+    d.writer = d.api_key("acme", "writer", "alice")
+    d.writer2 = d.api_key("acme", "writer", "bob")
+    d.reviewer = d.api_key("acme", "reviewer", "rita")
+    d.admin = d.api_key("acme", "admin", "ada")
+    d.serve()
+    yield d

@@ -1,0 +1,177 @@
+"""The commit point (D1): claims, receipts, outbox, atomicity, erasure, verify."""
+import base64
+import hashlib
+import json
+import time
+
+import psycopg
+import pytest
+
+
+def test_submit_fetch_and_receipt_verifies_offline(served, tmp_path):
+    d = served
+    r = d.submit(d.writer, body="the sky is blue", workarea_id="wa-7", path="facts/sky.md", simulation_id="sim-1")
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    assert doc["state"] == "held"
+    assert doc["version"] == 1
+    assert doc["simulation_id"] == "sim-1"
+    assert doc["plaintext_sha256"] == hashlib.sha256(b"the sky is blue").hexdigest()
+    rc = doc["receipt"]
+    assert rc["tenant"] == d.tenant_id
+    assert rc["seq"] == 2  # seq 1 is the tenant's genesis
+    signed = base64.b64decode(rc["signed_bytes"])
+    assert hashlib.sha256(signed).hexdigest() == rc["event_hash"]
+    env = json.loads(signed)
+    # Digest-only payload: no plaintext anywhere in the signed bytes.
+    assert b"the sky is blue" not in signed
+    assert env["payload"]["ciphertext_sha256"] == doc["ciphertext_sha256"]
+    assert set(env["payload"]) == {"artifact_id", "version", "workarea_id", "path", "writer_key_id", "principal",
+                                   "provenance", "simulation_id", "media_type", "size", "plaintext_sha256",
+                                   "ciphertext_sha256"}
+
+    got = d.get(f"/v1/claims/{doc['artifact_id']}", d.writer)
+    assert got.status_code == 200
+    assert got.json()["body"] == "the sky is blue"
+
+    f = tmp_path / "receipt.json"
+    f.write_text(json.dumps(rc))
+    ok = d.run("verify-receipt", str(f))
+    assert "receipt OK" in ok.stdout
+    rc["seq"] = 3
+    f.write_text(json.dumps(rc))
+    bad = d.run("verify-receipt", str(f), check=False)
+    assert bad.returncode == 3
+    assert "receipt seq differs from the signed envelope" in bad.stdout
+
+
+def test_every_event_enqueues_one_bronze_outbox_row(served):
+    d = served
+    for i in range(3):
+        assert d.submit(d.writer, body=f"b{i}").status_code == 201
+    with d.su() as c:
+        journal = c.execute("SELECT tenant_id, seq FROM oml.journal ORDER BY 1, 2").fetchall()
+        outbox = c.execute("SELECT tenant_id, journal_seq, target_table, xid IS NOT NULL FROM oml.outbox ORDER BY 1, 2").fetchall()
+        assert [(t, s) for t, s, _, _ in outbox] == journal
+        assert {(tt, x) for _, _, tt, x in outbox} == {("bronze/events", True)}
+        # outbox seq order follows commit order within a tenant
+        seqs = c.execute("SELECT journal_seq FROM oml.outbox WHERE tenant_id = %s ORDER BY seq", (d.tenant_id,)).fetchall()
+        assert [s for (s,) in seqs] == sorted(s for (s,) in seqs)
+        # the sequence has CACHE 1
+        assert c.execute("SELECT cache_size FROM pg_sequences WHERE sequencename = 'outbox_seq'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("point", ["journal.after_journal_insert", "journal.after_outbox_insert"])
+def test_injected_fault_leaves_nothing_and_no_seq_gap(served, point):
+    d = served
+    assert d.submit(d.writer, body="before").status_code == 201
+    before = d.counts()
+    d.stop_server()
+    d.serve(env={"OML_FAULT": point})
+    r = d.submit(d.writer, body="doomed")
+    assert r.status_code == 500
+    assert r.json()["type"] == "urn:oml:problem:injected-fault"
+    assert d.counts() == before
+    d.stop_server()
+    d.serve()
+    r = d.submit(d.writer, body="after")
+    assert r.status_code == 201
+    assert r.json()["receipt"]["seq"] == 3  # genesis 1, "before" 2, no gap left by the fault
+    assert d.run("verify").returncode == 0
+
+
+def test_erasure_shreds_dek_and_chain_still_verifies(served):
+    d = served
+    art = d.submit(d.writer, body="secret").json()["artifact_id"]
+    r = d.post(f"/v1/claims/{art}/erase", d.admin, json={"reason": "gdpr request 42"})
+    assert r.status_code == 200, r.text
+    erased_seq = r.json()["receipt"]["seq"]
+    assert r.json()["erased_seq"] == erased_seq
+    got = d.get(f"/v1/claims/{art}", d.writer)
+    assert got.status_code == 410
+    assert got.json()["type"] == "urn:oml:problem:erased"
+    assert f"erased at seq {erased_seq}" in got.json()["detail"]
+    with d.su() as c:
+        assert c.execute("SELECT count(*) FROM oml.artifact_keys WHERE artifact_id = %s", (art,)).fetchone()[0] == 0
+        assert c.execute("SELECT event_type FROM oml.journal WHERE tenant_id = %s AND seq = %s",
+                         (d.tenant_id, erased_seq)).fetchone()[0] == "artifact.erased"
+    again = d.post(f"/v1/claims/{art}/erase", d.admin)
+    assert again.status_code == 410
+    v = d.run("verify")
+    assert v.stdout.startswith("OK")
+
+
+def test_erase_from_cli(served):
+    d = served
+    art = d.submit(d.writer, body="cli secret").json()["artifact_id"]
+    out = d.run("erase", "--tenant", "acme", art, "--reason", "operator")
+    assert json.loads(out.stdout)["artifact_id"] == art
+    assert d.get(f"/v1/claims/{art}", d.writer).status_code == 410
+    missing = d.run("erase", "--tenant", "acme", "00000000-0000-4000-8000-000000000000", check=False)
+    assert missing.returncode == 6
+
+
+def test_own_work_rule_for_held_claims(served):
+    d = served
+    art = d.submit(d.writer, body="mine").json()["artifact_id"]
+    assert d.get(f"/v1/claims/{art}", d.writer).status_code == 200      # author
+    assert d.get(f"/v1/claims/{art}", d.reviewer).status_code == 200    # reviewer
+    other = d.get(f"/v1/claims/{art}", d.writer2)                       # another writer
+    assert other.status_code == 404
+    assert other.json()["type"] == "urn:oml:problem:claim-not-found"
+
+
+def test_fetch_refuses_body_whose_ciphertext_was_altered(served):
+    d = served
+    art = d.submit(d.writer, body="integrity matters").json()["artifact_id"]
+    with d.su() as c:
+        c.execute("UPDATE oml.artifact_bodies SET ciphertext = set_byte(ciphertext, 20, get_byte(ciphertext, 20) # 1) "
+                  "WHERE artifact_id = %s", (art,))
+    r = d.get(f"/v1/claims/{art}", d.writer)
+    assert r.status_code == 500
+    assert r.json()["type"] == "urn:oml:problem:integrity"
+    assert "body" not in r.json()
+    assert "integrity matters" not in r.text
+
+
+def test_chain_head_and_events_are_externally_verifiable(served):
+    d = served
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    for i in range(5):
+        d.submit(d.writer, body=f"e{i}")
+    head = d.get("/v1/chain/head", d.writer).json()
+    assert head["seq"] == 6
+    pub = json.loads((d.home / "keys" / "signing.key.pub").read_text())
+    key = Ed25519PublicKey.from_public_bytes(base64.b64decode(pub["public_key"]))
+    page1 = d.get("/v1/events?after=0&limit=4", d.writer).json()
+    page2 = d.get(f"/v1/events?after={page1['next_after']}&limit=4", d.writer).json()
+    events = page1["events"] + page2["events"]
+    assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6]
+    prev = "0" * 64
+    for e in events:
+        sb = base64.b64decode(e["signed_bytes"])
+        assert hashlib.sha256(sb).hexdigest() == e["event_hash"]
+        assert e["prev_hash"] == prev
+        key.verify(base64.b64decode(e["signature"]), sb)  # raises on a bad signature
+        prev = e["event_hash"]
+    assert prev == head["event_hash"]
+
+
+def test_metrics_cover_requests_commits_appends_and_lock_wait(served):
+    d = served
+    d.submit(d.writer, body="m")
+    text = d.get("/metrics").text
+    assert 'oml_http_requests_total{method="POST",route="/v1/claims",status="201"} 1' in text
+    assert 'oml_commits_total{result="committed"} 1' in text
+    assert f'oml_chain_appends_total{{tenant="{d.tenant_id}"}} 1' in text
+    assert "oml_advisory_lock_wait_seconds_count 1" in text
+
+
+def test_logs_are_json_lines(served):
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_LOG_LEVEL": "info"})
+    d.stop_server()
+    records = [json.loads(line) for line in d.log_text().splitlines() if line.strip()]
+    assert all({"ts", "level", "msg"} <= set(r) for r in records)
+    assert any(r["msg"] == "listening" and r["address"] == f"127.0.0.1:{d.port}" for r in records)

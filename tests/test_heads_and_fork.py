@@ -1,0 +1,148 @@
+"""Signed heads published outside the database, and the startup fork check."""
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import free_port
+
+
+def _wait_published(path, seq, timeout=5.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists():
+            doc = json.loads(path.read_text())
+            if doc["head"]["seq"] >= seq:
+                return doc
+        time.sleep(0.02)
+    raise AssertionError(f"head {seq} not published at {path}")
+
+
+def test_head_is_published_about_one_interval_after_commit(served):
+    d = served
+    r = d.submit(d.writer, body="h").json()["receipt"]
+    t0 = time.time()
+    doc = _wait_published(d.home / "objects" / "oml-heads" / d.tenant_id, r["seq"])
+    assert time.time() - t0 < 1.0
+    assert doc["head"]["event_hash"] == r["event_hash"]
+    assert doc["head"]["tenant"] == d.tenant_id
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    pub = json.loads((d.home / "keys" / "signing.key.pub").read_text())
+    canon = json.dumps(doc["head"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    Ed25519PublicKey.from_public_bytes(base64.b64decode(pub["public_key"])).verify(base64.b64decode(doc["signature"]), canon)
+
+
+def test_fork_after_restore_refuses_writes_serves_reads(served, tmp_path):
+    d = served
+    early = d.submit(d.writer, body="early").json()
+    d.stop_server()
+    dump = tmp_path / "oml.dump"
+    subprocess.run(["pg_dump", "-Fc", "-f", str(dump), "-d", d.superuser_url], check=True)
+    d.serve()
+    late = d.submit(d.writer, body="late").json()["receipt"]
+    _wait_published(d.home / "objects" / "oml-heads" / d.tenant_id, late["seq"])
+    d.stop_server()
+    # Restore the database to the point before "late": the published head is now ahead.
+    with d.su() as c:
+        pass
+    admin = d.superuser_url.replace("/oml?", "/postgres?")
+    import psycopg
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute("DROP DATABASE oml")
+        c.execute("CREATE DATABASE oml")
+    subprocess.run(["pg_restore", "-d", d.superuser_url, str(dump)], check=True)
+    d.serve()
+    w = d.submit(d.writer, body="onto a fork")
+    assert w.status_code == 503
+    assert w.json()["type"] == "urn:oml:problem:chain-fork"
+    assert f"stored head seq {late['seq'] - 1} is behind the published head seq {late['seq']}" in w.json()["detail"]
+    r = d.get(f"/v1/claims/{early['artifact_id']}", d.writer)
+    assert r.status_code == 200 and r.json()["body"] == "early"
+    health = d.get("/v1/health").json()
+    assert health["writes"] == "refused"
+    doc = d.run("doctor", check=False)
+    assert doc.returncode == 3
+    assert f"FORK tenant {d.tenant_id}: stored head seq {late['seq'] - 1} is behind the published head seq {late['seq']}" in doc.stdout
+
+
+def test_fork_with_divergent_hash(served):
+    d = served
+    r = d.submit(d.writer, body="one").json()["receipt"]
+    _wait_published(d.home / "objects" / "oml-heads" / d.tenant_id, r["seq"])
+    d.stop_server()
+    with d.su() as c:
+        c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")
+        c.execute("UPDATE oml.journal SET event_hash = sha256(event_hash) WHERE tenant_id = %s AND seq = %s",
+                  (d.tenant_id, r["seq"]))
+        c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
+    d.serve()
+    w = d.submit(d.writer, body="two")
+    assert w.status_code == 503
+    assert f"stored event at the published seq {r['seq']} has a different hash" in w.json()["detail"]
+
+
+@pytest.fixture
+def s3():
+    """moto's S3 server on loopback (real HTTP, S3 protocol)."""
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import boto3
+    import requests
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while True:
+        try:
+            requests.get(url, timeout=1)
+            break
+        except requests.ConnectionError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": url, "AWS_ALLOW_HTTP": "true"}
+    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket="oml-test")
+    yield env, client
+    p.terminate()
+    p.wait()
+
+
+def test_heads_over_s3(deployment, s3):
+    env, client = s3
+    d = deployment
+    d.env.update(env)
+    d.env["OML_OBJECT_STORE_URL"] = "s3://oml-test/deploy1"
+    tenant = d.tenant("acme")
+    tok = d.api_key("acme", "writer", "alice")
+    d.serve()
+    r = d.submit(tok, body="to s3").json()["receipt"]
+    deadline = time.time() + 5
+    doc = None
+    while time.time() < deadline:
+        try:
+            doc = json.loads(client.get_object(Bucket="oml-test", Key=f"deploy1/oml-heads/{tenant}")["Body"].read())
+            if doc["head"]["seq"] == r["seq"]:
+                break
+        except client.exceptions.NoSuchKey:
+            pass
+        time.sleep(0.05)
+    assert doc and doc["head"]["seq"] == r["seq"] and doc["head"]["event_hash"] == r["event_hash"]
+    d.stop_server()
+    # The fork check reads the heads back through s3://: consistent now ...
+    assert d.run("doctor").returncode == 0
+    # ... and a head published ahead of the database is caught.
+    with d.su() as c:
+        c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")
+        c.execute("DELETE FROM oml.journal WHERE tenant_id = %s AND seq = %s", (tenant, r["seq"]))
+        c.execute("UPDATE oml.chain_heads SET seq = seq - 1 WHERE tenant_id = %s", (tenant,))
+        c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
+    doc = d.run("doctor", check=False)
+    assert doc.returncode == 3
+    assert f"FORK tenant {tenant}: stored head seq {r['seq'] - 1} is behind the published head seq {r['seq']}" in doc.stdout

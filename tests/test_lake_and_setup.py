@@ -1,0 +1,141 @@
+"""oml init's lake table, read by readers that did not write it; migrations; tenants; keys."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import OML_BIN, free_port
+
+
+def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
+    from deltalake import DeltaTable
+    import pyarrow as pa
+    path = deployment.home / "lake" / "bronze" / "events"
+    t = DeltaTable(str(path))
+    assert t.version() == 0
+    schema = t.schema().to_arrow()
+    want = [("tenant_id", pa.string(), False), ("seq", pa.int64(), False), ("prev_hash", pa.string(), False),
+            ("event_hash", pa.string(), False), ("event_type", pa.string(), False), ("key_id", pa.string(), False),
+            ("principal", pa.string(), True), ("occurred_at", pa.timestamp("us", tz="UTC"), False),
+            ("signed_bytes", pa.binary(), False), ("signature", pa.binary(), False), ("outbox_seq", pa.int64(), False)]
+    got = [(f.name, f.type, f.nullable) for f in schema]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (n, ty, nl), (wn, wty, wnl) in zip(got, want):
+        assert nl == wnl, n
+        assert str(ty).replace("large_", "") == str(wty).replace("large_", ""), (n, ty, wty)
+    assert t.to_pyarrow_table().num_rows == 0
+    # The JSON log directly: one commit, with protocol, metaData naming the table.
+    log = sorted((path / "_delta_log").glob("*.json"))
+    assert [p.name for p in log] == ["00000000000000000000.json"]
+    actions = [json.loads(line) for line in log[0].read_text().splitlines()]
+    meta = next(a["metaData"] for a in actions if "metaData" in a)
+    assert meta["name"] == "bronze.events"
+    assert meta["partitionColumns"] == []
+    # init is idempotent: the table is not recreated.
+    deployment.run("init")
+    assert DeltaTable(str(path)).version() == 0
+
+
+def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
+    d = deployment
+    out = d.run("migrate", "--admin-url", d.superuser_url)
+    assert "schema is up to date (version 1)" in out.stdout
+    with d.su() as c:
+        assert c.execute("SELECT version, name FROM oml.schema_migrations").fetchall() == [(1, "0001_commit_point")]
+        c.execute("INSERT INTO oml.schema_migrations (version, name, sha256) VALUES (99, '0099_future', 'x')")
+    m = d.run("migrate", "--admin-url", d.superuser_url, check=False)
+    assert m.returncode == 4
+    assert "database schema version 99 is newer than this binary's 1" in m.stderr
+    s = d.run("serve", check=False, timeout=30)
+    assert s.returncode == 4
+    assert "schema-newer" in s.stderr
+
+
+def test_signing_key_file_is_0600_and_tenant_names_unique(deployment):
+    d = deployment
+    assert oct((d.home / "keys" / "signing.key").stat().st_mode & 0o777) == "0o600"
+    assert oct((d.home / "keys" / "kek.key").stat().st_mode & 0o777) == "0o600"
+    d.tenant("acme")
+    dup = d.run("tenant", "create", "acme", check=False)
+    assert dup.returncode == 4
+    assert "tenant 'acme' exists already" in dup.stderr
+    bad = d.run("tenant", "create", "Bad Name", check=False)
+    assert bad.returncode == 2
+    role = d.run("key", "create", "--tenant", "acme", "--role", "owner", check=False)
+    assert role.returncode == 2
+
+
+def test_tenant_genesis_references_provider_event(deployment):
+    d = deployment
+    tid = d.tenant("acme")
+    with d.su() as c:
+        created = c.execute("SELECT seq, encode(event_hash, 'hex') FROM oml.journal WHERE tenant_id = "
+                            "'00000000-0000-0000-0000-000000000000' AND event_type = 'tenant.created'").fetchone()
+        genesis = json.loads(bytes(c.execute("SELECT signed_bytes FROM oml.journal WHERE tenant_id = %s AND seq = 1",
+                                             (tid,)).fetchone()[0]))
+        types = [r[0] for r in c.execute("SELECT event_type FROM oml.journal WHERE tenant_id = "
+                                         "'00000000-0000-0000-0000-000000000000' ORDER BY seq").fetchall()]
+    assert types == ["chain.genesis", "key.issued", "tenant.created"]
+    assert genesis["type"] == "chain.genesis"
+    assert genesis["refs"]["provider"] == {"tenant": "00000000-0000-0000-0000-000000000000",
+                                           "seq": created[0], "event_hash": created[1]}
+    assert d.run("verify").returncode == 0
+
+
+def test_key_rotation_keeps_chain_verifiable(served, tmp_path):
+    d = served
+    old = d.submit(d.writer, body="old key").json()["receipt"]
+    d.stop_server()
+    old_pub = tmp_path / "old.pub"
+    old_pub.write_text((d.home / "keys" / "signing.key.pub").read_text())
+    out = d.run("key", "rotate")
+    assert "key.issued at provider seq 4" in out.stdout
+    d.serve()
+    new = d.submit(d.writer, body="new key").json()["receipt"]
+    assert new["key_id"] != old["key_id"]
+    assert d.run("verify").returncode == 0
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(old))
+    assert d.run("verify-receipt", str(f), "--public-key", str(old_pub)).returncode == 0
+    wrong = d.run("verify-receipt", str(f), check=False)  # default: the new public key
+    assert wrong.returncode == 3
+
+
+def test_dev_profile_starts_everything_and_ctrl_c_stops_postgres(tmp_path):
+    home = Path("/tmp") / f"oml-dev-{os.getpid()}"
+    port = free_port()
+    env = dict(os.environ, OML_HOME=str(home), OML_LISTEN=f"127.0.0.1:{port}", OML_LOG_LEVEL="warn")
+    env.pop("OML_DATABASE_URL", None)
+    p = subprocess.Popen([OML_BIN, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        text = "".join(lines)
+        assert "curl -sS -X POST" in text, text + p.stderr.read() if p.poll() is not None else text
+        token = (home / "dev-writer.token").read_text().strip()
+        r = requests.post(f"http://127.0.0.1:{port}/v1/claims", headers={"Authorization": f"Bearer {token}"},
+                          json={"body": "hello, oml", "workarea_id": "wa-1", "path": "notes/hello.md", "provenance": "human"})
+        assert r.status_code == 201
+        assert (home / "pg" / "superuser.url").exists()
+        assert oct((home / "keys" / "signing.key").stat().st_mode & 0o777) == "0o600"
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 0
+        pid_file = home / "pg" / "data" / "postmaster.pid"
+        assert not pid_file.exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
+        subprocess.run(["rm", "-rf", str(home)])

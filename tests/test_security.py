@@ -1,0 +1,165 @@
+"""Append-only journal, tamper detection, row-level security, bad input."""
+import json
+
+import psycopg
+import pytest
+
+
+def test_append_only_for_app_role_and_owner(served):
+    d = served
+    d.submit(d.writer, body="x")
+    with d.app() as c:
+        for sql in ["UPDATE oml.journal SET event_type = 'x'", "DELETE FROM oml.journal", "TRUNCATE oml.journal"]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+                c.execute(sql)
+            assert "permission denied for table journal" in str(e.value)
+    with d.su() as c:
+        c.execute("SET ROLE oml_owner")
+        for sql, op in [("UPDATE oml.journal SET event_type = 'x'", "UPDATE"), ("DELETE FROM oml.journal", "DELETE"),
+                        ("TRUNCATE oml.journal", "TRUNCATE")]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+                c.execute(sql)
+            assert f"journal is append-only: {op} refused" in str(e.value)
+        c.execute("RESET ROLE")
+        # the superuser too hits the guard trigger
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("DELETE FROM oml.journal")
+
+
+def test_app_role_is_not_superuser_nor_bypassrls(deployment):
+    with deployment.su() as c:
+        row = c.execute("SELECT rolsuper, rolbypassrls, rolcanlogin FROM pg_roles WHERE rolname = 'oml_app'").fetchone()
+        assert row == (False, False, True)
+        owner = c.execute("SELECT tableowner FROM pg_tables WHERE schemaname = 'oml' AND tablename = 'journal'").fetchone()
+        assert owner == ("oml_owner",)
+
+
+def _tamper(d, sql, params=()):
+    with d.su() as c:
+        c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")
+        c.execute(sql, params)
+        c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
+
+
+@pytest.fixture
+def chain(served):
+    d = served
+    for i in range(6):
+        assert d.submit(d.writer, body=f"claim {i}").status_code == 201
+    d.stop_server()
+    assert d.run("verify").returncode == 0
+    return d
+
+
+def _expect_verify_fails(d, seq, what):
+    v = d.run("verify", check=False)
+    assert v.returncode == 3, v.stdout + v.stderr
+    assert f"FAIL tenant acme ({d.tenant_id}) seq {seq}: {what}" in v.stdout, v.stdout
+
+
+def test_tamper_flipped_byte_in_signed_bytes(chain):
+    _tamper(chain, "UPDATE oml.journal SET signed_bytes = set_byte(signed_bytes, 40, get_byte(signed_bytes, 40) # 1) "
+                   "WHERE tenant_id = %s AND seq = 4", (chain.tenant_id,))
+    _expect_verify_fails(chain, 4, "event_hash is not SHA-256 of the signed bytes")
+
+
+def test_tamper_deleted_middle_row(chain):
+    _tamper(chain, "DELETE FROM oml.journal WHERE tenant_id = %s AND seq = 3", (chain.tenant_id,))
+    _expect_verify_fails(chain, 3, "seq 3 is missing (next stored seq is 4)")
+
+
+def test_tamper_resigned_with_foreign_key(chain):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    foreign = Ed25519PrivateKey.generate()
+    with chain.su() as c:
+        signed = c.execute("SELECT signed_bytes FROM oml.journal WHERE tenant_id = %s AND seq = 5",
+                           (chain.tenant_id,)).fetchone()[0]
+    sig = foreign.sign(bytes(signed))
+    _tamper(chain, "UPDATE oml.journal SET signature = %s WHERE tenant_id = %s AND seq = 5", (sig, chain.tenant_id))
+    v = chain.run("verify", check=False)
+    assert v.returncode == 3
+    assert f"FAIL tenant acme ({chain.tenant_id}) seq 5: signature does not verify under key ed25519:" in v.stdout
+
+
+def test_verify_single_tenant_and_unknown_tenant(chain):
+    assert chain.run("verify", "--tenant", "acme").returncode == 0
+    v = chain.run("verify", "--tenant", "nope", check=False)
+    assert v.returncode == 6
+
+
+def test_rls_blocks_cross_tenant_reads_and_writes(served):
+    d = served
+    other = d.tenant("globex")
+    other_writer = d.api_key("globex", "writer", "gary")
+    theirs = d.submit(other_writer, body="globex secret").json()["artifact_id"]
+    mine = d.submit(d.writer, body="acme note").json()["artifact_id"]
+    # Through the API: another tenant's id is 404, not 403.
+    r = d.get(f"/v1/claims/{theirs}", d.admin)
+    assert r.status_code == 404
+    assert r.json()["type"] == "urn:oml:problem:claim-not-found"
+    assert d.post(f"/v1/claims/{theirs}/erase", d.admin).status_code == 404
+    # At the database: a session scoped to acme sees none of globex's rows, even by id.
+    with d.app() as c:
+        with c.transaction():
+            c.execute("SELECT set_config('oml.tenant_id', %s, true)", (d.tenant_id,))
+            for t in ["journal", "artifacts", "artifact_bodies", "artifact_keys", "outbox", "chain_heads", "api_keys"]:
+                n = c.execute(f"SELECT count(*) FROM oml.{t} WHERE tenant_id = %s", (other,)).fetchone()[0]
+                assert n == 0, t
+            assert c.execute("SELECT count(*) FROM oml.artifacts WHERE artifact_id = %s", (theirs,)).fetchone()[0] == 0
+            assert c.execute("SELECT count(*) FROM oml.artifacts WHERE artifact_id = %s", (mine,)).fetchone()[0] == 1
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+            with c.transaction():
+                c.execute("SELECT set_config('oml.tenant_id', %s, true)", (d.tenant_id,))
+                c.execute("INSERT INTO oml.artifact_keys (tenant_id, artifact_id, kek_id, wrapped_dek) "
+                          "VALUES (%s, %s, 'k', '\\x00')", (other, theirs))
+        assert "row-level security" in str(e.value)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with c.transaction():
+                c.execute("SELECT set_config('oml.tenant_id', %s, true)", (d.tenant_id,))
+                c.execute("UPDATE oml.artifacts SET state = 'erased' WHERE tenant_id = %s", (other,))
+                raise AssertionError("unreachable")  # pragma: no cover
+    # An unscoped session sees nothing at all.
+    with d.app() as c:
+        assert c.execute("SELECT count(*) FROM oml.journal").fetchone()[0] == 0
+
+
+def _problem(r, status, slug):
+    assert r.status_code == status, r.text
+    assert r.headers["Content-Type"].startswith("application/problem+json")
+    assert r.json()["type"] == f"urn:oml:problem:{slug}", r.text
+    assert r.json()["status"] == status
+
+
+def test_bad_input_gets_exact_problem_and_writes_nothing(served):
+    d = served
+    art = d.submit(d.writer, body="ok").json()["artifact_id"]
+    other = d.tenant("initech")
+    other_art = d.submit(d.api_key("initech", "writer", "ivan"), body="theirs").json()["artifact_id"]
+    before = d.counts()
+    good = {"body": "b", "workarea_id": "w", "path": "p", "provenance": "human"}
+    cases = [
+        (lambda: d.post("/v1/claims", d.writer, data="{not json", headers={"Content-Type": "application/json"}), 400, "malformed-json"),
+        (lambda: d.post("/v1/claims", d.writer, json=[1, 2]), 400, "malformed-json"),
+        (lambda: d.post("/v1/claims", d.writer, json={**good, "color": "red"}), 400, "unknown-field"),
+        (lambda: d.post("/v1/claims", d.writer, json={k: v for k, v in good.items() if k != "path"}), 400, "missing-field"),
+        (lambda: d.post("/v1/claims", d.writer, json={**good, "body": 7}), 400, "invalid-field"),
+        (lambda: d.post("/v1/claims", d.writer, json={**good, "provenance": "rumor"}), 400, "invalid-field"),
+        (lambda: d.post("/v1/claims", d.writer, json={**good, "body": "x" * (1024 * 1024 + 1)}), 413, "body-too-large"),
+        (lambda: d.post("/v1/claims", d.writer, data="x" * (7 * 1024 * 1024), headers={"Content-Type": "application/json"}), 413, "body-too-large"),
+        (lambda: d.post("/v1/claims", None, json=good), 401, "unauthenticated"),
+        (lambda: d.post("/v1/claims", "oml_notakey", json=good), 401, "unauthenticated"),
+        (lambda: d.post("/v1/claims", d.reviewer, json=good), 403, "forbidden-role"),
+        (lambda: d.post(f"/v1/claims/{art}/erase", d.reviewer), 403, "forbidden-role"),
+        (lambda: d.post(f"/v1/claims/{art}/erase", d.writer2), 404, "claim-not-found"),
+        (lambda: d.get(f"/v1/claims/{other_art}", d.writer), 404, "claim-not-found"),
+        (lambda: d.get("/v1/claims/not-a-uuid", d.writer), 404, "claim-not-found"),
+        (lambda: d.post(f"/v1/claims/{other_art}/erase", d.admin), 404, "claim-not-found"),
+        (lambda: d.get("/v1/events?after=-1", d.writer), 400, "invalid-parameter"),
+        (lambda: d.get("/v1/events?limit=5000", d.writer), 400, "invalid-parameter"),
+        (lambda: d.get("/v1/events?after=abc", d.writer), 400, "invalid-parameter"),
+        (lambda: d.get("/v1/nowhere", d.writer), 404, "no-route"),
+    ]
+    for call, status, slug in cases:
+        _problem(call(), status, slug)
+    assert d.counts() == before
+    assert other  # tenant created before the snapshot
