@@ -24,7 +24,9 @@ namespace fs = std::filesystem;
 
 Status RunCommand(const std::vector<std::string>& argv, std::string* output) {
   int pipefd[2];
-  if (pipe(pipefd) != 0) return Internal("pipe failed");
+  // O_CLOEXEC: only the dup2-ed copies (fds 1 and 2) reach the child. A daemon it starts
+  // (pg_ctl start) must not inherit the write end, or reading until EOF would never end.
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return Internal("pipe failed");
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
