@@ -18,7 +18,7 @@ def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
     path = deployment.home / "lake" / "bronze" / "events"
     t = DeltaTable(str(path))
     assert t.version() == 0
-    schema = t.schema().to_arrow()
+    schema = pa.schema(t.schema().to_arrow())  # arro3 -> pyarrow through the Arrow C interface
     want = [("tenant_id", pa.string(), False), ("seq", pa.int64(), False), ("prev_hash", pa.string(), False),
             ("event_hash", pa.string(), False), ("event_type", pa.string(), False), ("key_id", pa.string(), False),
             ("principal", pa.string(), True), ("occurred_at", pa.timestamp("us", tz="UTC"), False),

@@ -144,7 +144,10 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
   OML_RETURN_IF_ERROR(conn->Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(c.tenant_id)}).status());
   OML_ASSIGN_OR_RETURN(auto meta, Load(*conn, c.tenant_id, artifact_id));
   if (!meta) return NotFound("no claim " + artifact_id, "claim-not-found");
-  if (meta->state == "held" && meta->principal != c.principal && c.role != "reviewer" && c.role != "admin")
+  // Own-work rule. An erased claim stays as private as a held one: its erasure seq is only
+  // revealed to those who could read it.
+  if ((meta->state == "held" || meta->state == "erased") && meta->principal != c.principal && c.role != "reviewer" &&
+      c.role != "admin")
     return NotFound("no claim " + artifact_id, "claim-not-found");
   if (meta->erased_seq)
     return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
@@ -181,7 +184,8 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
     meta = **m;
   }
   if (c.role != "admin" && meta.principal != c.principal) {
-    if (meta.state == "held" && c.role != "reviewer") return NotFound("no claim " + artifact_id, "claim-not-found");
+    if ((meta.state == "held" || meta.state == "erased") && c.role != "reviewer")
+      return NotFound("no claim " + artifact_id, "claim-not-found");
     return PermissionDenied("only an admin or the author may erase a claim", "forbidden-role");
   }
   if (meta.erased_seq)

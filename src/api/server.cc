@@ -280,6 +280,7 @@ struct Server::Impl {
     auto c = d.pool->Acquire();
     if (!c.ok() || !(*c)->Exec("SELECT 1").ok()) {
       j["status"] = "unavailable";
+      j["writes"] = "refused";
       j["database"] = "unreachable";
       return Json(res, 503, j);
     }

@@ -77,12 +77,15 @@ Status EnsureKeys(const Config& c) {
   return Status::Ok();
 }
 
-// Everything a command that talks to the database needs.
+// Everything a command that talks to the database needs. Commands that append events also
+// publish the signed heads of what they committed (flushed when the Runtime is destroyed).
 struct Runtime {
   Config config;
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<crypto::SigningKey> key;
+  std::unique_ptr<blob::ObjectStore> store;
   std::unique_ptr<journal::Journal> journal;
+  std::unique_ptr<journal::HeadPublisher> publisher;  // destroyed first: flushes pending heads
 
   static Result<std::unique_ptr<Runtime>> Open(const Config& c, bool need_key, int pool_size = 4) {
     auto rt = std::make_unique<Runtime>();
@@ -96,7 +99,10 @@ struct Runtime {
     if (need_key) {
       OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::LoadFile(c.signing_key_file));
       rt->key = std::make_unique<crypto::SigningKey>(std::move(k));
+      OML_ASSIGN_OR_RETURN(rt->store, blob::OpenObjectStore(c.object_store_url));
       rt->journal = std::make_unique<journal::Journal>(rt->pool.get(), rt->key.get());
+      rt->publisher = std::make_unique<journal::HeadPublisher>(rt->store.get(), rt->key.get(), c.head_publish_ms);
+      rt->journal->SetCommitListener([p = rt->publisher.get()](const journal::Receipt& r) { p->OnCommit(r); });
     }
     return rt;
   }
@@ -137,10 +143,10 @@ sigset_t BlockStopSignals() {
 
 Status Serve(const Config& c, const std::function<void()>& on_ready) {
   OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size));
+  OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*rt->pool, *rt->key));
   OML_ASSIGN_OR_RETURN(auto kek, crypto::FileKekProvider::Load(c.kek_file));
-  OML_ASSIGN_OR_RETURN(auto store, blob::OpenObjectStore(c.object_store_url));
   api::ForkState fork;
-  auto findings = journal::CheckForks(*rt->pool, *store);
+  auto findings = journal::CheckForks(*rt->pool, *rt->store);
   if (!findings.ok()) return findings.status();
   if (!findings->empty()) {
     std::string detail;
@@ -152,8 +158,7 @@ Status Serve(const Config& c, const std::function<void()>& on_ready) {
     fork.refused = true;
     fork.detail = detail;
   }
-  journal::HeadPublisher publisher(store.get(), rt->key.get(), c.head_publish_ms);
-  rt->journal->SetCommitListener([&publisher](const journal::Receipt& r) { publisher.OnCommit(r); });
+  journal::HeadPublisher& publisher = *rt->publisher;
   publisher.Start();
   admission::Claims claims(rt->journal.get(), rt->pool.get(), kek.get(), c.max_body_bytes);
   api::Server server({&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork});
@@ -315,6 +320,10 @@ int Main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
 
+  if (*dev || *serve) {
+    // Before any thread exists, so every thread inherits the mask and only sigwait sees them.
+    (void)BlockStopSignals();
+  }
   if (*dev) {
     Status s = Dev(cfg);
     return s.ok() ? 0 : Fail(s);
@@ -382,6 +391,9 @@ int Main(int argc, char** argv) {
   auto rt = Runtime::Open(cfg, need_key);
   if (!rt.ok()) return Fail(rt.status());
   Runtime& R = **rt;
+  if (need_key) {
+    if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
+  }
 
   if (*tenant_create) {
     auto t = journal::CreateTenant(*R.journal, tenant_name);

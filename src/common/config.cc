@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <toml++/toml.h>
@@ -94,6 +95,11 @@ Result<Config> LoadConfig() {
   if (!get("db_pool_size").empty()) { OML_RETURN_IF_ERROR(ParseInt("db_pool_size", get("db_pool_size"), &v)); c.db_pool_size = static_cast<int>(v); }
   if (!get("http_threads").empty()) { OML_RETURN_IF_ERROR(ParseInt("http_threads", get("http_threads"), &v)); c.http_threads = static_cast<int>(v); }
   if (!get("head_publish_ms").empty()) { OML_RETURN_IF_ERROR(ParseInt("head_publish_ms", get("head_publish_ms"), &v)); c.head_publish_ms = static_cast<int>(v); }
+  if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
+  if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels))
+    return InvalidArgument("setting log_level: must be one of trace, debug, info, warn, error: '" + c.log_level + "'");
   return c;
 }
 

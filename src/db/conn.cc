@@ -66,7 +66,9 @@ Status StatusFromResult(const PGresult* r, PGconn* c) {
   std::string code = state ? state : "";
   std::string full = "[" + code + "] " + msg;
   if (code == "40001" || code == "40P01") return Status(Code::kAborted, full);
-  if (code == "42501") return PermissionDenied(full);
+  // The application role hitting a privilege or RLS wall is a server bug, never the caller's
+  // fault: report it as internal, with its own type.
+  if (code == "42501") return Internal(full, "database-permission-denied");
   if (code.rfind("23", 0) == 0) return FailedPrecondition(full, "constraint");
   if (code.rfind("08", 0) == 0 || code == "57P01") return Unavailable(full, "database-unavailable");
   return Internal(full);

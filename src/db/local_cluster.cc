@@ -1,6 +1,7 @@
 #include "db/local_cluster.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -33,12 +34,21 @@ Status RunCommand(const std::vector<std::string>& argv, std::string* output) {
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
   posix_spawn_file_actions_addclose(&fa, pipefd[0]);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  // Children start in their own session with no signals blocked: a terminal's Ctrl-C reaches
+  // oml (which then stops PostgreSQL in order), not the cluster directly.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   close(pipefd[1]);
   std::string out;
   if (rc == 0) {

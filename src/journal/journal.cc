@@ -129,6 +129,20 @@ Result<Receipt> Journal::Txn::Append(const std::string& tenant, const EventSpec&
   return rc;
 }
 
+Result<std::vector<db::Rows>> Journal::Txn::Run(std::vector<db::Stmt> stmts) {
+  if (done_) return Internal("transaction already finished");
+  const bool began = !open_;
+  if (began) stmts.insert(stmts.begin(), db::Stmt{"BEGIN", {}});
+  open_ = true;
+  auto r = conn_->Pipeline(stmts);
+  if (!r.ok()) {
+    (void)Rollback();
+    return r.status();
+  }
+  if (began) r->erase(r->begin());
+  return r;
+}
+
 Status Journal::Txn::Commit() {
   if (done_) return Internal("transaction already finished");
   const auto t0 = Clock::now();

@@ -61,6 +61,8 @@ class Journal {
     // REQUIRES: the previous Append returned OK. With commit_now the COMMIT rides in round trip 2.
     Result<Receipt> Append(const std::string& tenant, const EventSpec& ev, bool commit_now = false);
     Status Commit();
+    // Runs statements inside this transaction (BEGIN first if not yet open), one round trip.
+    Result<std::vector<db::Rows>> Run(std::vector<db::Stmt> stmts);
     db::Conn& conn() { return *conn_; }
 
    private:

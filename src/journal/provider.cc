@@ -9,22 +9,17 @@ namespace oml::journal {
 std::string ApiKeyId(const std::string& token_hash_raw) { return "ak_" + crypto::Hex(token_hash_raw).substr(0, 16); }
 
 Result<bool> InitProvider(Journal& journal) {
+  // One transaction under the provider chain lock: two concurrent inits serialize, and the
+  // second sees the first one's genesis and does nothing.
   OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
-  // Serialize concurrent inits on the provider lock, then check for an existing chain.
-  OML_RETURN_IF_ERROR(tx.conn().Exec("BEGIN").status());
-  OML_RETURN_IF_ERROR(tx.conn().Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}).status());
-  OML_ASSIGN_OR_RETURN(db::Rows head, tx.conn().Query("SELECT head_seq FROM oml.lock_head($1::uuid)", {db::Text(kProviderTenant)}));
-  if (head.GetInt(0, 0) > 0) {
-    (void)tx.conn().Exec("ROLLBACK");
-    return false;
-  }
-  OML_RETURN_IF_ERROR(tx.conn().Query("INSERT INTO oml.tenants (tenant_id, name) VALUES ($1, 'provider') ON CONFLICT DO NOTHING",
-                                      {db::Text(kProviderTenant)}).status());
-  OML_RETURN_IF_ERROR(tx.conn().Exec("COMMIT").status());
-  // The genesis and the first key.issued go in one transaction.
-  OML_ASSIGN_OR_RETURN(Journal::Txn tx2, journal.Begin());
+  OML_ASSIGN_OR_RETURN(auto rs, tx.Run({{"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}},
+                                        {"SELECT head_seq FROM oml.lock_head($1::uuid)", {db::Text(kProviderTenant)}}}));
+  if (rs[1].GetInt(0, 0) > 0) return false;  // Txn rolls back on destruction
+  OML_RETURN_IF_ERROR(tx.Run({{"INSERT INTO oml.tenants (tenant_id, name) VALUES ($1, 'provider') ON CONFLICT DO NOTHING",
+                               {db::Text(kProviderTenant)}}})
+                          .status());
   EventSpec genesis{"chain.genesis", "system", {{"deployment", "oml"}}, nlohmann::json::object(), nullptr};
-  OML_RETURN_IF_ERROR(tx2.Append(kProviderTenant, genesis).status());
+  OML_RETURN_IF_ERROR(tx.Append(kProviderTenant, genesis).status());
   const auto& key = journal.key();
   EventSpec issued{"key.issued", "system",
                    {{"key_id", key.key_id()}, {"public_key", crypto::Base64(key.public_key())}, {"algorithm", "ed25519"}},
@@ -34,8 +29,8 @@ Result<bool> InitProvider(Journal& journal) {
     return {{"INSERT INTO oml.signing_keys (key_id, public_key, issued_seq, issued_at) VALUES ($1, $2, $3, now())",
              {db::Text(kid), db::Bytes(pub), db::Int(seq)}}};
   };
-  OML_RETURN_IF_ERROR(tx2.Append(kProviderTenant, issued).status());
-  OML_RETURN_IF_ERROR(tx2.Commit());
+  OML_RETURN_IF_ERROR(tx.Append(kProviderTenant, issued).status());
+  OML_RETURN_IF_ERROR(tx.Commit());
   return true;
 }
 
@@ -51,6 +46,19 @@ Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key) {
              {db::Text(kid), db::Bytes(pub), db::Int(seq)}}};
   };
   return journal.Append(kProviderTenant, issued);
+}
+
+Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT retired_at IS NULL FROM oml.signing_keys WHERE key_id = $1",
+                                            {db::Text(key.key_id())}));
+  if (r.size() == 0)
+    return FailedPrecondition("signing key " + key.key_id() + " was never issued on the provider chain (wrong key file?)",
+                              "signing-key-not-in-force");
+  if (r.Get(0, 0) != "t")
+    return FailedPrecondition("signing key " + key.key_id() + " was retired by a rotation; install the current key file",
+                              "signing-key-not-in-force");
+  return Status::Ok();
 }
 
 Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {

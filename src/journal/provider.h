@@ -37,6 +37,11 @@ Result<std::vector<TenantInfo>> ListTenants(db::Pool& pool);  // provider first
 // force), and retires the previous key at that event's time.
 Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key);
 
+// OK iff `key` is the signing key in force: journalled by key.issued and not retired since.
+// kFailedPrecondition "signing-key-not-in-force" otherwise (a replica with a stale or
+// never-issued key file would sign events that `oml verify` rejects).
+Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key);
+
 // Creates an API key for (tenant, principal, role); returns the bearer token (shown once).
 // The token is "oml_" + base64url(32 random bytes); only SHA-256(token) is stored.
 Result<std::string> CreateApiKey(db::Pool& pool, const std::string& tenant_id, const std::string& principal,

@@ -201,6 +201,7 @@ class Verifier {
     std::string last_id = current_id;
     auto sig_ok = [&](const Row& r, const Envelope& e) -> Status { return Status::Ok(); };
     auto seq_hook = [&](const Row& r, const Envelope& e) -> Status {
+      if (r.seq == 1 && e.type != "chain.genesis") return DataLoss("seq 1 is " + e.type + ", not chain.genesis");
       // Sequential: signature under the key in force on the provider chain.
       auto it = keys_.find(last_id);
       if (it == keys_.end()) return DataLoss("no key.issued precedes this event");
