@@ -140,30 +140,37 @@ BEGIN
   RETURN v_seq;
 END $$;
 
--- Write path, round trip 1: take the tenant's chain lock (held to commit) and read its head.
--- Returns (0, NULL) for a tenant without a chain yet.
-CREATE FUNCTION lock_head(p_tenant uuid, OUT head_seq bigint, OUT head_hash bytea)
+-- Write path, round trip 1: take the tenant's chain lock (held to commit) and read its head,
+-- plus the signing key in force (NULL before the first key.issued), so a replica still holding
+-- a rotated-out key stops signing at once. Returns (0, NULL, ..) for a tenant without a chain.
+CREATE FUNCTION lock_head(p_tenant uuid, OUT head_seq bigint, OUT head_hash bytea, OUT key_in_force text)
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant::text, 0));
   SELECT h.seq, h.event_hash INTO head_seq, head_hash FROM oml.chain_heads h WHERE h.tenant_id = p_tenant;
   IF NOT FOUND THEN head_seq := 0; head_hash := NULL; END IF;
+  SELECT k.key_id INTO key_in_force FROM oml.signing_keys k WHERE k.retired_at IS NULL
+   ORDER BY k.issued_seq DESC LIMIT 1;
 END $$;
 
--- Write path, round trip 2, last step: move the head from seq-1 to seq.
+-- Write path, round trip 2, last step: move the head from p_from to p_to (p_to > p_from; a
+-- group commit appends several events at once) with the hash of event p_to.
 -- REQUIRES: lock_head(p_tenant) earlier in this transaction. Raises serialization_failure if
--- the head is not at p_seq - 1 (it cannot be while the lock is held; this is a tripwire).
-CREATE FUNCTION advance_head(p_tenant uuid, p_seq bigint, p_hash bytea) RETURNS void
+-- the head is not at p_from (it cannot be while the lock is held; this is a tripwire).
+CREATE FUNCTION advance_head(p_tenant uuid, p_from bigint, p_to bigint, p_hash bytea) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF p_seq = 1 THEN
-    INSERT INTO oml.chain_heads (tenant_id, seq, event_hash) VALUES (p_tenant, 1, p_hash);
+  IF p_to <= p_from THEN
+    RAISE EXCEPTION 'head must move forward (% -> %)', p_from, p_to USING ERRCODE = 'data_exception';
+  END IF;
+  IF p_from = 0 THEN
+    INSERT INTO oml.chain_heads (tenant_id, seq, event_hash) VALUES (p_tenant, p_to, p_hash);
     RETURN;
   END IF;
-  UPDATE oml.chain_heads SET seq = p_seq, event_hash = p_hash, updated_at = now()
-   WHERE tenant_id = p_tenant AND seq = p_seq - 1;
+  UPDATE oml.chain_heads SET seq = p_to, event_hash = p_hash, updated_at = now()
+   WHERE tenant_id = p_tenant AND seq = p_from;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'chain head of % is not at seq %', p_tenant, p_seq - 1 USING ERRCODE = 'serialization_failure';
+    RAISE EXCEPTION 'chain head of % is not at seq %', p_tenant, p_from USING ERRCODE = 'serialization_failure';
   END IF;
 END $$;
 
@@ -207,4 +214,5 @@ GRANT SELECT, INSERT ON api_keys, artifact_bodies, outbox TO oml_app;
 GRANT UPDATE (revoked_at) ON api_keys TO oml_app;
 GRANT SELECT, INSERT, DELETE ON artifact_keys TO oml_app;
 GRANT USAGE ON SEQUENCE outbox_seq TO oml_app;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA oml FROM PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA oml TO oml_app;

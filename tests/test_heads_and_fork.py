@@ -64,7 +64,10 @@ def test_fork_after_restore_refuses_writes_serves_reads(served, tmp_path):
     r = d.get(f"/v1/claims/{early['artifact_id']}", d.writer)
     assert r.status_code == 200 and r.json()["body"] == "early"
     health = d.get("/v1/health").json()
-    assert health["writes"] == "refused"
+    assert health["writes"] == "refused for forked tenants"
+    assert health["forked_tenants"] == 1
+    assert d.tenant_id not in json.dumps(health)  # unauthenticated: no tenant ids
+
     doc = d.run("doctor", check=False)
     assert doc.returncode == 3
     assert f"FORK tenant {d.tenant_id}: stored head seq {late['seq'] - 1} is behind the published head seq {late['seq']}" in doc.stdout

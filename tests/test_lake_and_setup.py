@@ -90,11 +90,15 @@ def test_tenant_genesis_references_provider_event(deployment):
 def test_key_rotation_keeps_chain_verifiable(served, tmp_path):
     d = served
     old = d.submit(d.writer, body="old key").json()["receipt"]
-    d.stop_server()
     old_pub = tmp_path / "old.pub"
     old_pub.write_text((d.home / "keys" / "signing.key.pub").read_text())
     out = d.run("key", "rotate")
     assert "key.issued at provider seq 4" in out.stdout
+    # The running server still holds the retired key: it stops signing at once.
+    stale = d.submit(d.writer, body="stale key")
+    assert stale.status_code == 503
+    assert stale.json()["type"] == "urn:oml:problem:signing-key-not-in-force"
+    d.stop_server()
     d.serve()
     new = d.submit(d.writer, body="new key").json()["receipt"]
     assert new["key_id"] != old["key_id"]

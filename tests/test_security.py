@@ -81,6 +81,19 @@ def test_tamper_resigned_with_foreign_key(chain):
     assert f"FAIL tenant acme ({chain.tenant_id}) seq 5: signature does not verify under key ed25519:" in v.stdout
 
 
+def test_verify_requires_the_root_key(chain, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives import serialization
+    import base64
+    other = Ed25519PrivateKey.generate().public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    f = tmp_path / "root.pub"
+    f.write_text(json.dumps({"public_key": base64.b64encode(other).decode()}))
+    v = chain.run("verify", "--root-key", str(f), check=False)
+    assert v.returncode == 3
+    assert "FAIL tenant provider (00000000-0000-0000-0000-000000000000) seq 2: the first key.issued is not the deployment's root key" in v.stdout
+    assert chain.run("verify", "--root-key", str(chain.home / "keys" / "signing.key.root.pub")).returncode == 0
+
+
 def test_verify_single_tenant_and_unknown_tenant(chain):
     assert chain.run("verify", "--tenant", "acme").returncode == 0
     v = chain.run("verify", "--tenant", "nope", check=False)
@@ -145,6 +158,7 @@ def test_bad_input_gets_exact_problem_and_writes_nothing(served):
         (lambda: d.post("/v1/claims", d.writer, json={k: v for k, v in good.items() if k != "path"}), 400, "missing-field"),
         (lambda: d.post("/v1/claims", d.writer, json={**good, "body": 7}), 400, "invalid-field"),
         (lambda: d.post("/v1/claims", d.writer, json={**good, "provenance": "rumor"}), 400, "invalid-field"),
+        (lambda: d.post("/v1/claims", d.writer, json={**good, "path": "a\u0000b"}), 400, "invalid-field"),
         (lambda: d.post("/v1/claims", d.writer, json={**good, "body": "x" * (1024 * 1024 + 1)}), 413, "body-too-large"),
         (lambda: d.post("/v1/claims", d.writer, data="x" * (7 * 1024 * 1024), headers={"Content-Type": "application/json"}), 413, "body-too-large"),
         (lambda: d.post("/v1/claims", None, json=good), 401, "unauthenticated"),

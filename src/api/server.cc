@@ -45,7 +45,7 @@ int HttpStatus(const Status& s) {
     case Code::kGone: return 410;
     case Code::kPayloadTooLarge: return 413;
     case Code::kFailedPrecondition: return 409;
-    case Code::kAborted: return 409;
+    case Code::kAborted: return 503;  // transient (serialization failure): retry
     case Code::kUnavailable: return 503;
     case Code::kDataLoss: return 500;
     case Code::kInternal: return 500;
@@ -77,8 +77,15 @@ struct Server::Impl {
 
   void Problem(httplib::Response& res, const httplib::Request& req, const Status& s) {
     res.status = HttpStatus(s);
-    res.set_content(ProblemJson(s, req.path), "application/problem+json");
-    if (s.code() == Code::kInternal || s.code() == Code::kDataLoss)
+    // Internal and database errors are logged in full; clients get no SQL, hosts or role names.
+    Status shown = s;
+    if (s.code() == Code::kInternal && s.type() != "injected-fault") {
+      shown = Status(s.code(), "internal error; the server log has the details", s.type());
+    } else if (s.type() == "database-unavailable") {
+      shown = Status(s.code(), "the database is unavailable; retry later", s.type());
+    }
+    res.set_content(ProblemJson(shown, req.path), "application/problem+json");
+    if (s.code() == Code::kInternal || s.code() == Code::kDataLoss || s.code() == Code::kUnavailable)
       log::Error("request failed", {{"path", req.path}, {"error", s.ToString()}});
   }
 
@@ -109,10 +116,12 @@ struct Server::Impl {
     return caller;
   }
 
-  Status WriteGate() {
-    if (!d.fork->refused.load()) return Status::Ok();
-    std::lock_guard<std::mutex> l(d.fork->mu);
-    return Unavailable("writes are refused: " + d.fork->detail + " (run `oml doctor`)", "chain-fork");
+  Status WriteGate(const admission::Caller& c) {
+    if (d.fork->provider_forked)
+      return Unavailable("writes are refused: the deployment's provider chain is forked (run `oml doctor`)", "chain-fork");
+    auto it = d.fork->tenants.find(c.tenant_id);
+    if (it == d.fork->tenants.end()) return Status::Ok();
+    return Unavailable("writes to this tenant are refused: " + it->second + " (run `oml doctor`)", "chain-fork");
   }
 
   static json MetaJson(const admission::ClaimMeta& m) {
@@ -143,23 +152,32 @@ struct Server::Impl {
     return j;
   }
 
-  static Result<std::string> StringField(const json& j, const char* name, bool required) {
+  // A string member. Metadata fields (all but the body) may not hold control characters: they
+  // are stored as text columns, where a NUL would silently truncate them. The body is only ever
+  // stored encrypted (bytea), so any UTF-8 text is fine.
+  static Result<std::string> StringField(const json& j, const char* name, bool required, bool allow_controls = false) {
     if (!j.contains(name) || j[name].is_null()) {
       if (required) return InvalidArgument(std::string("missing field '") + name + "'", "missing-field");
       return std::string();
     }
     if (!j[name].is_string()) return InvalidArgument(std::string("field '") + name + "' must be a string", "invalid-field");
-    return j[name].get<std::string>();
+    std::string v = j[name].get<std::string>();
+    if (!allow_controls) {
+      for (unsigned char ch : v)
+        if (ch < 0x20 || ch == 0x7f)
+          return InvalidArgument(std::string("field '") + name + "' may not contain control characters", "invalid-field");
+    }
+    return v;
   }
 
   void SubmitClaim(const httplib::Request& req, httplib::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
-    if (Status g = WriteGate(); !g.ok()) return Problem(res, req, g);
+    if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
     auto j = ParseObject(req, {"body", "workarea_id", "path", "provenance", "simulation_id", "media_type"});
     if (!j.ok()) return Problem(res, req, j.status());
     admission::SubmitRequest sr;
-    auto body = StringField(*j, "body", true);
+    auto body = StringField(*j, "body", true, /*allow_controls=*/true);
     auto wa = StringField(*j, "workarea_id", true);
     auto path = StringField(*j, "path", true);
     auto prov = StringField(*j, "provenance", true);
@@ -194,7 +212,7 @@ struct Server::Impl {
   void EraseClaim(const httplib::Request& req, httplib::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
-    if (Status g = WriteGate(); !g.ok()) return Problem(res, req, g);
+    if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
     std::string reason;
     if (!req.body.empty()) {
       auto j = ParseObject(req, {"reason"});
@@ -285,11 +303,11 @@ struct Server::Impl {
       return Json(res, 503, j);
     }
     j["database"] = "ok";
-    if (d.fork->refused.load()) {
-      std::lock_guard<std::mutex> l(d.fork->mu);
+    // Unauthenticated: counts only, never tenant ids.
+    j["forked_tenants"] = d.fork->tenants.size();
+    if (d.fork->provider_forked || !d.fork->tenants.empty()) {
       j["status"] = "degraded";
-      j["writes"] = "refused";
-      j["fork"] = d.fork->detail;
+      j["writes"] = d.fork->provider_forked ? "refused" : "refused for forked tenants";
     }
     Json(res, 200, j);
   }

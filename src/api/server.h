@@ -2,7 +2,7 @@
 // type per cause ("urn:oml:problem:<slug>"); bad input never writes anything.
 #pragma once
 
-#include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,11 +15,12 @@
 
 namespace oml::api {
 
-// Write gate: set when the startup fork check failed. Reads stay served.
+// Write gate, set by the startup fork check. Writes to a forked tenant are refused (503
+// chain-fork); a forked provider chain refuses every write. Reads stay served. Read-only after
+// startup.
 struct ForkState {
-  std::atomic<bool> refused{false};
-  std::mutex mu;
-  std::string detail;  // GUARDED_BY(mu)
+  bool provider_forked = false;
+  std::map<std::string, std::string> tenants;  // forked tenant id -> what is wrong
 };
 
 struct ServerDeps {

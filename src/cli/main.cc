@@ -56,6 +56,21 @@ Result<std::string> AppUrl(const Config& c) {
 }
 
 std::string PublicKeyFile(const Config& c) { return c.signing_key_file + ".pub"; }
+// The deployment's first signing key, written once at first key generation and never replaced by
+// rotation: `oml verify`'s trust anchor.
+std::string RootKeyFile(const Config& c) { return c.signing_key_file + ".root.pub"; }
+
+// Reads a public key file: JSON {"key_id", "public_key": base64} or one base64 line.
+Result<std::string> ReadPublicKey(const std::string& path) {
+  if (!fs::exists(path)) return NotFound("public key file " + path + " not found");
+  std::string text = ReadFile(path);
+  auto j = json::parse(text, nullptr, false);
+  std::string b64 = text;
+  if (!j.is_discarded() && j.is_object() && j.value("public_key", json()).is_string()) b64 = j["public_key"];
+  auto pub = crypto::FromBase64(b64);
+  if (!pub.ok() || pub->size() != 32) return InvalidArgument(path + " does not hold an Ed25519 public key");
+  return *pub;
+}
 
 Status WritePublicKey(const Config& c, const crypto::SigningKey& k) {
   std::ofstream(PublicKeyFile(c)) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump() << "\n";
@@ -68,6 +83,10 @@ Status EnsureKeys(const Config& c) {
     OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::Generate());
     OML_RETURN_IF_ERROR(k.SaveFile(c.signing_key_file));
     OML_RETURN_IF_ERROR(WritePublicKey(c, k));
+    if (!fs::exists(RootKeyFile(c))) {
+      std::ofstream(RootKeyFile(c)) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump()
+                                    << "\n";
+    }
     log::Info("signing key generated", {{"file", c.signing_key_file}, {"key_id", k.key_id()}});
   }
   if (!fs::exists(c.kek_file)) {
@@ -148,15 +167,11 @@ Status Serve(const Config& c, const std::function<void()>& on_ready) {
   api::ForkState fork;
   auto findings = journal::CheckForks(*rt->pool, *rt->store);
   if (!findings.ok()) return findings.status();
-  if (!findings->empty()) {
-    std::string detail;
-    for (const auto& f : *findings) {
-      detail += (detail.empty() ? "" : "; ") + std::string("tenant ") + f.tenant + ": " + f.what;
-      log::Error("chain fork detected; writes refused", {{"tenant", f.tenant}, {"published_seq", f.published_seq},
-                                                         {"stored_seq", f.stored_seq}, {"what", f.what}});
-    }
-    fork.refused = true;
-    fork.detail = detail;
+  for (const auto& f : *findings) {
+    log::Error("chain fork detected; writes refused", {{"tenant", f.tenant}, {"published_seq", f.published_seq},
+                                                       {"stored_seq", f.stored_seq}, {"what", f.what}});
+    if (f.tenant == journal::kProviderTenant) fork.provider_forked = true;
+    fork.tenants[f.tenant] = f.what;
   }
   journal::HeadPublisher& publisher = *rt->publisher;
   publisher.Start();
@@ -296,8 +311,9 @@ int Main(int argc, char** argv) {
   auto* key_public = key->add_subcommand("public", "print the deployment public key (JSON)");
 
   auto* verify = app.add_subcommand("verify", "verify every chain from genesis; exit 3 on the first bad seq per tenant");
-  std::string verify_tenant;
+  std::string verify_tenant, verify_root;
   int verify_threads = 0;
+  verify->add_option("--root-key", verify_root, "the deployment's first public key (default: <signing key>.root.pub)");
   verify->add_option("--tenant", verify_tenant, "only this tenant (name or id)");
   verify->add_option("--threads", verify_threads, "worker threads (default: all cores)");
 
@@ -370,12 +386,8 @@ int Main(int argc, char** argv) {
     if (j.contains("receipt")) j = j["receipt"];
     auto r = journal::Receipt::FromJson(j);
     if (!r.ok()) return Fail(r.status());
-    std::string pkf = public_key_file.empty() ? PublicKeyFile(cfg) : public_key_file;
-    if (!fs::exists(pkf)) return Fail(NotFound("public key file " + pkf + " not found"));
-    std::string pk_text = ReadFile(pkf);
-    auto pj = json::parse(pk_text, nullptr, false);
-    auto pub = crypto::FromBase64(!pj.is_discarded() && pj.is_object() ? pj.value("public_key", "") : pk_text);
-    if (!pub.ok() || pub->size() != 32) return Fail(InvalidArgument(pkf + " does not hold an Ed25519 public key"));
+    auto pub = ReadPublicKey(public_key_file.empty() ? PublicKeyFile(cfg) : public_key_file);
+    if (!pub.ok()) return Fail(pub.status());
     Status s = journal::VerifyReceipt(*r, *pub);
     if (!s.ok()) {
       std::cout << "receipt INVALID: " << s.message() << "\n";
@@ -393,6 +405,12 @@ int Main(int argc, char** argv) {
   Runtime& R = **rt;
   if (need_key) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
+    // Like `oml serve`, never append onto a forked chain.
+    auto forks = journal::CheckForks(*R.pool, *R.store);
+    if (!forks.ok()) return Fail(forks.status());
+    if (!forks->empty())
+      return Fail(Unavailable("tenant " + forks->front().tenant + ": " + forks->front().what + " (run `oml doctor`)",
+                              "chain-fork"));
   }
 
   if (*tenant_create) {
@@ -452,6 +470,14 @@ int Main(int argc, char** argv) {
     journal::VerifyOptions vo;
     vo.only_tenant = verify_tenant;
     vo.threads = verify_threads;
+    std::string root_file = verify_root.empty() ? RootKeyFile(cfg) : verify_root;
+    if (!verify_root.empty() || fs::exists(root_file)) {
+      auto root = ReadPublicKey(root_file);
+      if (!root.ok()) return Fail(root.status());
+      vo.root_public_key = *root;
+    } else {
+      std::cerr << "warning: no root key (" << root_file << "): trusting the first key.issued in the database\n";
+    }
     vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
     auto t0 = std::chrono::steady_clock::now();
     auto rep = journal::VerifyChains(*R.pool, vo);

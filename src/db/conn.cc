@@ -121,7 +121,8 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
       break;
     }
   }
-  if (PQpipelineSync(c) != 1 && send_err.ok()) send_err = StatusFromResult(nullptr, c);
+  const bool synced = PQpipelineSync(c) == 1;
+  if (!synced && send_err.ok()) send_err = StatusFromResult(nullptr, c);
   std::vector<Rows> out;
   Status first_err = send_err;
   // Drain: for each statement one result then NULL; aborted ones give PGRES_PIPELINE_ABORTED;
@@ -129,7 +130,7 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   for (;;) {
     PGresult* r = PQgetResult(c);
     if (r == nullptr) {
-      if (PQstatus(c) == CONNECTION_BAD) {
+      if (!synced || PQstatus(c) == CONNECTION_BAD) {  // no sync result will ever come
         if (first_err.ok()) first_err = StatusFromResult(nullptr, c);
         break;
       }
@@ -151,7 +152,11 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
     }
     out.emplace_back(r);
   }
-  PQexitPipelineMode(c);
+  if (PQexitPipelineMode(c) != 1) {
+    // Unusable for the next user: close it so the pool drops it.
+    c_.reset();
+    if (first_err.ok()) first_err = Unavailable("pipeline left the connection unusable", "database-unavailable");
+  }
   if (!first_err.ok()) return first_err;
   return out;
 }

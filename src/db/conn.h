@@ -50,6 +50,8 @@ class Rows {
   std::string GetBytes(int row, int col) const;
   // Rows affected by INSERT/UPDATE/DELETE.
   int64_t Affected() const;
+  // The command tag ("COMMIT", or "ROLLBACK" for a COMMIT of an aborted transaction).
+  std::string CommandTag() const { return r_ ? PQcmdStatus(r_.get()) : ""; }
 
  private:
   std::unique_ptr<PGresult, void (*)(PGresult*)> r_{nullptr, &PQclear};
@@ -93,8 +95,8 @@ class Pool {
   class Handle {
    public:
     Handle(Pool* p, std::unique_ptr<Conn> c) : pool_(p), conn_(std::move(c)) {}
-    Handle(Handle&&) noexcept = default;
-    Handle& operator=(Handle&&) noexcept = default;
+    Handle(Handle&& o) noexcept : pool_(o.pool_), conn_(std::move(o.conn_)) { o.pool_ = nullptr; }
+    Handle& operator=(Handle&&) = delete;
     ~Handle();
     Conn* operator->() { return conn_.get(); }
     Conn& operator*() { return *conn_; }

@@ -75,8 +75,11 @@ Status HeadPublisher::Flush() {
     auto existing = store_->Get(HeadKey(tenant));
     if (existing.ok() && existing->has_value()) {
       auto j = nlohmann::json::parse(**existing, nullptr, false);
-      if (!j.is_discarded() && j.contains("head") && j["head"].value("seq", int64_t{0}) >= head.first) {
-        published_[tenant] = j["head"].value("seq", int64_t{0});
+      // A malformed existing object is treated as absent (and overwritten); never throw here.
+      if (!j.is_discarded() && j.is_object() && j.contains("head") && j["head"].is_object() &&
+          j["head"].contains("seq") && j["head"]["seq"].is_number_integer() &&
+          j["head"]["seq"].get<int64_t>() >= head.first) {
+        published_[tenant] = j["head"]["seq"].get<int64_t>();
         continue;
       }
     }

@@ -29,8 +29,73 @@ Result<Journal::Txn> Journal::Begin() {
 }
 
 Result<Receipt> Journal::Append(const std::string& tenant, const EventSpec& ev) {
-  OML_ASSIGN_OR_RETURN(Txn tx, Begin());
-  return tx.Append(tenant, ev, /*commit_now=*/true);
+  Waiter w{&ev};
+  std::unique_lock<std::mutex> l(mu_);
+  queues_[tenant].waiting.push_back(&w);
+  for (;;) {
+    if (w.result) return std::move(*w.result);
+    // w is still queued, so the tenant's entry exists.
+    TenantQueue* tq = &queues_[tenant];
+    if (!tq->busy && tq->waiting.front() == &w) {
+      // Lead: take every queued event of this tenant (FIFO, up to kMaxGroup) into one transaction.
+      tq->busy = true;
+      std::vector<Waiter*> group;
+      std::vector<const EventSpec*> evs;
+      while (!tq->waiting.empty() && group.size() < kMaxGroup) {
+        group.push_back(tq->waiting.front());
+        evs.push_back(tq->waiting.front()->ev);
+        tq->waiting.pop_front();
+      }
+      l.unlock();
+      std::vector<Result<Receipt>> results = RunGroup(tenant, evs);
+      l.lock();
+      // Results are published and waiters woken under mu_: a waiter that sees its result may
+      // return (destroying its Waiter) only after this loop releases the lock.
+      for (size_t i = 0; i < group.size(); ++i) {
+        group[i]->result = std::move(results[i]);
+        if (group[i] != &w) group[i]->cv.notify_one();
+      }
+      tq = &queues_[tenant];
+      tq->busy = false;
+      if (!tq->waiting.empty()) {
+        tq->waiting.front()->cv.notify_one();  // the next leader
+      } else {
+        queues_.erase(tenant);
+      }
+      continue;  // w was at the front, so it was in the group and has its result
+    }
+    w.cv.wait(l);
+  }
+}
+
+std::vector<Result<Receipt>> Journal::RunGroup(const std::string& tenant, const std::vector<const EventSpec*>& evs) {
+  auto run = [&](const std::vector<const EventSpec*>& batch) -> Result<std::vector<Receipt>> {
+    try {
+      OML_ASSIGN_OR_RETURN(Txn tx, Begin());
+      return tx.AppendMany(tenant, batch, /*commit_now=*/true);
+    } catch (const std::exception& e) {
+      return Internal(std::string("exception in append: ") + e.what());
+    }
+  };
+  std::vector<Result<Receipt>> out;
+  auto rs = run(evs);
+  if (rs.ok()) {
+    for (auto& r : *rs) out.emplace_back(std::move(r));
+    return out;
+  }
+  // Split the group only when a statement before COMMIT definitely failed (so nothing
+  // committed) — one event's constraint can then not fail its neighbours. A lost connection
+  // (kUnavailable) leaves the outcome unknown: never retry, report it to every member.
+  if (evs.size() == 1 || rs.status().code() == Code::kUnavailable) {
+    for (size_t i = 0; i < evs.size(); ++i) out.emplace_back(rs.status());
+    return out;
+  }
+  for (const EventSpec* ev : evs) {
+    auto one = run({ev});
+    if (one.ok()) out.emplace_back(std::move(one->front()));
+    else out.emplace_back(one.status());
+  }
+  return out;
 }
 
 void Journal::Notify(const std::vector<Receipt>& rs) {
@@ -51,13 +116,21 @@ Status Journal::Txn::Rollback() {
 }
 
 Result<Receipt> Journal::Txn::Append(const std::string& tenant, const EventSpec& ev, bool commit_now) {
+  OML_ASSIGN_OR_RETURN(std::vector<Receipt> rs, AppendMany(tenant, {&ev}, commit_now));
+  return rs.front();
+}
+
+Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant, const std::vector<const EventSpec*>& evs,
+                                                      bool commit_now) {
   if (done_) return Internal("transaction already finished");
+  if (evs.empty()) return Internal("AppendMany needs at least one event");
   const auto t0 = Clock::now();
   // Round trip 1: scope, lock, head.
   std::vector<db::Stmt> rt1;
-  if (!open_) rt1.push_back({"BEGIN", {}});
+  // READ COMMITTED is required: the head must be read with a snapshot taken after the lock.
+  if (!open_) rt1.push_back({"BEGIN ISOLATION LEVEL READ COMMITTED", {}});
   rt1.push_back({"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}});
-  rt1.push_back({"SELECT head_seq, head_hash FROM oml.lock_head($1::uuid)", {db::Text(tenant)}});
+  rt1.push_back({"SELECT head_seq, head_hash, key_in_force FROM oml.lock_head($1::uuid)", {db::Text(tenant)}});
   open_ = true;
   auto r1 = conn_->Pipeline(rt1);
   if (!r1.ok()) {
@@ -66,39 +139,19 @@ Result<Receipt> Journal::Txn::Append(const std::string& tenant, const EventSpec&
   }
   Metrics::Get().LockWait(Since(t0));
   const db::Rows& head = r1->back();
-  Envelope e;
-  e.tenant = tenant;
-  e.seq = head.GetInt(0, 0) + 1;
-  e.prev_hash = head.IsNull(0, 1) ? kZeroHash : head.GetBytes(0, 1);
-  e.type = ev.type;
-  e.time = NowTimestamp();
-  e.key_id = j_->key_->key_id();
-  e.principal = ev.principal;
-  e.payload = ev.payload;
-  e.refs = ev.refs.is_null() ? nlohmann::json::object() : ev.refs;
-  auto signed_bytes = e.SignedBytes();
-  if (!signed_bytes.ok()) {
+  if (!head.IsNull(0, 2) && head.Get(0, 2) != j_->key_->key_id()) {
     (void)Rollback();
-    return signed_bytes.status();
+    return Unavailable("this server signs with " + j_->key_->key_id() + " but the key in force is " + head.Get(0, 2) +
+                           "; install the current signing key and restart",
+                       "signing-key-not-in-force");
   }
-  Receipt rc;
-  rc.tenant = tenant;
-  rc.seq = e.seq;
-  rc.prev_hash = e.prev_hash;
-  rc.signed_bytes = *signed_bytes;
-  rc.event_hash = crypto::Sha256(rc.signed_bytes);
-  rc.signature = j_->key_->Sign(rc.signed_bytes);
-  rc.key_id = e.key_id;
+  const int64_t head_seq = head.GetInt(0, 0);
+  int64_t seq = head_seq;
+  std::string prev = head.IsNull(0, 1) ? kZeroHash : head.GetBytes(0, 1);
 
-  // Round trip 2, statement by statement in commit-point order.
+  // Round trip 2: per event, in commit-point order: journal row, fold rows, outbox row, head.
   std::vector<db::Stmt> rt2;
-  rt2.push_back({"INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
-                 "signature) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                 {db::Text(tenant), db::Int(e.seq), db::Bytes(e.prev_hash), db::Bytes(rc.event_hash),
-                  db::Text(e.type), db::Text(e.key_id), db::Bytes(rc.signed_bytes), db::Bytes(rc.signature)}});
-  if (ev.fold) {
-    for (auto& s : ev.fold(e.seq)) rt2.push_back(std::move(s));
-  }
+  std::vector<Receipt> out;
   // A fault point fires before its statement is sent: execute what precedes it, then roll back.
   auto fail_at = [&](Status st) -> Status {
     auto partial = conn_->Pipeline(rt2);
@@ -107,32 +160,72 @@ Result<Receipt> Journal::Txn::Append(const std::string& tenant, const EventSpec&
     Metrics::Get().Commit(false, Since(t0));
     return st;
   };
-  if (Status st = OML_SYNC_POINT("journal.after_journal_insert"); !st.ok()) return fail_at(st);
-  rt2.push_back({"SELECT oml.enqueue_outbox($1, 'bronze/events', $2, $3::jsonb)",
-                 {db::Text(tenant), db::Int(e.seq), db::Text(BronzeRow(e, rc.event_hash, rc.signed_bytes, rc.signature).dump())}});
-  if (Status st = OML_SYNC_POINT("journal.after_outbox_insert"); !st.ok()) return fail_at(st);
-  rt2.push_back({"SELECT oml.advance_head($1, $2, $3)", {db::Text(tenant), db::Int(e.seq), db::Bytes(rc.event_hash)}});
+  for (const EventSpec* ev : evs) {
+    Envelope e;
+    e.tenant = tenant;
+    e.seq = ++seq;
+    e.prev_hash = prev;
+    e.type = ev->type;
+    e.time = NowTimestamp();
+    e.key_id = j_->key_->key_id();
+    e.principal = ev->principal;
+    e.payload = ev->payload;
+    e.refs = ev->refs.is_null() ? nlohmann::json::object() : ev->refs;
+    auto signed_bytes = e.SignedBytes();
+    if (!signed_bytes.ok()) {
+      (void)Rollback();
+      return signed_bytes.status();
+    }
+    Receipt rc;
+    rc.tenant = tenant;
+    rc.seq = e.seq;
+    rc.prev_hash = e.prev_hash;
+    rc.signed_bytes = std::move(signed_bytes).value();
+    rc.event_hash = crypto::Sha256(rc.signed_bytes);
+    rc.signature = j_->key_->Sign(rc.signed_bytes);
+    rc.key_id = e.key_id;
+    prev = rc.event_hash;
+
+    rt2.push_back({"INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
+                   "signature) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                   {db::Text(tenant), db::Int(e.seq), db::Bytes(e.prev_hash), db::Bytes(rc.event_hash),
+                    db::Text(e.type), db::Text(e.key_id), db::Bytes(rc.signed_bytes), db::Bytes(rc.signature)}});
+    if (ev->fold) {
+      for (auto& st : ev->fold(e.seq)) rt2.push_back(std::move(st));
+    }
+    if (Status st = OML_SYNC_POINT("journal.after_journal_insert"); !st.ok()) return fail_at(st);
+    rt2.push_back({"SELECT oml.enqueue_outbox($1, 'bronze/events', $2, $3::jsonb)",
+                   {db::Text(tenant), db::Int(e.seq),
+                    db::Text(BronzeRow(e, rc.event_hash, rc.signed_bytes, rc.signature).dump())}});
+    if (Status st = OML_SYNC_POINT("journal.after_outbox_insert"); !st.ok()) return fail_at(st);
+    out.push_back(std::move(rc));
+  }
+  rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4)",
+                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev)}});
   if (commit_now) rt2.push_back({"COMMIT", {}});
   auto r2 = conn_->Pipeline(rt2);
+  if (r2.ok() && commit_now && r2->back().CommandTag() != "COMMIT") {
+    r2 = Status(Code::kAborted, "COMMIT answered " + r2->back().CommandTag());
+  }
   if (!r2.ok()) {
     (void)Rollback();
     Metrics::Get().Commit(false, Since(t0));
     return r2.status();
   }
-  pending_.push_back(rc);
+  for (const auto& rc : out) pending_.push_back(rc);
   if (commit_now) {
     done_ = true;
     Metrics::Get().Commit(true, Since(t0));
     j_->Notify(pending_);
     pending_.clear();
   }
-  return rc;
+  return out;
 }
 
 Result<std::vector<db::Rows>> Journal::Txn::Run(std::vector<db::Stmt> stmts) {
   if (done_) return Internal("transaction already finished");
   const bool began = !open_;
-  if (began) stmts.insert(stmts.begin(), db::Stmt{"BEGIN", {}});
+  if (began) stmts.insert(stmts.begin(), db::Stmt{"BEGIN ISOLATION LEVEL READ COMMITTED", {}});
   open_ = true;
   auto r = conn_->Pipeline(stmts);
   if (!r.ok()) {
@@ -148,6 +241,7 @@ Status Journal::Txn::Commit() {
   const auto t0 = Clock::now();
   auto r = conn_->Exec("COMMIT");
   done_ = true;
+  if (r.ok() && r->CommandTag() != "COMMIT") r = Status(Code::kAborted, "COMMIT answered " + r->CommandTag());
   Metrics::Get().Commit(r.ok(), Since(t0));
   if (!r.ok()) return r.status();
   j_->Notify(pending_);

@@ -17,7 +17,12 @@
 // is not consumed.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,8 +52,16 @@ class Journal {
   // Called after every successful COMMIT, once per event, in commit order per tenant.
   void SetCommitListener(std::function<void(const Receipt&)> fn) { listener_ = std::move(fn); }
 
-  // Appends one event to `tenant`'s chain in its own transaction.
+  // Appends one event to `tenant`'s chain; returns once it is committed.
+  //
+  // Group commit: while a transaction for `tenant` is in flight, further Append calls for that
+  // tenant queue up; the next leader takes all of them (FIFO, at most kMaxGroup) into ONE
+  // transaction: one lock/head round trip, then every event's rows in one pipelined round trip.
+  // Each event still gets its own seq, signature and receipt, and no caller returns before the
+  // COMMIT that made its event durable. If the group's transaction fails, each event is retried
+  // alone so one bad event cannot fail its neighbours. Thread-safe.
   Result<Receipt> Append(const std::string& tenant, const EventSpec& ev);
+  static constexpr size_t kMaxGroup = 64;
 
   // A transaction that may append to several chains (tenant creation writes the provider chain
   // and the new tenant's genesis atomically). Lock order: chains in the order appended.
@@ -56,10 +69,17 @@ class Journal {
   class Txn {
    public:
     Txn(Journal* j, db::Pool::Handle conn) : j_(j), conn_(std::move(conn)) {}
-    Txn(Txn&&) = default;
+    Txn(Txn&& o) noexcept
+        : j_(o.j_), conn_(std::move(o.conn_)), open_(o.open_), done_(o.done_), pending_(std::move(o.pending_)) {
+      o.done_ = true;  // the moved-from Txn must not roll back
+    }
+    Txn& operator=(Txn&&) = delete;
     ~Txn();
     // REQUIRES: the previous Append returned OK. With commit_now the COMMIT rides in round trip 2.
     Result<Receipt> Append(const std::string& tenant, const EventSpec& ev, bool commit_now = false);
+    // Appends several events to one chain under one lock acquisition (consecutive seqs).
+    Result<std::vector<Receipt>> AppendMany(const std::string& tenant, const std::vector<const EventSpec*>& evs,
+                                            bool commit_now = false);
     Status Commit();
     // Runs statements inside this transaction (BEGIN first if not yet open), one round trip.
     Result<std::vector<db::Rows>> Run(std::vector<db::Stmt> stmts);
@@ -78,7 +98,21 @@ class Journal {
   const crypto::SigningKey& key() const { return *key_; }
 
  private:
+  struct Waiter {
+    const EventSpec* ev;
+    std::optional<Result<Receipt>> result;  // GUARDED_BY(mu_)
+    std::condition_variable cv;
+  };
+  struct TenantQueue {
+    std::deque<Waiter*> waiting;  // FIFO
+    bool busy = false;            // a leader is running a group for this tenant
+  };
+  // Runs one group; one result per event, in order. Never throws.
+  std::vector<Result<Receipt>> RunGroup(const std::string& tenant, const std::vector<const EventSpec*>& evs);
   void Notify(const std::vector<Receipt>& rs);
+
+  std::mutex mu_;
+  std::unordered_map<std::string, TenantQueue> queues_;  // GUARDED_BY(mu_)
   db::Pool* pool_;
   const crypto::SigningKey* key_;
   std::function<void(const Receipt&)> listener_;

@@ -82,7 +82,7 @@ Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
   };
   auto rc = tx.Append(kProviderTenant, created);
   if (!rc.ok()) {
-    if (rc.status().type() == "constraint")
+    if (rc.status().type() == "constraint" && rc.status().message().find("tenants_name_key") != std::string::npos)
       return FailedPrecondition("tenant '" + name + "' exists already", "tenant-exists");
     return rc.status();
   }

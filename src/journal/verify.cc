@@ -92,14 +92,15 @@ class Verifier {
     return std::make_pair(rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1));
   }
 
-  Result<std::vector<Row>> Page(const std::string& tenant, int64_t after) {
+  Result<std::vector<Row>> Page(const std::string& tenant, int64_t after, int64_t upto) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
         auto rs, c->Pipeline({{"BEGIN", {}},
                               {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}},
                               {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
-                               "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT " + std::to_string(kPage),
-                               {db::Text(tenant), db::Int(after)}},
+                               "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT " +
+                                   std::to_string(kPage),
+                               {db::Text(tenant), db::Int(after), db::Int(upto)}},
                               {"COMMIT", {}}}));
     std::vector<Row> rows;
     const db::Rows& r = rs[2];
@@ -122,10 +123,16 @@ class Verifier {
   // rows whose individual checks passed. Stops at the first bad seq.
   template <typename SigCheck>
   Result<bool> Walk(const TenantInfo& t, SigCheck check_sig, std::function<Status(const Row&, const Envelope&)> seq_hook) {
+    // The head is read first and the walk stops there: events committed meanwhile are beyond it.
+    OML_ASSIGN_OR_RETURN(auto head, Head(t.tenant_id));
+    if (head.first == 0) {
+      Problem(t, 1, "chain has no genesis event (no chain head)");
+      return false;
+    }
     int64_t expect = 1;
     std::string prev = kZeroHash;
     for (;;) {
-      OML_ASSIGN_OR_RETURN(std::vector<Row> rows, Page(t.tenant_id, expect - 1));
+      OML_ASSIGN_OR_RETURN(std::vector<Row> rows, Page(t.tenant_id, expect - 1, head.first));
       if (rows.empty()) break;
       std::vector<Status> st(rows.size());
       std::vector<Envelope> env(rows.size());
@@ -154,7 +161,13 @@ class Verifier {
           return false;
         }
         if (seq_hook) {
-          if (Status s = seq_hook(r, env[i]); !s.ok()) {
+          Status s;
+          try {
+            s = seq_hook(r, env[i]);
+          } catch (const nlohmann::json::exception& e) {
+            s = DataLoss(std::string("malformed payload: ") + e.what());
+          }
+          if (!s.ok()) {
             Problem(t, r.seq, s.message());
             return false;
           }
@@ -164,14 +177,13 @@ class Verifier {
       }
       Progress(static_cast<int64_t>(rows.size()));
     }
-    OML_ASSIGN_OR_RETURN(auto head, Head(t.tenant_id));
-    if (head.first != expect - 1 || (head.first > 0 && head.second != prev)) {
-      Problem(t, expect, "chain head says seq " + std::to_string(head.first) + " but the journal ends at seq " +
-                             std::to_string(expect - 1) + (head.first == expect - 1 ? " with another hash" : ""));
+    if (expect - 1 < head.first) {
+      Problem(t, expect, "seq " + std::to_string(expect) + " is missing (the chain head is at seq " +
+                             std::to_string(head.first) + ")");
       return false;
     }
-    if (expect == 1) {
-      Problem(t, 1, "chain has no genesis event");
+    if (head.second != prev) {
+      Problem(t, head.first, "the chain head's hash differs from the hash of seq " + std::to_string(head.first));
       return false;
     }
     return true;
@@ -183,13 +195,22 @@ class Verifier {
     std::string current_id;
     size_t problems_before = report_.problems.size();
     // Find the first key, then walk. Provider chains are short; the first page suffices.
-    OML_ASSIGN_OR_RETURN(std::vector<Row> first, Page(t.tenant_id, 0));
+    OML_ASSIGN_OR_RETURN(std::vector<Row> first, Page(t.tenant_id, 0, INT64_MAX));
     for (const auto& r : first) {
       if (r.type != "key.issued") continue;
       auto env = Envelope::FromSignedBytes(r.signed_bytes);
-      if (!env.ok()) break;
-      auto pub = crypto::FromBase64(env->payload.value("public_key", ""));
+      if (!env.ok() || !env->payload.is_object() || !env->payload.value("public_key", nlohmann::json()).is_string() ||
+          !env->payload.value("key_id", nlohmann::json()).is_string())
+        break;  // the walk below reports this seq
+      auto pub = crypto::FromBase64(env->payload["public_key"].get<std::string>());
       if (!pub.ok()) break;
+      if (!opts_.root_public_key.empty() && *pub != opts_.root_public_key) {
+        // The trust anchor: without it, whoever can rewrite the database could re-sign every
+        // chain under a key of their own and still pass.
+        Problem(t, r.seq, "the first key.issued is not the deployment's root key");  // always reported
+        root_mismatch_ = true;
+        break;
+      }
       KeyInfo k;
       k.public_key = *pub;
       k.issued_seq = r.seq;
@@ -228,6 +249,7 @@ class Verifier {
       }
       return Status::Ok();
     };
+    if (root_mismatch_) return Status::Ok();  // no key can be trusted: every tenant fails below
     OML_ASSIGN_OR_RETURN(bool ok, Walk(t, sig_ok, seq_hook));
     (void)ok;
     if (!report) report_.problems.resize(problems_before);
@@ -268,6 +290,7 @@ class Verifier {
   int64_t total_ = 0;
   VerifyReport report_;
   std::map<std::string, KeyInfo> keys_;
+  bool root_mismatch_ = false;
   std::map<std::string, std::pair<int64_t, std::string>> created_;
 };
 

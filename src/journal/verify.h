@@ -35,6 +35,9 @@ struct VerifyProblem {
 struct VerifyOptions {
   std::string only_tenant;  // name or id; empty = all
   int threads = 0;          // 0 = hardware concurrency
+  // Raw Ed25519 public key of the deployment's first signing key (keys/signing.key.root.pub).
+  // When set, the provider chain's first key.issued must carry exactly this key.
+  std::string root_public_key;
   // Called with (events verified so far, total events) now and then.
   std::function<void(int64_t, int64_t)> progress;
 };
