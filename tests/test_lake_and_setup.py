@@ -143,3 +143,32 @@ def test_dev_profile_starts_everything_and_ctrl_c_stops_postgres(tmp_path):
             p.kill()
         subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(home)])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the non-root case by switching from root to the postgres user")
+def test_local_profile_works_for_a_non_root_user():
+    """The same commands as an unprivileged user: the cluster then runs as that user itself."""
+    import shutil
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="oml-nonroot-", dir="/tmp"))
+    try:
+        shutil.copy(OML_BIN, base / "oml")
+        home = base / "home"
+        home.mkdir()
+        subprocess.run(["chown", "-R", "postgres:postgres", str(base)], check=True)
+        os.chmod(base, 0o755)
+
+        def run(*args):
+            return subprocess.run(["runuser", "-u", "postgres", "--", "env", f"OML_HOME={home}", "OML_LOG_LEVEL=warn",
+                                   str(base / "oml"), *args], capture_output=True, text=True, timeout=120)
+        start = run("cluster", "start")
+        assert start.returncode == 0, start.stderr
+        assert run("init").returncode == 0
+        assert run("tenant", "create", "acme").returncode == 0
+        v = run("verify")
+        assert v.returncode == 0 and v.stdout.startswith("OK: 2 tenants"), v.stdout + v.stderr
+        owner = subprocess.run(["stat", "-c", "%U", str(home / "pg" / "data")], capture_output=True, text=True).stdout.strip()
+        assert owner == "postgres"
+    finally:
+        run("cluster", "stop")
+        shutil.rmtree(base, ignore_errors=True)

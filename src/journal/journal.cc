@@ -68,6 +68,12 @@ Result<Receipt> Journal::Append(const std::string& tenant, const EventSpec& ev) 
   }
 }
 
+size_t Journal::QueueDepth(const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = queues_.find(tenant);
+  return it == queues_.end() ? 0 : it->second.waiting.size();
+}
+
 std::vector<Result<Receipt>> Journal::RunGroup(const std::string& tenant, const std::vector<const EventSpec*>& evs) {
   auto run = [&](const std::vector<const EventSpec*>& batch) -> Result<std::vector<Receipt>> {
     try {

@@ -62,6 +62,8 @@ class Journal {
   // alone so one bad event cannot fail its neighbours. Thread-safe.
   Result<Receipt> Append(const std::string& tenant, const EventSpec& ev);
   static constexpr size_t kMaxGroup = 64;
+  // Appends of `tenant` waiting for the next group (not counting a group in flight).
+  size_t QueueDepth(const std::string& tenant);
 
   // A transaction that may append to several chains (tenant creation writes the provider chain
   // and the new tenant's genesis atomically). Lock order: chains in the order appended.

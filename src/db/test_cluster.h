@@ -1,0 +1,13 @@
+// Test-only: one private PostgreSQL cluster per test binary (initdb in a temp dir, run as the
+// `postgres` system user when the tests run as root), migrated, stopped at exit.
+#pragma once
+
+#include <string>
+
+namespace oml::db::testing {
+
+// Starts the cluster on first use. Aborts the test binary if it cannot start.
+const std::string& SuperuserUrl();
+const std::string& AppUrl();
+
+}  // namespace oml::db::testing
