@@ -74,9 +74,16 @@ Status StatusFromResult(const PGresult* r, PGconn* c) {
   return Internal(full);
 }
 
+void Conn::OnNotice(void* arg, const PGresult* r) {
+  const char* msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+  if (msg != nullptr && std::strstr(msg, "wait for synchronous replication") != nullptr)
+    static_cast<Notices*>(arg)->sync_rep_canceled = true;
+}
+
 Result<Conn> Conn::Connect(const std::string& url) {
   PGconn* c = PQconnectdb(url.c_str());
   Conn conn(c);
+  PQsetNoticeReceiver(c, &Conn::OnNotice, conn.notices_.get());
   if (PQstatus(c) != CONNECTION_OK) {
     std::string m = PQerrorMessage(c);
     while (!m.empty() && m.back() == '\n') m.pop_back();

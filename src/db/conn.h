@@ -8,6 +8,7 @@
 
 #include <libpq-fe.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -78,9 +79,18 @@ class Conn {
   bool healthy() const;
   PGconn* raw() const { return c_.get(); }
 
+  // True if, since the last call, the server warned that a COMMIT stopped waiting for
+  // synchronous replication (the commit is local only: not acknowledged by the standbys).
+  bool TakeSyncRepWarning() { return notices_->sync_rep_canceled.exchange(false); }
+
  private:
-  explicit Conn(PGconn* c) : c_(c, &PQfinish) {}
+  struct Notices {
+    std::atomic<bool> sync_rep_canceled{false};
+  };
+  static void OnNotice(void* arg, const PGresult* r);
+  explicit Conn(PGconn* c) : c_(c, &PQfinish), notices_(std::make_unique<Notices>()) {}
   std::unique_ptr<PGconn, void (*)(PGconn*)> c_{nullptr, &PQfinish};
+  std::unique_ptr<Notices> notices_;  // stable address for the libpq notice receiver
 };
 
 // Maps a failed PGresult (or connection) to a Status as described above.

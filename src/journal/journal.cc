@@ -213,6 +213,15 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   if (r2.ok() && commit_now && r2->back().CommandTag() != "COMMIT") {
     r2 = Status(Code::kAborted, "COMMIT answered " + r2->back().CommandTag());
   }
+  if (r2.ok() && commit_now && conn_->TakeSyncRepWarning()) {
+    // Committed locally but not acknowledged by the synchronous standbys: not durable by the
+    // production definition, so not acknowledged (no receipt, no published head).
+    done_ = true;
+    Metrics::Get().Commit(false, Since(t0));
+    return Unavailable("the commit was not confirmed by the synchronous standbys; its outcome must be "
+                       "checked before retrying",
+                       "commit-not-replicated");
+  }
   if (!r2.ok()) {
     (void)Rollback();
     Metrics::Get().Commit(false, Since(t0));
@@ -248,6 +257,8 @@ Status Journal::Txn::Commit() {
   auto r = conn_->Exec("COMMIT");
   done_ = true;
   if (r.ok() && r->CommandTag() != "COMMIT") r = Status(Code::kAborted, "COMMIT answered " + r->CommandTag());
+  if (r.ok() && conn_->TakeSyncRepWarning())
+    r = Unavailable("the commit was not confirmed by the synchronous standbys", "commit-not-replicated");
   Metrics::Get().Commit(r.ok(), Since(t0));
   if (!r.ok()) return r.status();
   j_->Notify(pending_);

@@ -118,3 +118,36 @@ TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {
 
 }  // namespace
 }  // namespace oml::journal
+
+namespace oml::journal {
+namespace {
+
+// A COMMIT whose wait for synchronous replication is cancelled succeeds locally with only a
+// WARNING. That write is not acknowledged: no receipt.
+TEST_F(JournalPgTest, CommitNotConfirmedByStandbysIsNotAcknowledged) {
+  auto t = CreateTenant(*journal_, "syncrep");
+  ASSERT_TRUE(t.ok());
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su.ok());
+  ASSERT_TRUE(su->Exec("ALTER SYSTEM SET synchronous_standby_names = 'no_such_standby'").ok());
+  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Result<Receipt> r = Status(Code::kInternal, "unset");
+  std::thread writer([&] { r = journal_->Append(t->tenant_id, Note("unreplicated")); });
+  // Wait until the writer's COMMIT waits for the (absent) standby, then cancel that wait.
+  for (int i = 0; i < 500; ++i) {
+    auto w = su->Query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
+    ASSERT_TRUE(w.ok());
+    if (w->size() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  writer.join();
+  ASSERT_TRUE(su->Exec("ALTER SYSTEM RESET synchronous_standby_names").ok());
+  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_EQ(r.status().type(), "commit-not-replicated");
+}
+
+}  // namespace
+}  // namespace oml::journal
