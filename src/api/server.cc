@@ -303,11 +303,16 @@ struct Server::Impl {
       return Json(res, 503, j);
     }
     j["database"] = "ok";
+    if (Status k = journal::CheckSigningKeyInForce(*d.pool, d.journal->key()); !k.ok()) {
+      j["status"] = "degraded";
+      j["writes"] = "refused";
+      j["signing_key"] = "not in force";
+    }
     // Unauthenticated: counts only, never tenant ids.
     j["forked_tenants"] = d.fork->tenants.size();
     if (d.fork->provider_forked || !d.fork->tenants.empty()) {
       j["status"] = "degraded";
-      j["writes"] = d.fork->provider_forked ? "refused" : "refused for forked tenants";
+      if (j["writes"] == "accepting") j["writes"] = d.fork->provider_forked ? "refused" : "refused for forked tenants";
     }
     Json(res, 200, j);
   }

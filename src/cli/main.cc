@@ -449,7 +449,8 @@ int Main(int argc, char** argv) {
     fs::rename(staged, cfg.signing_key_file);
     (void)WritePublicKey(cfg, *nk);
     std::cout << "key.issued at provider seq " << rc->seq << ": " << nk->key_id() << " replaces " << old_id
-              << "\nrestart every `oml serve` replica within " << journal::kRotationGraceSeconds << " s\n";
+              << "\nrunning `oml serve` replicas now refuse writes (503 signing-key-not-in-force) until restarted "
+                 "with the new key file " << cfg.signing_key_file << "\n";
     return 0;
   }
   if (*erase) {

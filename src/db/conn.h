@@ -1,8 +1,9 @@
 // PostgreSQL access over libpq: a move-only connection, a bounded pool, and a pipeline.
 //
 // Results come back in text format; bytea columns are decoded with GetBytes(). SQLSTATEs map to
-// Status codes: 40001/40P01 -> kAborted, 42501 -> kPermissionDenied, connection loss ->
-// kUnavailable, 23xxx -> kFailedPrecondition, anything else -> kInternal. The SQLSTATE is kept in
+// Status codes: 40001/40P01 -> kAborted, 42501 -> kInternal ("database-permission-denied": the
+// application role hitting a privilege or RLS wall is a server bug), connection loss ->
+// kUnavailable, 23xxx -> kFailedPrecondition ("constraint"), anything else -> kInternal. The SQLSTATE is kept in
 // the message ("[42501] permission denied for table journal").
 #pragma once
 

@@ -1,6 +1,7 @@
 // The commit point (D1): appending signed events to a tenant's chain.
 //
-// One PostgreSQL transaction per write, two round trips:
+// One PostgreSQL transaction per write (or per group of queued writes to one tenant, see
+// Append), two round trips:
 //   round trip 1  BEGIN; set_config('oml.tenant_id', T, true); oml.lock_head(T)
 //                 -> pg_advisory_xact_lock on T (held to commit) and the head (seq, hash)
 //   (client)      envelope(seq = head+1, prev = head hash) -> canonical signed bytes,
