@@ -71,6 +71,11 @@ def test_fork_after_restore_refuses_writes_serves_reads(served, tmp_path):
     doc = d.run("doctor", check=False)
     assert doc.returncode == 3
     assert f"FORK tenant {d.tenant_id}: stored head seq {late['seq'] - 1} is behind the published head seq {late['seq']}" in doc.stdout
+    # CLI writes check the chain they extend: acme is refused, the provider chain is fine.
+    e = d.run("erase", "--tenant", "acme", early["artifact_id"], check=False)
+    assert e.returncode == 5
+    assert "chain-fork" in e.stderr
+    d.tenant("other")
 
 
 def test_fork_with_divergent_hash(served):

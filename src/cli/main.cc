@@ -405,8 +405,14 @@ int Main(int argc, char** argv) {
   Runtime& R = **rt;
   if (need_key) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
-    // Like `oml serve`, never append onto a forked chain.
-    auto forks = journal::CheckForks(*R.pool, *R.store);
+    // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
+    std::vector<std::string> chains = {journal::kProviderTenant};
+    if (*erase) {
+      auto t = journal::LookupTenant(*R.pool, erase_tenant);
+      if (!t.ok()) return Fail(t.status());
+      chains = {t->tenant_id};
+    }
+    auto forks = journal::CheckForks(*R.pool, *R.store, chains);
     if (!forks.ok()) return Fail(forks.status());
     if (!forks->empty())
       return Fail(Unavailable("tenant " + forks->front().tenant + ": " + forks->front().what + " (run `oml doctor`)",

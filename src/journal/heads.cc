@@ -110,7 +110,8 @@ void HeadPublisher::Loop() {
   }
 }
 
-Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store) {
+Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store,
+                                            const std::vector<std::string>& only) {
   OML_ASSIGN_OR_RETURN(auto tenants, ListTenants(pool));
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
   std::map<std::string, std::string> keys;
@@ -118,7 +119,12 @@ Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& s
     OML_ASSIGN_OR_RETURN(db::Rows kr, c->Query("SELECT key_id, public_key FROM oml.signing_keys"));
     for (int i = 0; i < kr.size(); ++i) keys[kr.Get(i, 0)] = kr.GetBytes(i, 1);
   }
-  OML_ASSIGN_OR_RETURN(auto published, store.List("oml-heads/"));
+  std::vector<std::string> published;
+  if (only.empty()) {
+    OML_ASSIGN_OR_RETURN(published, store.List("oml-heads/"));
+  } else {
+    for (const auto& t : only) published.push_back(HeadKey(t));
+  }
   std::map<std::string, bool> known;
   for (const auto& t : tenants) known[t.tenant_id] = true;
   std::vector<ForkFinding> out;

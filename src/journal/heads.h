@@ -74,7 +74,10 @@ struct ForkFinding {
   std::string what;
 };
 
-// Compares every published head with the database. Returns the findings (empty = no fork).
-Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store);
+// Compares published heads with the database. Returns the findings (empty = no fork).
+// `only` empty: every published head (startup, doctor). Otherwise just those tenants' heads
+// (a CLI write checks the chains it is about to extend, in O(1) rather than O(tenants)).
+Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store,
+                                            const std::vector<std::string>& only = {});
 
 }  // namespace oml::journal
