@@ -258,7 +258,7 @@ class ProgressBar {
     if (!on_) return;
     int pct = total > 0 ? static_cast<int>(done * 100 / total) : 100;
     int filled = pct * 30 / 100;
-    std::fprintf(stderr, "\rverify [%.*s%*s] %3d%% %lld/%lld events", filled, "##############################",
+    std::fprintf(stderr, "\rverify [%.*s%*s] %3d%% %lld/%lld", filled, "##############################",
                  30 - filled, "", pct, static_cast<long long>(done), static_cast<long long>(total));
     std::fflush(stderr);
   }

@@ -1,6 +1,8 @@
 #include "journal/verify.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <ctime>
 #include <map>
 #include <thread>
@@ -66,18 +68,47 @@ class Verifier {
     for (const auto& t : tenants)
       if (opts_.only_tenant.empty() || t.name == opts_.only_tenant || t.tenant_id == opts_.only_tenant) selected.push_back(t);
     if (selected.empty()) return NotFound("no tenant '" + opts_.only_tenant + "'", "tenant-not-found");
-    for (const auto& t : selected) {
-      OML_ASSIGN_OR_RETURN(auto h, Head(t.tenant_id));
-      total_ += h.first;
-    }
     report_.tenants = static_cast<int64_t>(selected.size());
-    // The provider chain is always read: it defines keys and tenant references.
+    // Progress counts events when there are few chains (one head read each), tenants otherwise.
+    by_tenants_ = selected.size() > 16;
+    if (by_tenants_) {
+      total_ = static_cast<int64_t>(selected.size());
+    } else {
+      for (const auto& t : selected) {
+        OML_ASSIGN_OR_RETURN(auto h, Head(t.tenant_id));
+        total_ += h.first;
+      }
+    }
+    // The provider chain is always read first: it defines keys and tenant references.
     bool provider_selected = selected[0].tenant_id == kProviderTenant;
     OML_RETURN_IF_ERROR(VerifyProvider(tenants[0], provider_selected));
-    for (const auto& t : selected) {
-      if (t.tenant_id == kProviderTenant) continue;
-      OML_RETURN_IF_ERROR(VerifyTenant(t));
-    }
+    std::vector<TenantInfo> rest;
+    for (const auto& t : selected)
+      if (t.tenant_id != kProviderTenant) rest.push_back(t);
+    // Both cores: many chains are verified side by side, one worker each; a few chains are
+    // verified one after another with every page split across the workers.
+    const bool across = static_cast<int>(rest.size()) >= threads_;
+    const int workers = across ? threads_ : 1;
+    inner_threads_ = across ? 1 : threads_;
+    std::atomic<size_t> next{0};
+    std::vector<Status> errors(workers);
+    auto worker = [&](int w) {
+      for (size_t i = next++; i < rest.size(); i = next++) {
+        Status s = VerifyTenant(rest[i]);
+        if (!s.ok()) {
+          errors[w] = s;
+          return;
+        }
+        if (by_tenants_) Progress(0, 1);
+      }
+    };
+    std::vector<std::thread> ts;
+    for (int w = 1; w < workers; ++w) ts.emplace_back(worker, w);
+    worker(0);
+    for (auto& t : ts) t.join();
+    for (const auto& e : errors) OML_RETURN_IF_ERROR(e);
+    std::sort(report_.problems.begin(), report_.problems.end(),
+              [](const VerifyProblem& a, const VerifyProblem& b) { return a.tenant_name < b.tenant_name; });
     return report_;
   }
 
@@ -111,12 +142,16 @@ class Verifier {
   }
 
   void Problem(const TenantInfo& t, int64_t seq, const std::string& what) {
+    std::lock_guard<std::mutex> l(mu_);
     report_.problems.push_back({t.tenant_id, t.name, seq, what});
   }
 
-  void Progress(int64_t n) {
-    report_.events += n;
-    if (opts_.progress) opts_.progress(report_.events, total_);
+  // Thread-safe. events: verified now; tenants: finished now.
+  void Progress(int64_t events, int64_t tenants) {
+    std::lock_guard<std::mutex> l(mu_);
+    report_.events += events;
+    tenants_done_ += tenants;
+    if (opts_.progress) opts_.progress(by_tenants_ ? tenants_done_ : report_.events, total_);
   }
 
   // Walks one tenant's rows page by page. check_sig(row, env) returns the signature verdict for
@@ -137,13 +172,13 @@ class Verifier {
       std::vector<Status> st(rows.size());
       std::vector<Envelope> env(rows.size());
       auto work = [&](size_t k) {
-        for (size_t i = k; i < rows.size(); i += threads_) {
+        for (size_t i = k; i < rows.size(); i += inner_threads_) {
           st[i] = CheckRow(t.tenant_id, rows[i], &env[i]);
           if (st[i].ok()) st[i] = check_sig(rows[i], env[i]);
         }
       };
       std::vector<std::thread> pool;
-      for (int k = 1; k < threads_; ++k) pool.emplace_back(work, k);
+      for (int k = 1; k < inner_threads_; ++k) pool.emplace_back(work, k);
       work(0);
       for (auto& th : pool) th.join();
       for (size_t i = 0; i < rows.size(); ++i) {
@@ -175,7 +210,7 @@ class Verifier {
         prev = r.event_hash;
         ++expect;
       }
-      Progress(static_cast<int64_t>(rows.size()));
+      Progress(static_cast<int64_t>(rows.size()), 0);
     }
     if (expect - 1 < head.first) {
       Problem(t, expect, "seq " + std::to_string(expect) + " is missing (the chain head is at seq " +
@@ -287,6 +322,10 @@ class Verifier {
   db::Pool& pool_;
   VerifyOptions opts_;
   int threads_ = 1;
+  int inner_threads_ = 1;  // threads splitting one page
+  bool by_tenants_ = false;
+  int64_t tenants_done_ = 0;  // GUARDED_BY(mu_)
+  std::mutex mu_;             // guards report_ and progress while workers run
   int64_t total_ = 0;
   VerifyReport report_;
   std::map<std::string, KeyInfo> keys_;

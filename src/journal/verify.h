@@ -38,7 +38,8 @@ struct VerifyOptions {
   // Raw Ed25519 public key of the deployment's first signing key (keys/signing.key.root.pub).
   // When set, the provider chain's first key.issued must carry exactly this key.
   std::string root_public_key;
-  // Called with (events verified so far, total events) now and then.
+  // Called now and then with (done, total): events, or tenants when there are more than 16
+  // chains. May be called from several threads, never concurrently.
   std::function<void(int64_t, int64_t)> progress;
 };
 
