@@ -100,11 +100,14 @@ Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
              {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Text(m.workarea_id), db::Text(m.path),
               db::Text(m.principal), db::Text(m.writer_key_id), db::Text(m.provenance),
               m.simulation_id ? db::Text(*m.simulation_id) : db::Null(), db::Text(m.media_type), db::Int(m.size),
-              db::Bytes(m.plaintext_sha256), db::Bytes(m.ciphertext_sha256), db::Int(seq)}},
+              db::Bytes(m.plaintext_sha256), db::Bytes(m.ciphertext_sha256), db::Int(seq)},
+             "oml_claim_insert"},
             {"INSERT INTO oml.artifact_bodies (tenant_id, artifact_id, version, ciphertext) VALUES ($1,$2,$3,$4)",
-             {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Bytes(ct)}},
+             {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Bytes(ct)},
+             "oml_claim_body_insert"},
             {"INSERT INTO oml.artifact_keys (tenant_id, artifact_id, kek_id, wrapped_dek) VALUES ($1,$2,$3,$4)",
-             {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)}}};
+             {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)},
+             "oml_claim_key_insert"}};
   };
   OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
   m.submitted_seq = rc.seq;

@@ -120,10 +120,29 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   PGconn* c = c_.get();
   if (PQenterPipelineMode(c) != 1) return StatusFromResult(nullptr, c);
   Status send_err;
+  // One entry per query sent, in order: the statement name if it is a Prepare, "" otherwise.
+  std::vector<std::string> sent;
+  std::unordered_set<std::string> preparing;
   for (const auto& s : stmts) {
     ParamArrays pa(s.params);
-    if (PQsendQueryParams(c, s.sql.c_str(), static_cast<int>(s.params.size()), nullptr, pa.values.data(),
-                          pa.lengths.data(), pa.formats.data(), 0) != 1) {
+    const int n = static_cast<int>(s.params.size());
+    int ok;
+    if (s.name.empty()) {
+      ok = PQsendQueryParams(c, s.sql.c_str(), n, nullptr, pa.values.data(), pa.lengths.data(), pa.formats.data(), 0);
+      sent.emplace_back();
+    } else {
+      if (!prepared_.count(s.name) && !preparing.count(s.name)) {
+        if (PQsendPrepare(c, s.name.c_str(), s.sql.c_str(), n, nullptr) != 1) {
+          send_err = StatusFromResult(nullptr, c);
+          break;
+        }
+        sent.push_back(s.name);
+        preparing.insert(s.name);
+      }
+      ok = PQsendQueryPrepared(c, s.name.c_str(), n, pa.values.data(), pa.lengths.data(), pa.formats.data(), 0);
+      sent.emplace_back();
+    }
+    if (ok != 1) {
       send_err = StatusFromResult(nullptr, c);
       break;
     }
@@ -132,8 +151,9 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   if (!synced && send_err.ok()) send_err = StatusFromResult(nullptr, c);
   std::vector<Rows> out;
   Status first_err = send_err;
-  // Drain: for each statement one result then NULL; aborted ones give PGRES_PIPELINE_ABORTED;
-  // finally PGRES_PIPELINE_SYNC.
+  // Drain: each query yields its result(s) then NULL; aborted ones PGRES_PIPELINE_ABORTED;
+  // finally PGRES_PIPELINE_SYNC. Prepare results are consumed here, not returned.
+  size_t idx = 0;
   for (;;) {
     PGresult* r = PQgetResult(c);
     if (r == nullptr) {
@@ -141,19 +161,26 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
         if (first_err.ok()) first_err = StatusFromResult(nullptr, c);
         break;
       }
-      continue;  // end of one statement's results
+      ++idx;  // end of one query's results
+      continue;
     }
     auto st = PQresultStatus(r);
     if (st == PGRES_PIPELINE_SYNC) {
       PQclear(r);
       break;
     }
+    const bool is_prepare = idx < sent.size() && !sent[idx].empty();
     if (st == PGRES_PIPELINE_ABORTED) {
       PQclear(r);
       continue;
     }
     if (!ResultOk(r)) {
       if (first_err.ok()) first_err = StatusFromResult(r, c);
+      PQclear(r);
+      continue;
+    }
+    if (is_prepare) {
+      prepared_.insert(sent[idx]);
       PQclear(r);
       continue;
     }

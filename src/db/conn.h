@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -33,10 +34,14 @@ inline Param Bytes(std::string raw) { return Param{std::move(raw), true}; }
 inline Param Int(int64_t v) { return Param{std::to_string(v), false}; }
 inline Param Null() { return Param{std::nullopt, false}; }
 
-// One statement of a pipeline.
+// One statement of a pipeline. A statement with a `name` is prepared once per connection (in
+// the same pipeline, the first time it is used) and executed as a prepared statement after
+// that, which spares the server parsing and planning it on every write. Names must be unique
+// per distinct SQL text.
 struct Stmt {
   std::string sql;
   std::vector<Param> params;
+  std::string name;
 };
 
 // A materialized result. Move-only.
@@ -92,6 +97,7 @@ class Conn {
   explicit Conn(PGconn* c) : c_(c, &PQfinish), notices_(std::make_unique<Notices>()) {}
   std::unique_ptr<PGconn, void (*)(PGconn*)> c_{nullptr, &PQfinish};
   std::unique_ptr<Notices> notices_;  // stable address for the libpq notice receiver
+  std::unordered_set<std::string> prepared_;  // statement names prepared on this connection
 };
 
 // Maps a failed PGresult (or connection) to a Status as described above.

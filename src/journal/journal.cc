@@ -135,8 +135,8 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   std::vector<db::Stmt> rt1;
   // READ COMMITTED is required: the head must be read with a snapshot taken after the lock.
   if (!open_) rt1.push_back({"BEGIN ISOLATION LEVEL READ COMMITTED", {}});
-  rt1.push_back({"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}});
-  rt1.push_back({"SELECT head_seq, head_hash, key_in_force FROM oml.lock_head($1::uuid)", {db::Text(tenant)}});
+  rt1.push_back({"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}, "oml_scope"});
+  rt1.push_back({"SELECT head_seq, head_hash, key_in_force FROM oml.lock_head($1::uuid)", {db::Text(tenant)}, "oml_lock_head"});
   open_ = true;
   auto r1 = conn_->Pipeline(rt1);
   if (!r1.ok()) {
@@ -195,19 +195,22 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     rt2.push_back({"INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
                    "signature) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                    {db::Text(tenant), db::Int(e.seq), db::Bytes(e.prev_hash), db::Bytes(rc.event_hash),
-                    db::Text(e.type), db::Text(e.key_id), db::Bytes(rc.signed_bytes), db::Bytes(rc.signature)}});
+                    db::Text(e.type), db::Text(e.key_id), db::Bytes(rc.signed_bytes), db::Bytes(rc.signature)},
+                   "oml_journal_insert"});
     if (ev->fold) {
       for (auto& st : ev->fold(e.seq)) rt2.push_back(std::move(st));
     }
     if (Status st = OML_SYNC_POINT("journal.after_journal_insert"); !st.ok()) return fail_at(st);
     rt2.push_back({"SELECT oml.enqueue_outbox($1, 'bronze/events', $2, $3::jsonb)",
                    {db::Text(tenant), db::Int(e.seq),
-                    db::Text(BronzeRow(e, rc.event_hash, rc.signed_bytes, rc.signature).dump())}});
+                    db::Text(BronzeRow(e, rc.event_hash, rc.signed_bytes, rc.signature).dump())},
+                   "oml_enqueue_bronze"});
     if (Status st = OML_SYNC_POINT("journal.after_outbox_insert"); !st.ok()) return fail_at(st);
     out.push_back(std::move(rc));
   }
   rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4)",
-                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev)}});
+                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev)},
+                 "oml_advance_head"});
   if (commit_now) rt2.push_back({"COMMIT", {}});
   auto r2 = conn_->Pipeline(rt2);
   if (r2.ok() && commit_now && r2->back().CommandTag() != "COMMIT") {
