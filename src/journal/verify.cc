@@ -88,7 +88,9 @@ class Verifier {
     // Both cores: many chains are verified side by side, one worker each; a few chains are
     // verified one after another with every page split across the workers.
     const bool across = static_cast<int>(rest.size()) >= threads_;
-    const int workers = across ? threads_ : 1;
+    // Across chains, one extra worker by default keeps the cores busy while others wait on the
+    // database for their next page (measured: 2 cores, 300 chains, 30k events: +15%).
+    const int workers = across ? (opts_.threads > 0 ? threads_ : threads_ + 1) : 1;
     inner_threads_ = across ? 1 : threads_;
     std::atomic<size_t> next{0};
     std::vector<Status> errors(workers);
