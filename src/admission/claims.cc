@@ -5,14 +5,6 @@
 namespace oml::admission {
 namespace {
 
-std::string NewUuid() {
-  std::string raw = crypto::RandomBytes(16);
-  raw[6] = static_cast<char>((raw[6] & 0x0f) | 0x40);
-  raw[8] = static_cast<char>((raw[8] & 0x3f) | 0x80);
-  std::string h = crypto::Hex(raw);
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
-}
-
 std::string BodyAad(const std::string& t, const std::string& a, int v) {
   return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
 }
@@ -60,7 +52,7 @@ Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
   if (req.media_type.rfind("text/", 0) != 0) return InvalidArgument("media_type must be a text/* type", "invalid-field");
 
   ClaimMeta m;
-  m.artifact_id = NewUuid();
+  m.artifact_id = crypto::NewUuidV4();
   m.version = 1;
   m.workarea_id = req.workarea_id;
   m.path = req.path;

@@ -1,5 +1,6 @@
 // ObjectStore over the C ABI of rust/oml-storage (object_store crate). See object_store.h.
 #include "blob/object_store.h"
+#include "blob/storage_status.h"
 
 #include <nlohmann/json.hpp>
 
@@ -9,9 +10,7 @@
 #include "oml_storage.h"
 
 namespace oml::blob {
-namespace {
 
-// Converts a failed oml-storage call into a Status and frees its message.
 Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& what) {
   std::string msg = what;
   if (err.message != nullptr) {
@@ -36,6 +35,8 @@ Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& wha
       return Internal(std::move(msg));
   }
 }
+
+namespace {
 
 class RustObjectStore final : public ObjectStore {
  public:

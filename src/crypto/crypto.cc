@@ -896,4 +896,12 @@ Result<std::string> FileKekProvider::Unwrap(std::string_view wrapped, std::strin
   return dek;
 }
 
+std::string NewUuidV4() {
+  std::string raw = RandomBytes(16);
+  raw[6] = static_cast<char>((raw[6] & 0x0f) | 0x40);  // version 4
+  raw[8] = static_cast<char>((raw[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  std::string h = Hex(raw);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+}
+
 }  // namespace oml::crypto

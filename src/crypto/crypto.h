@@ -22,6 +22,8 @@ std::string Base64(std::string_view raw);
 Result<std::string> FromBase64(std::string_view b64);
 // n bytes from the OS CSPRNG (RAND_bytes). Aborts if the RNG fails.
 std::string RandomBytes(size_t n);
+// A random (version 4) UUID in canonical lowercase form, from the CSPRNG.
+std::string NewUuidV4();
 // Constant-time equality for digests and token hashes.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

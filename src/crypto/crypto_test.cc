@@ -875,3 +875,18 @@ TEST_F(CryptoFileTest, KekLoadErrors) {
 
 }  // namespace
 }  // namespace oml::crypto
+
+namespace oml::crypto {
+namespace {
+
+TEST(UuidTest, VersionFourCanonicalAndFresh) {
+  std::string a = NewUuidV4(), b = NewUuidV4();
+  ASSERT_EQ(a.size(), 36u);
+  EXPECT_EQ(a[8], '-');
+  EXPECT_EQ(a[14], '4');  // version nibble
+  EXPECT_NE(std::string("89ab").find(a[19]), std::string::npos);  // RFC 4122 variant
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace oml::crypto

@@ -65,11 +65,7 @@ Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
   static const std::regex kName("^[a-z0-9][a-z0-9_-]{0,62}$");
   if (!std::regex_match(name, kName))
     return InvalidArgument("tenant name must match ^[a-z0-9][a-z0-9_-]{0,62}$: '" + name + "'");
-  std::string raw = crypto::RandomBytes(16);
-  raw[6] = static_cast<char>((raw[6] & 0x0f) | 0x40);
-  raw[8] = static_cast<char>((raw[8] & 0x3f) | 0x80);
-  std::string h = crypto::Hex(raw);
-  std::string id = h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+  const std::string id = crypto::NewUuidV4();
 
   OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
   EventSpec created{"tenant.created", "system", {{"tenant_id", id}, {"name", name}}, nlohmann::json::object(), nullptr};

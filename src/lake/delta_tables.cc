@@ -29,6 +29,7 @@
 #include <string>
 #include <utility>
 
+#include "blob/storage_status.h"
 #include "oml_storage.h"
 
 namespace oml::lake {
@@ -52,29 +53,7 @@ constexpr Column kBronzeEvents[] = {
 constexpr const char* kBronzeEventsName = "bronze.events";
 constexpr const char* kBronzeEventsPath = "bronze/events";
 
-Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& what) {
-  std::string msg = what;
-  if (err.message != nullptr) {
-    msg += ": ";
-    msg += err.message;
-    oml_storage_free_string(err.message);
-    err.message = nullptr;
-  }
-  switch (rc) {
-    case OML_STORAGE_INVALID_ARGUMENT:
-      return InvalidArgument(std::move(msg));
-    case OML_STORAGE_NOT_FOUND:
-      return NotFound(std::move(msg));
-    case OML_STORAGE_ALREADY_EXISTS:
-      return Status(Code::kAborted, std::move(msg));
-    case OML_STORAGE_PERMISSION_DENIED:
-      return Unavailable(std::move(msg), "storage-permission");
-    case OML_STORAGE_UNAVAILABLE:
-      return Unavailable(std::move(msg));
-    default:
-      return Internal(std::move(msg));
-  }
-}
+using blob::FromStorageError;
 
 std::string JoinUri(const std::string& root, const std::string& rel) {
   std::string out = root;
