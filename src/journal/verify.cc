@@ -125,6 +125,32 @@ class Verifier {
     return std::make_pair(rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1));
   }
 
+  static std::vector<Row> ToRows(const db::Rows& r) {
+    std::vector<Row> rows;
+    rows.reserve(r.size());
+    for (int i = 0; i < r.size(); ++i)
+      rows.push_back({r.GetInt(i, 0), r.GetBytes(i, 1), r.GetBytes(i, 2), r.Get(i, 3), r.Get(i, 4), r.GetBytes(i, 5), r.GetBytes(i, 6)});
+    return rows;
+  }
+
+  // The head and the first page up to it, in one round trip (most chains fit in one page).
+  Result<std::pair<std::pair<int64_t, std::string>, std::vector<Row>>> HeadAndFirstPage(const std::string& tenant) {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
+    OML_ASSIGN_OR_RETURN(
+        auto rs, c->Pipeline({{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}},
+                              {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}},
+                              {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(tenant)}},
+                              {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
+                               "FROM oml.journal WHERE tenant_id = $1 AND seq <= "
+                               "(SELECT seq FROM oml.chain_heads WHERE tenant_id = $1) ORDER BY seq LIMIT " +
+                                   std::to_string(kPage),
+                               {db::Text(tenant)}},
+                              {"COMMIT", {}}}));
+    std::pair<int64_t, std::string> head{0, ""};
+    if (rs[2].size() > 0) head = {rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1)};
+    return std::make_pair(head, ToRows(rs[3]));
+  }
+
   Result<std::vector<Row>> Page(const std::string& tenant, int64_t after, int64_t upto) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
@@ -135,12 +161,7 @@ class Verifier {
                                    std::to_string(kPage),
                                {db::Text(tenant), db::Int(after), db::Int(upto)}},
                               {"COMMIT", {}}}));
-    std::vector<Row> rows;
-    const db::Rows& r = rs[2];
-    rows.reserve(r.size());
-    for (int i = 0; i < r.size(); ++i)
-      rows.push_back({r.GetInt(i, 0), r.GetBytes(i, 1), r.GetBytes(i, 2), r.Get(i, 3), r.Get(i, 4), r.GetBytes(i, 5), r.GetBytes(i, 6)});
-    return rows;
+    return ToRows(rs[2]);
   }
 
   void Problem(const TenantInfo& t, int64_t seq, const std::string& what) {
@@ -160,16 +181,25 @@ class Verifier {
   // rows whose individual checks passed. Stops at the first bad seq.
   template <typename SigCheck>
   Result<bool> Walk(const TenantInfo& t, SigCheck check_sig, std::function<Status(const Row&, const Envelope&)> seq_hook) {
-    // The head is read first and the walk stops there: events committed meanwhile are beyond it.
-    OML_ASSIGN_OR_RETURN(auto head, Head(t.tenant_id));
+    // The head is read first (same snapshot as the first page) and the walk stops there: events
+    // committed meanwhile are beyond it.
+    OML_ASSIGN_OR_RETURN(auto first, HeadAndFirstPage(t.tenant_id));
+    const auto head = first.first;
     if (head.first == 0) {
       Problem(t, 1, "chain has no genesis event (no chain head)");
       return false;
     }
     int64_t expect = 1;
     std::string prev = kZeroHash;
+    bool first_page = true;
     for (;;) {
-      OML_ASSIGN_OR_RETURN(std::vector<Row> rows, Page(t.tenant_id, expect - 1, head.first));
+      std::vector<Row> rows;
+      if (first_page) {
+        rows = std::move(first.second);
+        first_page = false;
+      } else {
+        OML_ASSIGN_OR_RETURN(rows, Page(t.tenant_id, expect - 1, head.first));
+      }
       if (rows.empty()) break;
       std::vector<Status> st(rows.size());
       std::vector<Envelope> env(rows.size());
