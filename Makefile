@@ -11,6 +11,8 @@ BUILD ?= $(OML_CACHE)/build
 VENV ?= $(OML_CACHE)/venv
 export CARGO_TARGET_DIR ?= $(OML_CACHE)/cargo-target
 export CCACHE_DIR ?= $(OML_CACHE)/ccache
+# Paths under the checkout are hashed relative to it, so a clone elsewhere still hits the cache.
+export CCACHE_BASEDIR ?= $(CURDIR)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 JOBS ?= $(shell nproc)
 OML := $(BUILD)/oml
