@@ -233,12 +233,10 @@ struct Server::Impl {
     if (!caller.ok()) return Problem(res, req, caller.status());
     auto c = d.pool->Acquire();
     if (!c.ok()) return Problem(res, req, c.status());
-    auto rs = (*c)->Pipeline({{"BEGIN", {}},
-                              {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(caller->tenant_id)}},
-                              {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(caller->tenant_id)}},
-                              {"COMMIT", {}}});
+    auto rs = (*c)->Scoped(caller->tenant_id, {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
+                                               {db::Text(caller->tenant_id)}});
     if (!rs.ok()) return Problem(res, req, rs.status());
-    const db::Rows& r = (*rs)[2];
+    const db::Rows& r = *rs;
     if (r.size() == 0) return Problem(res, req, NotFound("tenant has no chain", "not-found"));
     Json(res, 200, {{"tenant", caller->tenant_id}, {"seq", r.GetInt(0, 0)}, {"event_hash", crypto::Hex(r.GetBytes(0, 1))}});
   }
@@ -267,16 +265,14 @@ struct Server::Impl {
     if (!limit.ok()) return Problem(res, req, limit.status());
     auto c = d.pool->Acquire();
     if (!c.ok()) return Problem(res, req, c.status());
-    auto rs = (*c)->Pipeline(
-        {{"BEGIN", {}},
-         {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(caller->tenant_id)}},
-         {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature, "
-          "to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-          "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-          {db::Text(caller->tenant_id), db::Int(*after), db::Int(*limit)}},
-         {"COMMIT", {}}});
+    auto rs = (*c)->Scoped(
+        caller->tenant_id,
+        {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature, "
+         "to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+         "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+         {db::Text(caller->tenant_id), db::Int(*after), db::Int(*limit)}});
     if (!rs.ok()) return Problem(res, req, rs.status());
-    const db::Rows& r = (*rs)[2];
+    const db::Rows& r = *rs;
     json events = json::array();
     int64_t last = *after;
     for (int i = 0; i < r.size(); ++i) {

@@ -37,7 +37,7 @@ class Server {
   ~Server();
   // Binds and serves until Stop(). kUnavailable if the address cannot be bound.
   Status Listen(const std::string& host, int port);
-  // Binds, returns the bound port, serves on a background thread (tests).
+  // Makes a running Listen() return. Thread-safe.
   void Stop();
 
  private:

@@ -195,6 +195,15 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   return out;
 }
 
+Result<Rows> Conn::Scoped(const std::string& tenant, Stmt stmt) {
+  OML_ASSIGN_OR_RETURN(std::vector<Rows> rs,
+                       Pipeline({{"BEGIN", {}},
+                                 {"SELECT set_config('oml.tenant_id', $1, true)", {Text(tenant)}},
+                                 std::move(stmt),
+                                 {"COMMIT", {}}}));
+  return std::move(rs[2]);
+}
+
 Pool::Handle::~Handle() {
   if (pool_ && conn_) pool_->Release(std::move(conn_));
 }

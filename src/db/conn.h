@@ -82,6 +82,10 @@ class Conn {
   // caller must roll back an open transaction).
   Result<std::vector<Rows>> Pipeline(const std::vector<Stmt>& stmts);
 
+  // Runs one statement in its own transaction scoped to `tenant` (row-level security setting
+  // oml.tenant_id), in one round trip: BEGIN; set_config; stmt; COMMIT. Returns stmt's rows.
+  Result<Rows> Scoped(const std::string& tenant, Stmt stmt);
+
   bool healthy() const;
   PGconn* raw() const { return c_.get(); }
 

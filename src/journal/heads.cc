@@ -145,17 +145,14 @@ Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& s
       out.push_back({tenant, h->seq, 0, "a head is published for a tenant the database does not have"});
       continue;
     }
-    OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
-                                               {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}},
-                                               {"SELECT coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0), "
-                                                "(SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2)",
-                                                {db::Text(tenant), db::Int(h->seq)}},
-                                               {"COMMIT", {}}}));
-    int64_t stored = rs[2].GetInt(0, 0);
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0), "
+                                                        "(SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2)",
+                                                        {db::Text(tenant), db::Int(h->seq)}}));
+    int64_t stored = r.GetInt(0, 0);
     if (stored < h->seq) {
       out.push_back({tenant, h->seq, stored,
                      "stored head seq " + std::to_string(stored) + " is behind the published head seq " + std::to_string(h->seq)});
-    } else if (rs[2].IsNull(0, 1) || rs[2].GetBytes(0, 1) != h->event_hash) {
+    } else if (r.IsNull(0, 1) || r.GetBytes(0, 1) != h->event_hash) {
       out.push_back({tenant, h->seq, stored, "stored event at the published seq " + std::to_string(h->seq) + " has a different hash"});
     }
   }

@@ -92,12 +92,11 @@ Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
 
 Result<std::vector<TenantInfo>> ListTenants(db::Pool& pool) {
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-  OML_ASSIGN_OR_RETURN(auto rows, c->Pipeline({{"BEGIN", {}},
-                                               {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}},
-                                               {"SELECT tenant_id, name FROM oml.tenants ORDER BY created_seq NULLS FIRST, name", {}},
-                                               {"COMMIT", {}}}));
+  OML_ASSIGN_OR_RETURN(db::Rows rows, c->Scoped(kProviderTenant, {"SELECT tenant_id, name FROM oml.tenants "
+                                                                  "ORDER BY created_seq NULLS FIRST, name",
+                                                                  {}}));
   std::vector<TenantInfo> out;
-  for (int i = 0; i < rows[2].size(); ++i) out.push_back({rows[2].Get(i, 0), rows[2].Get(i, 1)});
+  for (int i = 0; i < rows.size(); ++i) out.push_back({rows.Get(i, 0), rows.Get(i, 1)});
   return out;
 }
 
@@ -118,11 +117,10 @@ Result<std::string> CreateApiKey(db::Pool& pool, const std::string& tenant_id, c
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
   std::string token = "oml_" + b64;
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-  OML_RETURN_IF_ERROR(c->Pipeline({{"BEGIN", {}},
-                                   {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant_id)}},
-                                   {"INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role) VALUES ($1, $2, $3, $4)",
-                                    {db::Bytes(crypto::Sha256(token)), db::Text(tenant_id), db::Text(principal), db::Text(role)}},
-                                   {"COMMIT", {}}})
+  OML_RETURN_IF_ERROR(c->Scoped(tenant_id, {"INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role) "
+                                             "VALUES ($1, $2, $3, $4)",
+                                             {db::Bytes(crypto::Sha256(token)), db::Text(tenant_id), db::Text(principal),
+                                              db::Text(role)}})
                           .status());
   return token;
 }

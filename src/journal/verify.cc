@@ -117,12 +117,10 @@ class Verifier {
  private:
   Result<std::pair<int64_t, std::string>> Head(const std::string& tenant) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
-    OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
-                                               {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}},
-                                               {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(tenant)}},
-                                               {"COMMIT", {}}}));
-    if (rs[2].size() == 0) return std::make_pair<int64_t, std::string>(0, "");
-    return std::make_pair(rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1));
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
+                                                        {db::Text(tenant)}}));
+    if (r.size() == 0) return std::make_pair<int64_t, std::string>(0, "");
+    return std::make_pair(r.GetInt(0, 0), r.GetBytes(0, 1));
   }
 
   static std::vector<Row> ToRows(const db::Rows& r) {
@@ -154,14 +152,11 @@ class Verifier {
   Result<std::vector<Row>> Page(const std::string& tenant, int64_t after, int64_t upto) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
-        auto rs, c->Pipeline({{"BEGIN", {}},
-                              {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}},
-                              {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
-                               "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT " +
-                                   std::to_string(kPage),
-                               {db::Text(tenant), db::Int(after), db::Int(upto)}},
-                              {"COMMIT", {}}}));
-    return ToRows(rs[2]);
+        db::Rows r, c->Scoped(tenant, {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
+                                       "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT " +
+                                           std::to_string(kPage),
+                                       {db::Text(tenant), db::Int(after), db::Int(upto)}}));
+    return ToRows(r);
   }
 
   void Problem(const TenantInfo& t, int64_t seq, const std::string& what) {
