@@ -793,14 +793,31 @@ std::string SigningKey::Sign(std::string_view msg) const {
   return sig;
 }
 
-bool Ed25519Verify(std::string_view public_key_raw, std::string_view msg, std::string_view signature) {
-  if (public_key_raw.size() != kEd25519PublicKeySize || signature.size() != kEd25519SignatureSize) return false;
-  PkeyPtr pkey(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, Bytes(public_key_raw), public_key_raw.size()));
+Result<PublicKey> PublicKey::FromRaw(std::string_view raw) {
+  if (raw.size() != kEd25519PublicKeySize)
+    return InvalidArgument("an Ed25519 public key is 32 bytes, got " + std::to_string(raw.size()));
+  EVP_PKEY* pkey = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, Bytes(raw), raw.size());
+  if (pkey == nullptr) return InvalidArgument("not an Ed25519 public key: " + DrainOpenSslErrors());
+  PublicKey k;
+  k.pkey_ = std::shared_ptr<EVP_PKEY>(pkey, EVP_PKEY_free);
+  k.raw_ = std::string(raw);
+  return k;
+}
+
+bool PublicKey::Verify(std::string_view msg, std::string_view signature) const {
+  if (!pkey_ || signature.size() != kEd25519SignatureSize) return false;
+  // OpenSSL only reads the key here; EVP_PKEY is safe to share between threads for that.
   MdCtxPtr ctx(EVP_MD_CTX_new());
-  bool ok = pkey && ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, pkey.get()) == 1 &&
+  bool ok = ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, pkey_.get()) == 1 &&
             EVP_DigestVerify(ctx.get(), Bytes(signature), signature.size(), Bytes(msg), msg.size()) == 1;
   if (!ok) (void)DrainOpenSslErrors();
   return ok;
+}
+
+bool Ed25519Verify(std::string_view public_key_raw, std::string_view msg, std::string_view signature) {
+  auto key = PublicKey::FromRaw(public_key_raw);
+  if (!key.ok()) return false;
+  return key->Verify(msg, signature);
 }
 
 // =============================================================================================

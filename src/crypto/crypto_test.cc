@@ -305,6 +305,41 @@ TEST(Ed25519Test, ConcurrentSignIsSafe) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+TEST(PublicKeyTest, ParsedOnceVerifiesLikeTheOneShotCall) {
+  auto pk = PublicKey::FromRaw(H(kRfcPub2));
+  ASSERT_TRUE(pk.ok()) << pk.status().ToString();
+  EXPECT_EQ(pk->raw(), H(kRfcPub2));
+  EXPECT_TRUE(pk->Verify("\x72", H(kRfcSig2)));
+  EXPECT_FALSE(pk->Verify("\x73", H(kRfcSig2)));
+  EXPECT_FALSE(pk->Verify("\x72", H(kRfcSig1)));
+  EXPECT_FALSE(pk->Verify("\x72", H(kRfcSig2).substr(0, 63)));
+  EXPECT_FALSE(PublicKey().Verify("\x72", H(kRfcSig2)));  // an empty key verifies nothing
+  EXPECT_EQ(PublicKey::FromRaw(H(kRfcPub2).substr(0, 31)).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(PublicKey::FromRaw("").status().code(), Code::kInvalidArgument);
+}
+
+TEST(PublicKeyTest, CopiesVerifyFromManyThreads) {
+  auto key = SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  auto pk = PublicKey::FromRaw(key->public_key());
+  ASSERT_TRUE(pk.ok());
+  std::vector<std::string> sigs;
+  for (int i = 0; i < 50; ++i) sigs.push_back(key->Sign("m" + std::to_string(i)));
+  std::atomic<int> good{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([copy = *pk, &sigs, &good, &bad] {
+      for (int i = 0; i < 50; ++i) {
+        if (copy.Verify("m" + std::to_string(i), sigs[i])) ++good;
+        if (copy.Verify("m" + std::to_string(i + 1), sigs[i])) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(good.load(), 200);
+  EXPECT_EQ(bad.load(), 0);
+}
+
 TEST(Ed25519Test, MoveKeepsKey) {
   auto key = SigningKey::Generate();
   ASSERT_TRUE(key.ok());

@@ -37,11 +37,21 @@ std::string Rows::Get(int row, int col) const {
   return std::string(PQgetvalue(r_.get(), row, col), PQgetlength(r_.get(), row, col));
 }
 
-int64_t Rows::GetInt(int row, int col) const { return std::stoll(Get(row, col)); }
+int64_t Rows::GetInt(int row, int col) const {
+  if (PQfformat(r_.get(), col) == 0) return std::stoll(Get(row, col));
+  // Binary: big-endian two's complement of the column's width.
+  const auto* v = reinterpret_cast<const unsigned char*>(PQgetvalue(r_.get(), row, col));
+  const int n = PQgetlength(r_.get(), row, col);
+  uint64_t u = 0;
+  for (int i = 0; i < n; ++i) u = (u << 8) | v[i];
+  if (n < 8 && n > 0 && (v[0] & 0x80)) u |= ~uint64_t{0} << (8 * n);  // sign-extend int2/int4
+  return static_cast<int64_t>(u);
+}
 
 std::string Rows::GetBytes(int row, int col) const {
   const char* v = PQgetvalue(r_.get(), row, col);
   size_t n = PQgetlength(r_.get(), row, col);
+  if (PQfformat(r_.get(), col) == 1) return std::string(v, n);
   std::string out;
   if (n >= 2 && v[0] == '\\' && v[1] == 'x') {
     out.reserve((n - 2) / 2);
@@ -128,7 +138,8 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
     const int n = static_cast<int>(s.params.size());
     int ok;
     if (s.name.empty()) {
-      ok = PQsendQueryParams(c, s.sql.c_str(), n, nullptr, pa.values.data(), pa.lengths.data(), pa.formats.data(), 0);
+      ok = PQsendQueryParams(c, s.sql.c_str(), n, nullptr, pa.values.data(), pa.lengths.data(), pa.formats.data(),
+                             s.binary_result ? 1 : 0);
       sent.emplace_back();
     } else {
       if (!prepared_.count(s.name) && !preparing.count(s.name)) {
@@ -139,7 +150,8 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
         sent.push_back(s.name);
         preparing.insert(s.name);
       }
-      ok = PQsendQueryPrepared(c, s.name.c_str(), n, pa.values.data(), pa.lengths.data(), pa.formats.data(), 0);
+      ok = PQsendQueryPrepared(c, s.name.c_str(), n, pa.values.data(), pa.lengths.data(), pa.formats.data(),
+                               s.binary_result ? 1 : 0);
       sent.emplace_back();
     }
     if (ok != 1) {

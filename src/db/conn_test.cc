@@ -29,6 +29,29 @@ TEST(ConnTest, PipelineReturnsOneRowsPerStatementAndSkipsPrepares) {
   }
 }
 
+TEST(ConnTest, BinaryResultsDecodeIntegersBytesAndText) {
+  Conn c = Connect();
+  for (int round = 0; round < 2; ++round) {  // unnamed, then prepared ("t_bin") twice
+    Stmt s{"SELECT $1::int8, (-2)::int4, (-3)::int2, '\\x00ff0a'::bytea, 'h\u00e9'::text, NULL::bytea",
+           {Int(-5000000000)}, round == 0 ? "" : "t_bin", true};
+    auto r = c.Pipeline({s, s});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (const Rows& rows : *r) {
+      EXPECT_EQ(rows.GetInt(0, 0), -5000000000);
+      EXPECT_EQ(rows.GetInt(0, 1), -2);
+      EXPECT_EQ(rows.GetInt(0, 2), -3);
+      EXPECT_EQ(rows.GetBytes(0, 3), std::string("\x00\xff\n", 3));
+      EXPECT_EQ(rows.Get(0, 4), "h\u00e9");
+      EXPECT_TRUE(rows.IsNull(0, 5));
+    }
+  }
+  // The same columns in text format still decode the same way.
+  auto t = c.Query("SELECT 42::int8, '\\x00ff0a'::bytea");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->GetInt(0, 0), 42);
+  EXPECT_EQ(t->GetBytes(0, 1), std::string("\x00\xff\n", 3));
+}
+
 TEST(ConnTest, FirstErrorWinsAndLaterStatementsDoNotRun) {
   Conn c = Connect();
   ASSERT_TRUE(c.Exec("CREATE TEMP TABLE t (x int)").ok());

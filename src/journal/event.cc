@@ -35,8 +35,8 @@ Result<Envelope> Envelope::FromSignedBytes(const std::string& bytes) {
     e.time = j["time"].get<std::string>();
     e.key_id = j["key_id"].get<std::string>();
     e.principal = j["principal"].get<std::string>();
-    e.payload = j["payload"];
-    e.refs = j["refs"];
+    e.payload = std::move(j["payload"]);
+    e.refs = std::move(j["refs"]);
   } catch (const nlohmann::json::exception& ex) {
     return DataLoss(std::string("envelope member has the wrong type: ") + ex.what());
   }
