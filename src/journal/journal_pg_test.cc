@@ -116,6 +116,60 @@ TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {
   EXPECT_EQ(rep->events, 9 + provider->GetInt(0, 0));  // the tenant's 9 + the provider chain, always walked
 }
 
+// Verification reads a chain page by page while the rows of the page before are checked on
+// the pool. Small pages put page boundaries at known seqs: 49 events are exactly 7 pages of 7.
+TEST_F(JournalPgTest, VerifyAcrossPagesFindsTheFirstBadSeqAtAndAroundPageBoundaries) {
+  auto tenant = CreateTenant(*journal_, "paged");
+  ASSERT_TRUE(tenant.ok()) << tenant.status().ToString();
+  for (int i = 2; i <= 49; ++i) ASSERT_TRUE(journal_->Append(tenant->tenant_id, Note("n" + std::to_string(i))).ok());
+  VerifyOptions vo;
+  vo.only_tenant = tenant->tenant_id;
+  vo.page_rows = 7;
+  vo.threads = 2;
+  auto verify = [&]() -> std::vector<VerifyProblem> {
+    auto rep = VerifyChains(*pool_, vo);
+    EXPECT_TRUE(rep.ok()) << rep.status().ToString();
+    return rep.ok() ? rep->problems : std::vector<VerifyProblem>{};
+  };
+  auto ok = VerifyChains(*pool_, vo);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->problems.empty());
+  auto provider_events = ok->events - 49;
+
+  // As the superuser with the guard trigger off: remove a row, or flip a byte, then put it back.
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su.ok());
+  const std::string id = tenant->tenant_id;
+  auto exec = [&](const std::string& sql) {
+    auto q = su->Exec("ALTER TABLE oml.journal DISABLE TRIGGER USER; " + sql + "; ALTER TABLE oml.journal ENABLE TRIGGER USER");
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+  };
+  ASSERT_TRUE(su->Exec("CREATE TABLE saved AS SELECT * FROM oml.journal WHERE tenant_id = '" + id + "'").ok());
+  for (int64_t seq : {7, 8, 15, 49}) {  // last of page 1, first of page 2, first of page 3, the head
+    exec("DELETE FROM oml.journal WHERE tenant_id = '" + id + "' AND seq = " + std::to_string(seq));
+    auto p = verify();
+    ASSERT_EQ(p.size(), 1u) << "deleted seq " << seq;
+    EXPECT_EQ(p[0].seq, seq);
+    EXPECT_NE(p[0].what.find("is missing"), std::string::npos) << p[0].what;
+    exec("INSERT INTO oml.journal SELECT * FROM saved WHERE seq = " + std::to_string(seq));
+  }
+  for (int64_t seq : {14, 22, 36}) {
+    exec("UPDATE oml.journal SET signed_bytes = overlay(signed_bytes placing '\\x20'::bytea from 40 for 1) "
+         "WHERE tenant_id = '" + id + "' AND seq = " + std::to_string(seq));
+    auto p = verify();
+    ASSERT_EQ(p.size(), 1u) << "flipped seq " << seq;
+    EXPECT_EQ(p[0].seq, seq);
+    EXPECT_EQ(p[0].what, "event_hash is not SHA-256 of the signed bytes");
+    exec("UPDATE oml.journal j SET signed_bytes = s.signed_bytes FROM saved s WHERE j.tenant_id = s.tenant_id AND j.seq = s.seq "
+         "AND j.seq = " + std::to_string(seq));
+  }
+  ASSERT_TRUE(su->Exec("DROP TABLE saved").ok());
+  auto again = VerifyChains(*pool_, vo);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->problems.empty());
+  EXPECT_EQ(again->events, 49 + provider_events);
+}
+
 }  // namespace
 }  // namespace oml::journal
 

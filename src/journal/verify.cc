@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "common/work_pool.h"
 #include "crypto/crypto.h"
 #include "journal/event.h"
 #include "journal/provider.h"
@@ -14,7 +15,10 @@
 namespace oml::journal {
 namespace {
 
-constexpr int kPage = 10000;
+// Rows per fetch by default, and rows per task on the check pool (~4 ms of work: small enough
+// that one long chain spreads over every core, large enough that queueing costs nothing).
+constexpr int kDefaultPage = 4096;
+constexpr size_t kChunk = 32;
 
 struct Row {
   int64_t seq;
@@ -58,9 +62,11 @@ class Verifier {
  public:
   Verifier(db::Pool& pool, const VerifyOptions& opts) : pool_(pool), opts_(opts) {
     threads_ = opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+    page_ = opts.page_rows > 0 ? opts.page_rows : kDefaultPage;
   }
 
   Result<VerifyReport> Run() {
+    checks_ = std::make_unique<WorkPool>(threads_);
     OML_ASSIGN_OR_RETURN(auto tenants, ListTenants(pool_));
     if (tenants.empty() || tenants[0].tenant_id != kProviderTenant)
       return FailedPrecondition("no provider chain: run `oml init` first");
@@ -85,13 +91,12 @@ class Verifier {
     std::vector<TenantInfo> rest;
     for (const auto& t : selected)
       if (t.tenant_id != kProviderTenant) rest.push_back(t);
-    // Both cores: many chains are verified side by side, one worker each; a few chains are
-    // verified one after another with every page split across the workers.
-    const bool across = static_cast<int>(rest.size()) >= threads_;
-    // Across chains, one extra worker by default keeps the cores busy while others wait on the
-    // database for their next page (measured: 2 cores, 300 chains, 30k events: +15%).
-    const int workers = across ? (opts_.threads > 0 ? threads_ : threads_ + 1) : 1;
-    inner_threads_ = across ? 1 : threads_;
+    // Walkers fetch pages and link rows in seq order; the per-row checks (hash, canonical
+    // envelope, signature), which are nearly all the CPU, go to one pool with a thread per core.
+    // Walkers spend most of their time waiting on the database or on the pool, so twice as many
+    // walkers as cores keep the pool's queue full, and a chain with most of the events is still
+    // checked on every core.
+    const int workers = std::max(1, std::min<int>(static_cast<int>(rest.size()), 2 * threads_));
     std::atomic<size_t> next{0};
     std::vector<Status> errors(workers);
     auto worker = [&](int w) {
@@ -143,9 +148,8 @@ class Verifier {
                                {db::Text(tenant)}, "verify_head", true},
                               {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
                                "FROM oml.journal WHERE tenant_id = $1 AND seq <= "
-                               "(SELECT seq FROM oml.chain_heads WHERE tenant_id = $1) ORDER BY seq LIMIT " +
-                                   std::to_string(kPage),
-                               {db::Text(tenant)}, "verify_first_page", true},
+                               "(SELECT seq FROM oml.chain_heads WHERE tenant_id = $1) ORDER BY seq LIMIT $2",
+                               {db::Text(tenant), db::Int(page_)}, "verify_first_page", true},
                               {"COMMIT", {}}}));
     std::pair<int64_t, std::string> head{0, ""};
     if (rs[2].size() > 0) head = {rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1)};
@@ -156,9 +160,8 @@ class Verifier {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
         db::Rows r, c->Scoped(tenant, {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
-                                       "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT " +
-                                           std::to_string(kPage),
-                                       {db::Text(tenant), db::Int(after), db::Int(upto)}, "verify_page", true}));
+                                       "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+                                       {db::Text(tenant), db::Int(after), db::Int(upto), db::Int(page_)}, "verify_page", true}));
     return ToRows(r);
   }
 
@@ -189,28 +192,25 @@ class Verifier {
     }
     int64_t expect = 1;
     std::string prev = kZeroHash;
-    bool first_page = true;
-    for (;;) {
-      std::vector<Row> rows;
-      if (first_page) {
-        rows = std::move(first.second);
-        first_page = false;
-      } else {
-        OML_ASSIGN_OR_RETURN(rows, Page(t.tenant_id, expect - 1, head.first));
-      }
-      if (rows.empty()) break;
+    std::vector<Row> rows = std::move(first.second);
+    while (!rows.empty()) {
+      // Queue this page's row checks, fetch the next page meanwhile, then link this page.
       std::vector<Status> st(rows.size());
       std::vector<Envelope> env(rows.size());
-      auto work = [&](size_t k) {
-        for (size_t i = k; i < rows.size(); i += inner_threads_) {
-          st[i] = CheckRow(t.tenant_id, rows[i], &env[i]);
-          if (st[i].ok()) st[i] = check_sig(rows[i], env[i]);
-        }
-      };
-      std::vector<std::thread> pool;
-      for (int k = 1; k < inner_threads_; ++k) pool.emplace_back(work, k);
-      work(0);
-      for (auto& th : pool) th.join();
+      WorkPool::Group group(*checks_);  // declared after what its tasks touch: destroyed (waited) first
+      for (size_t begin = 0; begin < rows.size(); begin += kChunk) {
+        group.Add([&, begin] {
+          for (size_t i = begin; i < std::min(begin + kChunk, rows.size()); ++i) {
+            st[i] = CheckRow(t.tenant_id, rows[i], &env[i]);
+            if (st[i].ok()) st[i] = check_sig(rows[i], env[i]);
+          }
+        });
+      }
+      // A short page is the last one: the query returns every row up to the head, page_ at most.
+      Result<std::vector<Row>> next = std::vector<Row>{};
+      if (rows.size() == static_cast<size_t>(page_) && rows.back().seq < head.first)
+        next = Page(t.tenant_id, rows.back().seq, head.first);
+      group.Wait();
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         if (r.seq != expect) {
@@ -241,6 +241,8 @@ class Verifier {
         ++expect;
       }
       Progress(static_cast<int64_t>(rows.size()), 0);
+      if (!next.ok()) return next.status();
+      rows = std::move(next).value();
     }
     if (expect - 1 < head.first) {
       Problem(t, expect, "seq " + std::to_string(expect) + " is missing (the chain head is at seq " +
@@ -356,7 +358,8 @@ class Verifier {
   db::Pool& pool_;
   VerifyOptions opts_;
   int threads_ = 1;
-  int inner_threads_ = 1;  // threads splitting one page
+  int page_ = kDefaultPage;
+  std::unique_ptr<WorkPool> checks_;  // per-row checks for every walker
   bool by_tenants_ = false;
   int64_t tenants_done_ = 0;  // GUARDED_BY(mu_)
   std::mutex mu_;             // guards report_ and progress while workers run
