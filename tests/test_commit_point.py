@@ -19,7 +19,7 @@ def test_submit_fetch_and_receipt_verifies_offline(served, tmp_path):
     assert doc["plaintext_sha256"] == hashlib.sha256(b"the sky is blue").hexdigest()
     rc = doc["receipt"]
     assert rc["tenant"] == d.tenant_id
-    assert rc["seq"] == 2  # seq 1 is the tenant's genesis
+    assert rc["seq"] == 6  # seq 1 is the tenant's genesis, 2-5 the fixture's four api_key.created
     signed = base64.b64decode(rc["signed_bytes"])
     assert hashlib.sha256(signed).hexdigest() == rc["event_hash"]
     env = json.loads(signed)
@@ -76,7 +76,7 @@ def test_injected_fault_leaves_nothing_and_no_seq_gap(served, point):
     d.serve()
     r = d.submit(d.writer, body="after")
     assert r.status_code == 201
-    assert r.json()["receipt"]["seq"] == 3  # genesis 1, "before" 2, no gap left by the fault
+    assert r.json()["receipt"]["seq"] == 7  # genesis 1, keys 2-5, "before" 6, no gap left by the fault
     assert d.run("verify").returncode == 0
 
 
@@ -140,13 +140,15 @@ def test_chain_head_and_events_are_externally_verifiable(served):
     for i in range(5):
         d.submit(d.writer, body=f"e{i}")
     head = d.get("/v1/chain/head", d.writer).json()
-    assert head["seq"] == 6
+    assert head["seq"] == 10  # genesis, four api_key.created, five claims
     pub = json.loads((d.home / "keys" / "signing.key.pub").read_text())
     key = Ed25519PublicKey.from_public_bytes(base64.b64decode(pub["public_key"]))
     page1 = d.get("/v1/events?after=0&limit=4", d.writer).json()
     page2 = d.get(f"/v1/events?after={page1['next_after']}&limit=4", d.writer).json()
-    events = page1["events"] + page2["events"]
-    assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6]
+    page3 = d.get(f"/v1/events?after={page2['next_after']}&limit=4", d.writer).json()
+    events = page1["events"] + page2["events"] + page3["events"]
+    assert [e["seq"] for e in events] == list(range(1, 11))
+    assert [e["type"] for e in events] == ["chain.genesis"] + ["api_key.created"] * 4 + ["claim.submitted"] * 5
     prev = "0" * 64
     for e in events:
         sb = base64.b64decode(e["signed_bytes"])

@@ -1,5 +1,8 @@
-"""Append-only journal, tamper detection, row-level security, bad input."""
+"""Append-only journal, tamper detection, row-level security, bad input, API keys."""
+import base64
 import json
+import re
+import time
 
 import psycopg
 import pytest
@@ -178,3 +181,53 @@ def test_bad_input_gets_exact_problem_and_writes_nothing(served):
         _problem(call(), status, slug)
     assert d.counts() == before
     assert other  # tenant created before the snapshot
+
+
+def test_api_keys_are_journalled_listed_and_revoked(served):
+    d = served
+    created = d.run("key", "create", "--tenant", "acme", "--role", "writer", "--principal", "carol")
+    token = created.stdout.strip()
+    key_id = re.search(r"key id (ak_[0-9a-f]{16}) \(api_key.created at seq (\d+)\)", created.stderr)
+    assert key_id, created.stderr
+    key_id, created_seq = key_id.group(1), int(key_id.group(2))
+    assert created_seq == 6  # genesis, the fixture's four keys, this one
+    keys = [json.loads(line) for line in d.run("key", "list", "--tenant", "acme").stdout.splitlines()]
+    assert [(k["principal"], k["role"]) for k in keys] == [
+        ("alice", "writer"), ("bob", "writer"), ("rita", "reviewer"), ("ada", "admin"), ("carol", "writer")]
+    mine = keys[-1]
+    assert mine["key_id"] == key_id and mine["created_seq"] == 6 and mine["revoked_at"] is None
+    assert token not in json.dumps(keys)
+    assert d.submit(token, body="while valid").status_code == 201  # seq 7; the server caches the key
+
+    r = d.run("key", "revoke", "--tenant", "acme", key_id, "--reason", "laptop lost")
+    out = json.loads(r.stdout)
+    assert out["key_id"] == key_id and out["revoked_seq"] == 8
+    ev = json.loads(base64.b64decode(out["receipt"]["signed_bytes"]))
+    assert ev["type"] == "api_key.revoked" and ev["principal"] == "operator"
+    assert ev["payload"] == {"key_id": key_id, "principal": "carol", "role": "writer", "reason": "laptop lost"}
+    # Running servers notice within their 10 s key cache.
+    t0 = time.time()
+    while d.submit(token, body="after revoke").status_code == 201:
+        assert time.time() - t0 < 11, "revoked key still accepted after 11 s"
+        time.sleep(0.5)
+    r = d.submit(token, body="after revoke")
+    assert r.status_code == 401 and r.json()["type"] == "urn:oml:problem:unauthenticated"
+    listed = [json.loads(line) for line in d.run("key", "list", "--tenant", "acme").stdout.splitlines()][-1]
+    assert listed["revoked_seq"] == 8 and listed["revoked_at"] is not None
+    types = [e["type"] for e in d.get("/v1/events?after=5&limit=10", d.writer).json()["events"]]
+    assert types[:3] == ["api_key.created", "claim.submitted", "api_key.revoked"]
+    assert d.run("verify").returncode == 0
+
+    # Exact refusals, each writing nothing. Another tenant cannot revoke acme's live key.
+    d.tenant("other")
+    before = d.counts()
+    again = d.run("key", "revoke", "--tenant", "acme", key_id, check=False)
+    assert again.returncode == 4 and "api-key-revoked" in again.stderr and "seq 8" in again.stderr
+    unknown = d.run("key", "revoke", "--tenant", "acme", "ak_0123456789abcdef", check=False)
+    assert unknown.returncode == 6 and "api-key-not-found" in unknown.stderr
+    malformed = d.run("key", "revoke", "--tenant", "acme", "carol", check=False)
+    assert malformed.returncode == 2
+    foreign = d.run("key", "revoke", "--tenant", "other", keys[0]["key_id"], check=False)
+    assert foreign.returncode == 6 and "api-key-not-found" in foreign.stderr
+    assert d.counts() == before
+    assert d.submit(d.writer, body="alice still works").status_code == 201

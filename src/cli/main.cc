@@ -222,8 +222,8 @@ Status Dev(Config c) {
         OML_ASSIGN_OR_RETURN(auto created, journal::CreateTenant(*rt->journal, "demo"));
         tenant_id = created.tenant_id;
       }
-      OML_ASSIGN_OR_RETURN(std::string tok, journal::CreateApiKey(*rt->pool, tenant_id, "dev", "writer"));
-      std::ofstream(token_file) << tok << "\n";
+      OML_ASSIGN_OR_RETURN(auto key, journal::CreateApiKey(*rt->journal, tenant_id, "dev", "writer"));
+      std::ofstream(token_file) << key.token << "\n";
       fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
     }
     auto on_ready = [&] {
@@ -307,6 +307,13 @@ int Main(int argc, char** argv) {
   key_create->add_option("--tenant", key_tenant, "tenant name or id")->required();
   key_create->add_option("--role", key_role, "writer | reviewer | admin")->required();
   key_create->add_option("--principal", key_principal, "principal name (default: <role>)");
+  auto* key_revoke = key->add_subcommand("revoke", "journal api_key.revoked; the token stops working at once");
+  std::string key_id, key_reason;
+  key_revoke->add_option("--tenant", key_tenant, "tenant name or id")->required();
+  key_revoke->add_option("key_id", key_id, "ak_... (from `oml key list` or the key.created event)")->required();
+  key_revoke->add_option("--reason", key_reason, "recorded in the event");
+  auto* key_list = key->add_subcommand("list", "list a tenant's API keys (JSON lines; never the tokens)");
+  key_list->add_option("--tenant", key_tenant, "tenant name or id")->required();
   auto* key_rotate = key->add_subcommand("rotate", "journal key.issued for a new signing key and install it");
   auto* key_public = key->add_subcommand("public", "print the deployment public key (JSON)");
 
@@ -315,7 +322,7 @@ int Main(int argc, char** argv) {
   int verify_threads = 0;
   verify->add_option("--root-key", verify_root, "the deployment's first public key (default: <signing key>.root.pub)");
   verify->add_option("--tenant", verify_tenant, "only this tenant (name or id)");
-  verify->add_option("--threads", verify_threads, "worker threads (default: all cores)");
+  verify->add_option("--threads", verify_threads, "threads checking signatures (default: all cores)");
 
   auto* verify_receipt = app.add_subcommand("verify-receipt", "check a receipt offline with the deployment public key");
   std::string receipt_file, public_key_file;
@@ -399,7 +406,7 @@ int Main(int argc, char** argv) {
   }
 
   // Everything below talks to the database.
-  bool need_key = *tenant_create || *key_rotate || *erase;
+  bool need_key = *tenant_create || *key_rotate || *erase || *key_create || *key_revoke;
   auto rt = Runtime::Open(cfg, need_key);
   if (!rt.ok()) return Fail(rt.status());
   Runtime& R = **rt;
@@ -407,8 +414,8 @@ int Main(int argc, char** argv) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
     // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
     std::vector<std::string> chains = {journal::kProviderTenant};
-    if (*erase) {
-      auto t = journal::LookupTenant(*R.pool, erase_tenant);
+    if (*erase || *key_create || *key_revoke) {
+      auto t = journal::LookupTenant(*R.pool, *erase ? erase_tenant : key_tenant);
       if (!t.ok()) return Fail(t.status());
       chains = {t->tenant_id};
     }
@@ -434,9 +441,32 @@ int Main(int argc, char** argv) {
   if (*key_create) {
     auto t = journal::LookupTenant(*R.pool, key_tenant);
     if (!t.ok()) return Fail(t.status());
-    auto tok = journal::CreateApiKey(*R.pool, t->tenant_id, key_principal.empty() ? key_role : key_principal, key_role);
-    if (!tok.ok()) return Fail(tok.status());
-    std::cout << *tok << "\n";
+    auto k = journal::CreateApiKey(*R.journal, t->tenant_id, key_principal.empty() ? key_role : key_principal, key_role);
+    if (!k.ok()) return Fail(k.status());
+    std::cout << k->token << "\n";  // stdout carries the token alone, for scripts
+    std::cerr << "key id " << k->key_id << " (api_key.created at seq " << k->receipt.seq << ")\n";
+    return 0;
+  }
+  if (*key_revoke) {
+    auto t = journal::LookupTenant(*R.pool, key_tenant);
+    if (!t.ok()) return Fail(t.status());
+    auto rc = journal::RevokeApiKey(*R.journal, t->tenant_id, key_id, key_reason);
+    if (!rc.ok()) return Fail(rc.status());
+    std::cout << json{{"key_id", key_id}, {"revoked_seq", rc->seq}, {"receipt", rc->ToJson()}}.dump() << "\n";
+    return 0;
+  }
+  if (*key_list) {
+    auto t = journal::LookupTenant(*R.pool, key_tenant);
+    if (!t.ok()) return Fail(t.status());
+    auto keys = journal::ListApiKeys(*R.pool, t->tenant_id);
+    if (!keys.ok()) return Fail(keys.status());
+    for (const auto& k : *keys) {
+      json j{{"key_id", k.key_id}, {"principal", k.principal}, {"role", k.role}, {"created_at", k.created_at},
+             {"created_seq", k.created_seq ? json(k.created_seq) : json(nullptr)},
+             {"revoked_at", k.revoked_at.empty() ? json(nullptr) : json(k.revoked_at)},
+             {"revoked_seq", k.revoked_seq ? json(k.revoked_seq) : json(nullptr)}};
+      std::cout << j.dump() << "\n";
+    }
     return 0;
   }
   if (*key_rotate) {

@@ -1,6 +1,7 @@
 #include "common/work_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace oml {
 
@@ -25,9 +26,15 @@ void WorkPool::Run() {
     auto [group, fn] = std::move(queue_.front());
     queue_.pop_front();
     l.unlock();
-    fn();
+    std::exception_ptr error;
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
     fn = nullptr;  // destroy captures outside the lock
     l.lock();
+    if (error && !group->error_) group->error_ = error;
     if (--group->pending_ == 0) done_cv_.notify_all();
   }
 }
@@ -44,6 +51,12 @@ void WorkPool::Group::Add(std::function<void()> fn) {
 void WorkPool::Group::Wait() {
   std::unique_lock<std::mutex> l(pool_.mu_);
   pool_.done_cv_.wait(l, [this] { return pending_ == 0; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+WorkPool::Group::~Group() {
+  std::unique_lock<std::mutex> l(pool_.mu_);
+  pool_.done_cv_.wait(l, [this] { return pending_ == 0; });  // never throws from a destructor
 }
 
 }  // namespace oml

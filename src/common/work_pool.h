@@ -3,12 +3,14 @@
 // every core stays busy even when one chain holds most of the events).
 //
 // Tasks are grouped: Add() puts a task in a Group, and Group::Wait() returns once every task
-// added to it so far has finished. Tasks must not wait on other groups (nothing here steals
-// work, so a task waiting on the pool could wait forever). Thread-safe.
+// added to it so far has finished. An exception thrown by a task is kept, and Wait() rethrows
+// the first one (the group's other tasks still run). Tasks must not wait on other groups
+// (nothing here steals work, so a task waiting on the pool could wait forever). Thread-safe.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -28,18 +30,20 @@ class WorkPool {
   class Group {
    public:
     explicit Group(WorkPool& pool) : pool_(pool) {}
-    ~Group() { Wait(); }  // a group's tasks may reference the caller's stack
+    ~Group();  // waits: a group's tasks may reference the caller's stack
     Group(const Group&) = delete;
     Group& operator=(const Group&) = delete;
     // Queues fn on the pool as part of this group.
     void Add(std::function<void()> fn);
-    // Blocks until every task added so far has run.
+    // Blocks until every task added so far has run; then rethrows the first exception a task
+    // threw, if any (once).
     void Wait();
 
    private:
     friend class WorkPool;
     WorkPool& pool_;
-    int pending_ = 0;  // GUARDED_BY(pool_.mu_)
+    int pending_ = 0;              // GUARDED_BY(pool_.mu_)
+    std::exception_ptr error_;     // GUARDED_BY(pool_.mu_)
   };
 
  private:

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <future>
 #include <vector>
 
@@ -50,14 +54,44 @@ TEST(WorkPoolTest, AGroupWaitsOnlyForItsOwnTasks) {
   EXPECT_TRUE(a_done.load());
 }
 
+TEST(WorkPoolTest, WaitRethrowsTheFirstExceptionAfterEveryTaskRan) {
+  WorkPool pool(1);  // one thread: tasks run in order, so "first" is task 3
+  std::atomic<int> runs{0};
+  WorkPool::Group g(pool);
+  for (int i = 0; i < 10; ++i) {
+    g.Add([&runs, i] {
+      ++runs;
+      if (i == 3 || i == 7) throw std::runtime_error("task " + std::to_string(i));
+    });
+  }
+  try {
+    g.Wait();
+    FAIL() << "Wait() did not rethrow";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "task 3");
+  }
+  EXPECT_EQ(runs.load(), 10);
+  g.Wait();  // rethrown once; nothing pending
+  g.Add([&runs] { ++runs; });
+  g.Wait();
+  EXPECT_EQ(runs.load(), 11);
+}
+
 TEST(WorkPoolTest, DestroyingAGroupWaitsForItsTasks) {
   WorkPool pool(1);
   std::atomic<int> runs{0};
   for (int round = 1; round <= 3; ++round) {
-    WorkPool::Group g(pool);
-    for (int i = 0; i < 50; ++i) g.Add([&runs] { ++runs; });
-  }  // each group's destructor waits: its tasks reference this frame
-  EXPECT_EQ(runs.load(), 150);
+    {
+      WorkPool::Group g(pool);
+      for (int i = 0; i < 5; ++i) {
+        g.Add([&runs] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // still running when g goes
+          ++runs;
+        });
+      }
+    }  // the destructor waits: the tasks reference this frame
+    EXPECT_EQ(runs.load(), 5 * round);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "db/conn.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace oml::db {
 namespace {
@@ -39,9 +40,13 @@ std::string Rows::Get(int row, int col) const {
 
 int64_t Rows::GetInt(int row, int col) const {
   if (PQfformat(r_.get(), col) == 0) return std::stoll(Get(row, col));
-  // Binary: big-endian two's complement of the column's width.
+  // Binary: big-endian two's complement of the column's width (int2, int4 or int8 only).
   const auto* v = reinterpret_cast<const unsigned char*>(PQgetvalue(r_.get(), row, col));
   const int n = PQgetlength(r_.get(), row, col);
+  const Oid type = PQftype(r_.get(), col);
+  if (PQgetisnull(r_.get(), row, col) || (type != 20 && type != 21 && type != 23))  // int8, int2, int4
+    throw std::invalid_argument("GetInt: column " + std::to_string(col) + " is NULL or not an integer (type oid " +
+                                std::to_string(type) + ")");
   uint64_t u = 0;
   for (int i = 0; i < n; ++i) u = (u << 8) | v[i];
   if (n < 8 && n > 0 && (v[0] & 0x80)) u |= ~uint64_t{0} << (8 * n);  // sign-extend int2/int4

@@ -59,7 +59,8 @@ class Rows {
   int size() const { return r_ ? PQntuples(r_.get()) : 0; }
   bool IsNull(int row, int col) const { return PQgetisnull(r_.get(), row, col); }
   std::string Get(int row, int col) const;
-  // An integer column (int2, int4 or int8 in binary results).
+  // An integer column. In binary results only int2, int4 and int8 decode; anything else, or
+  // NULL, throws std::invalid_argument (as std::stoll does for text that is not a number).
   int64_t GetInt(int row, int col) const;
   // A bytea column as raw bytes (decodes the text format "\x...").
   std::string GetBytes(int row, int col) const;

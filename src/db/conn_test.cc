@@ -45,6 +45,12 @@ TEST(ConnTest, BinaryResultsDecodeIntegersBytesAndText) {
       EXPECT_TRUE(rows.IsNull(0, 5));
     }
   }
+  // Binary values that are not integers are refused, not misread.
+  auto bad = c.Pipeline({{"SELECT 1.5::numeric, NULL::int8, 7::oid", {}, "", true}});
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  EXPECT_THROW((*bad)[0].GetInt(0, 0), std::invalid_argument);
+  EXPECT_THROW((*bad)[0].GetInt(0, 1), std::invalid_argument);
+  EXPECT_THROW((*bad)[0].GetInt(0, 2), std::invalid_argument);
   // The same columns in text format still decode the same way.
   auto t = c.Query("SELECT 42::int8, '\\x00ff0a'::bytea");
   ASSERT_TRUE(t.ok());

@@ -49,6 +49,7 @@ class Journal {
  public:
   // Neither pointer is owned; both must outlive the Journal.
   Journal(db::Pool* pool, const crypto::SigningKey* key) : pool_(pool), key_(key) {}
+  db::Pool& pool() const { return *pool_; }
 
   // Called after every successful COMMIT, once per event, in commit order per tenant.
   void SetCommitListener(std::function<void(const Receipt&)> fn) { listener_ = std::move(fn); }

@@ -116,6 +116,67 @@ TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {
   EXPECT_EQ(rep->events, 9 + provider->GetInt(0, 0));  // the tenant's 9 + the provider chain, always walked
 }
 
+// Two revokes of one key race: both find it live, the first commits, and the second (queued on
+// the tenant's lock meanwhile) finds no live row in its guarded UPDATE. It fails as
+// "api-key-revoked" and journals nothing: one api_key.revoked, no seq gap.
+TEST_F(JournalPgTest, ConcurrentRevokesJournalOneRevocation) {
+  auto t = CreateTenant(*journal_, "revokes");
+  ASSERT_TRUE(t.ok());
+  const std::string tenant = t->tenant_id;
+  auto key = CreateApiKey(*journal_, tenant, "carol", "writer");
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(key->receipt.seq, 2);
+  EXPECT_EQ(key->key_id, ApiKeyId(crypto::Sha256(key->token)));
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> calls{0};
+  SyncPoints::Set("journal.after_outbox_insert", [&] {
+    if (calls++ == 0) {  // hold the first revoke before its COMMIT
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return release; });
+    }
+    return Status::Ok();
+  });
+  Result<Receipt> first = Status(Code::kInternal, "unset"), second = Status(Code::kInternal, "unset");
+  std::thread a([&] { first = RevokeApiKey(*journal_, tenant, key->key_id, "a"); });
+  while (calls.load() == 0) std::this_thread::yield();
+  std::thread b([&] { second = RevokeApiKey(*journal_, tenant, key->key_id, "b"); });  // still sees it live
+  while (journal_->QueueDepth(tenant) < 1) std::this_thread::yield();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  a.join();
+  b.join();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->seq, 3);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(second.status().type(), "api-key-revoked");
+
+  auto keys = ListApiKeys(*pool_, tenant);
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->size(), 1u);
+  EXPECT_EQ((*keys)[0].created_seq, 2);
+  EXPECT_EQ((*keys)[0].revoked_seq, 3);
+  EXPECT_FALSE((*keys)[0].revoked_at.empty());
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  auto n = su->Query("SELECT count(*), max(seq) FROM oml.journal WHERE tenant_id = $1", {db::Text(tenant)});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->Get(0, 0), "3");  // genesis, api_key.created, one api_key.revoked
+  EXPECT_EQ(n->Get(0, 1), "3");
+  // Refusals after the fact: revoked already (naming its seq), unknown, malformed.
+  auto again = RevokeApiKey(*journal_, tenant, key->key_id, "c");
+  EXPECT_EQ(again.status().type(), "api-key-revoked");
+  EXPECT_NE(again.status().message().find("(seq 3)"), std::string::npos) << again.status().message();
+  EXPECT_EQ(RevokeApiKey(*journal_, tenant, "ak_0000000000000000", "").status().code(), Code::kNotFound);
+  EXPECT_EQ(RevokeApiKey(*journal_, tenant, "ak_XYZ", "").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(CreateApiKey(*journal_, tenant, "carol", "owner").status().code(), Code::kInvalidArgument);
+}
+
 // Verification reads a chain page by page while the rows of the page before are checked on
 // the pool. Small pages put page boundaries at known seqs: 49 events are exactly 7 pages of 7.
 TEST_F(JournalPgTest, VerifyAcrossPagesFindsTheFirstBadSeqAtAndAroundPageBoundaries) {
@@ -135,6 +196,12 @@ TEST_F(JournalPgTest, VerifyAcrossPagesFindsTheFirstBadSeqAtAndAroundPageBoundar
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_TRUE(ok->problems.empty());
   auto provider_events = ok->events - 49;
+  vo.page_rows = 1;  // one row per fetch, the provider chain's too
+  auto tiny = VerifyChains(*pool_, vo);
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  EXPECT_TRUE(tiny->problems.empty());
+  EXPECT_EQ(tiny->events, ok->events);
+  vo.page_rows = 7;
 
   // As the superuser with the guard trigger off: remove a row, or flip a byte, then put it back.
   auto su = db::Conn::Connect(db::testing::SuperuserUrl());
@@ -146,22 +213,22 @@ TEST_F(JournalPgTest, VerifyAcrossPagesFindsTheFirstBadSeqAtAndAroundPageBoundar
   };
   ASSERT_TRUE(su->Exec("CREATE TABLE saved AS SELECT * FROM oml.journal WHERE tenant_id = '" + id + "'").ok());
   for (int64_t seq : {7, 8, 15, 49}) {  // last of page 1, first of page 2, first of page 3, the head
-    exec("DELETE FROM oml.journal WHERE tenant_id = '" + id + "' AND seq = " + std::to_string(seq));
+    ASSERT_NO_FATAL_FAILURE(exec("DELETE FROM oml.journal WHERE tenant_id = '" + id + "' AND seq = " + std::to_string(seq)));
     auto p = verify();
     ASSERT_EQ(p.size(), 1u) << "deleted seq " << seq;
     EXPECT_EQ(p[0].seq, seq);
     EXPECT_NE(p[0].what.find("is missing"), std::string::npos) << p[0].what;
-    exec("INSERT INTO oml.journal SELECT * FROM saved WHERE seq = " + std::to_string(seq));
+    ASSERT_NO_FATAL_FAILURE(exec("INSERT INTO oml.journal SELECT * FROM saved WHERE seq = " + std::to_string(seq)));
   }
   for (int64_t seq : {14, 22, 36}) {
-    exec("UPDATE oml.journal SET signed_bytes = overlay(signed_bytes placing '\\x20'::bytea from 40 for 1) "
-         "WHERE tenant_id = '" + id + "' AND seq = " + std::to_string(seq));
+    ASSERT_NO_FATAL_FAILURE(exec("UPDATE oml.journal SET signed_bytes = overlay(signed_bytes placing '\\x20'::bytea from 40 for 1) "
+                                 "WHERE tenant_id = '" + id + "' AND seq = " + std::to_string(seq)));
     auto p = verify();
     ASSERT_EQ(p.size(), 1u) << "flipped seq " << seq;
     EXPECT_EQ(p[0].seq, seq);
     EXPECT_EQ(p[0].what, "event_hash is not SHA-256 of the signed bytes");
-    exec("UPDATE oml.journal j SET signed_bytes = s.signed_bytes FROM saved s WHERE j.tenant_id = s.tenant_id AND j.seq = s.seq "
-         "AND j.seq = " + std::to_string(seq));
+    ASSERT_NO_FATAL_FAILURE(exec("UPDATE oml.journal j SET signed_bytes = s.signed_bytes FROM saved s "
+                                 "WHERE j.tenant_id = s.tenant_id AND j.seq = s.seq AND j.seq = " + std::to_string(seq)));
   }
   ASSERT_TRUE(su->Exec("DROP TABLE saved").ok());
   auto again = VerifyChains(*pool_, vo);

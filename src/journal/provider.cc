@@ -107,22 +107,84 @@ Result<TenantInfo> LookupTenant(db::Pool& pool, const std::string& name_or_id) {
   return NotFound("no tenant '" + name_or_id + "'", "tenant-not-found");
 }
 
-Result<std::string> CreateApiKey(db::Pool& pool, const std::string& tenant_id, const std::string& principal,
-                                 const std::string& role) {
+Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, const std::string& principal,
+                               const std::string& role) {
   if (role != "writer" && role != "reviewer" && role != "admin")
     return InvalidArgument("role must be writer, reviewer or admin: '" + role + "'");
   if (principal.empty() || principal.size() > 200) return InvalidArgument("principal must be 1..200 characters");
   std::string b64 = crypto::Base64(crypto::RandomBytes(32));
   for (auto& ch : b64) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
-  std::string token = "oml_" + b64;
+  NewApiKey out;
+  out.token = "oml_" + b64;
+  const std::string hash = crypto::Sha256(out.token);
+  out.key_id = ApiKeyId(hash);
+  EventSpec ev{"api_key.created", "operator", {{"key_id", out.key_id}, {"principal", principal}, {"role", role}},
+               nlohmann::json::object(), nullptr};
+  ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
+    return {{"INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role, created_seq) VALUES ($1, $2, $3, $4, $5)",
+             {db::Bytes(hash), db::Text(tenant_id), db::Text(principal), db::Text(role), db::Int(seq)}}};
+  };
+  OML_ASSIGN_OR_RETURN(out.receipt, journal.Append(tenant_id, ev));
+  return out;
+}
+
+Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, const std::string& key_id,
+                             const std::string& reason) {
+  static const std::regex kKeyId("^ak_[0-9a-f]{16}$");
+  if (!std::regex_match(key_id, kKeyId)) return InvalidArgument("an API key id is ak_ and 16 hex digits: '" + key_id + "'");
+  OML_ASSIGN_OR_RETURN(std::string prefix, crypto::FromHex(key_id.substr(3)));
+  std::string hash, principal, role;
+  {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, journal.pool().Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant_id, {"SELECT key_hash, principal, role FROM oml.api_keys "
+                                                           "WHERE tenant_id = $1 AND substr(key_hash, 1, 8) = $2 "
+                                                           "AND revoked_at IS NULL",
+                                                           {db::Text(tenant_id), db::Bytes(prefix)}}));
+    if (r.size() == 0) {
+      OML_ASSIGN_OR_RETURN(auto keys, ListApiKeys(journal.pool(), tenant_id));
+      for (const auto& k : keys)
+        if (k.key_id == key_id)
+          return FailedPrecondition("API key " + key_id + " is revoked already" +
+                                        (k.revoked_seq ? " (seq " + std::to_string(k.revoked_seq) + ")" : std::string()),
+                                    "api-key-revoked");
+      return NotFound("no API key " + key_id + " in this tenant", "api-key-not-found");
+    }
+    // Two live keys sharing 64 bits of SHA-256 do not happen; refuse rather than guess.
+    if (r.size() > 1) return FailedPrecondition("key id " + key_id + " names more than one key", "api-key-ambiguous");
+    hash = r.GetBytes(0, 0);
+    principal = r.Get(0, 1);
+    role = r.Get(0, 2);
+  }
+  EventSpec ev{"api_key.revoked", "operator",
+               {{"key_id", key_id}, {"principal", principal}, {"role", role}, {"reason", reason}},
+               nlohmann::json::object(), nullptr};
+  ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
+    // Guarded: if a concurrent revoke won, no row matches and 1/0 aborts this one (22012).
+    return {{"WITH u AS (UPDATE oml.api_keys SET revoked_at = now(), revoked_seq = $3 "
+             "WHERE tenant_id = $1 AND key_hash = $2 AND revoked_at IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
+             {db::Text(tenant_id), db::Bytes(hash), db::Int(seq)}}};
+  };
+  auto rc = journal.Append(tenant_id, ev);
+  if (!rc.ok() && rc.status().message().find("[22012]") != std::string::npos)
+    return FailedPrecondition("API key " + key_id + " was revoked concurrently", "api-key-revoked");
+  return rc;
+}
+
+Result<std::vector<ApiKeyInfo>> ListApiKeys(db::Pool& pool, const std::string& tenant_id) {
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-  OML_RETURN_IF_ERROR(c->Scoped(tenant_id, {"INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role) "
-                                             "VALUES ($1, $2, $3, $4)",
-                                             {db::Bytes(crypto::Sha256(token)), db::Text(tenant_id), db::Text(principal),
-                                              db::Text(role)}})
-                          .status());
-  return token;
+  OML_ASSIGN_OR_RETURN(
+      db::Rows r,
+      c->Scoped(tenant_id,
+                {"SELECT key_hash, principal, role, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+                 "coalesce(to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), ''), "
+                 "coalesce(created_seq, 0), coalesce(revoked_seq, 0) "
+                 "FROM oml.api_keys WHERE tenant_id = $1 ORDER BY created_at, key_hash",
+                 {db::Text(tenant_id)}}));
+  std::vector<ApiKeyInfo> out;
+  for (int i = 0; i < r.size(); ++i)
+    out.push_back({ApiKeyId(r.GetBytes(i, 0)), r.Get(i, 1), r.Get(i, 2), r.Get(i, 3), r.Get(i, 4), r.GetInt(i, 5), r.GetInt(i, 6)});
+  return out;
 }
 
 }  // namespace oml::journal

@@ -7,6 +7,8 @@
 //   ...    key.issued      (rotation; signed by the key it replaces)
 // Customer tenant chain:
 //   seq 1  chain.genesis   refs.provider = {tenant, seq, event_hash} of its tenant.created
+//   ...    api_key.created {"key_id", "principal", "role"}
+//   ...    api_key.revoked {"key_id", "principal", "role", "reason"}
 #pragma once
 
 #include <string>
@@ -42,10 +44,31 @@ Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key);
 // never-issued key file would sign events that `oml verify` rejects).
 Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key);
 
-// Creates an API key for (tenant, principal, role); returns the bearer token (shown once).
-// The token is "oml_" + base64url(32 random bytes); only SHA-256(token) is stored.
-Result<std::string> CreateApiKey(db::Pool& pool, const std::string& tenant_id, const std::string& principal,
-                                 const std::string& role);
+// API keys. Creating and revoking one are acts on the tenant's chain: api_key.created and
+// api_key.revoked are journalled by the operator ("operator" principal) in the same transaction
+// as the api_keys row change, so no key exists, or stops working, without its fact.
+struct NewApiKey {
+  std::string token;   // "oml_" + base64url(32 random bytes): shown once; only SHA-256 is stored
+  std::string key_id;  // ApiKeyId(): how events, logs and `oml key revoke` name the key
+  Receipt receipt;     // of api_key.created
+};
+// kInvalidArgument for a role other than writer/reviewer/admin or a principal not 1..200 chars.
+Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, const std::string& principal,
+                               const std::string& role);
+
+// kInvalidArgument unless key_id is "ak_" + 16 hex; kNotFound "api-key-not-found" if the tenant
+// has no such key; kFailedPrecondition "api-key-revoked" if it is revoked already (also when a
+// concurrent revoke wins). Afterwards the token answers 401.
+Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, const std::string& key_id,
+                             const std::string& reason);
+
+struct ApiKeyInfo {
+  std::string key_id, principal, role;
+  std::string created_at, revoked_at;   // ISO 8601; revoked_at empty while the key works
+  int64_t created_seq = 0, revoked_seq = 0;  // 0: none (created_seq 0 = made outside oml)
+};
+// The tenant's keys, oldest first.
+Result<std::vector<ApiKeyInfo>> ListApiKeys(db::Pool& pool, const std::string& tenant_id);
 
 // Short id of an API key for journal payloads: "ak_" + first 16 hex of SHA-256(token).
 std::string ApiKeyId(const std::string& token_hash_raw);

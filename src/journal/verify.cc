@@ -45,8 +45,8 @@ int64_t ParseTime(const std::string& s) {
   return static_cast<int64_t>(timegm(&tm)) * 1000000 + us;
 }
 
-// Per-row checks that need no neighbour: hash, canonical envelope agreeing with the row, and
-// (when `key` is given) the signature. Returns the parsed envelope through *env.
+// Per-row checks that need no neighbour: hash, and a canonical envelope agreeing with the row.
+// Returns the parsed envelope through *env.
 Status CheckRow(const std::string& tenant, const Row& r, Envelope* env) {
   if (crypto::Sha256(r.signed_bytes) != r.event_hash) return DataLoss("event_hash is not SHA-256 of the signed bytes");
   OML_ASSIGN_OR_RETURN(*env, Envelope::FromSignedBytes(r.signed_bytes));
@@ -165,6 +165,16 @@ class Verifier {
     return ToRows(r);
   }
 
+  // The provider chain's first key.issued row (none if there is none).
+  Result<std::vector<Row>> FirstKeyIssued(const std::string& tenant) {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
+    OML_ASSIGN_OR_RETURN(
+        db::Rows r, c->Scoped(tenant, {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
+                                       "FROM oml.journal WHERE tenant_id = $1 AND event_type = 'key.issued' ORDER BY seq LIMIT 1",
+                                       {db::Text(tenant)}, "", true}));
+    return ToRows(r);
+  }
+
   void Problem(const TenantInfo& t, int64_t seq, const std::string& what) {
     std::lock_guard<std::mutex> l(mu_);
     report_.problems.push_back({t.tenant_id, t.name, seq, what});
@@ -179,7 +189,9 @@ class Verifier {
   }
 
   // Walks one tenant's rows page by page. check_sig(row, env) returns the signature verdict for
-  // rows whose individual checks passed. Stops at the first bad seq.
+  // rows whose individual checks passed; it runs on the pool's threads, concurrently, so it may
+  // only read shared state (keys_ is complete before any customer chain is walked). seq_hook
+  // runs on this thread, in seq order. Stops at the first bad seq.
   template <typename SigCheck>
   Result<bool> Walk(const TenantInfo& t, SigCheck check_sig, std::function<Status(const Row&, const Envelope&)> seq_hook) {
     // The head is read first (same snapshot as the first page) and the walk stops there: events
@@ -210,7 +222,11 @@ class Verifier {
       Result<std::vector<Row>> next = std::vector<Row>{};
       if (rows.size() == static_cast<size_t>(page_) && rows.back().seq < head.first)
         next = Page(t.tenant_id, rows.back().seq, head.first);
-      group.Wait();
+      try {
+        group.Wait();
+      } catch (const std::exception& e) {  // a check threw (out of memory, say): no verdict
+        return Internal(std::string("checking rows of tenant ") + t.tenant_id + ": " + e.what());
+      }
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         if (r.seq != expect) {
@@ -261,10 +277,9 @@ class Verifier {
     // key.issued at seq s replaces for s+1 onward. The first key.issued also covers seq 1.
     std::string current_id;
     size_t problems_before = report_.problems.size();
-    // Find the first key, then walk. Provider chains are short; the first page suffices.
-    OML_ASSIGN_OR_RETURN(std::vector<Row> first, Page(t.tenant_id, 0, INT64_MAX));
+    // Find the first key (by event type; the walk below checks it is signed and in place).
+    OML_ASSIGN_OR_RETURN(std::vector<Row> first, FirstKeyIssued(t.tenant_id));
     for (const auto& r : first) {
-      if (r.type != "key.issued") continue;
       auto env = Envelope::FromSignedBytes(r.signed_bytes);
       if (!env.ok() || !env->payload.is_object() || !env->payload.value("public_key", nlohmann::json()).is_string() ||
           !env->payload.value("key_id", nlohmann::json()).is_string())

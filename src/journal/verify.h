@@ -34,7 +34,7 @@ struct VerifyProblem {
 
 struct VerifyOptions {
   std::string only_tenant;  // name or id; empty = all
-  int threads = 0;          // threads checking rows; 0 = hardware concurrency
+  int threads = 0;          // threads checking rows (plus twice as many walkers fetching pages); 0 = cores
   int page_rows = 0;        // rows per fetch; 0 = 4096
   // Raw Ed25519 public key of the deployment's first signing key (keys/signing.key.root.pub).
   // When set, the provider chain's first key.issued must carry exactly this key.
