@@ -5,6 +5,16 @@
 namespace oml::admission {
 namespace {
 
+// Prepends the live-key check to ev's fold when the caller acts with an API key.
+void GuardWithLiveKey(const Caller& c, journal::EventSpec& ev) {
+  if (c.api_key_hash.empty()) return;
+  ev.fold = [hash = c.api_key_hash, inner = std::move(ev.fold)](int64_t seq) {
+    std::vector<db::Stmt> out{{"SELECT oml.require_live_api_key($1)", {db::Bytes(hash)}, "oml_require_live_key"}};
+    for (auto& st : inner(seq)) out.push_back(std::move(st));
+    return out;
+  };
+}
+
 std::string BodyAad(const std::string& t, const std::string& a, int v) {
   return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
 }
@@ -101,6 +111,7 @@ Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
              {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)},
              "oml_claim_key_insert"}};
   };
+  GuardWithLiveKey(c, ev);
   OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
   m.submitted_seq = rc.seq;
   return SubmitResult{m, rc};
@@ -199,6 +210,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
             {"DELETE FROM oml.artifact_keys WHERE tenant_id = $1 AND artifact_id = $2",
              {db::Text(tenant), db::Text(artifact_id)}}};
   };
+  GuardWithLiveKey(c, ev);
   auto rc = journal_->Append(c.tenant_id, ev);
   if (!rc.ok()) {
     if (rc.status().message().find("[22012]") != std::string::npos)

@@ -26,7 +26,11 @@ struct Caller {
   std::string tenant_id;
   std::string principal;
   std::string role;        // writer | reviewer | admin
-  std::string api_key_id;  // "ak_..."
+  std::string api_key_id;  // "ak_..."; "cli" for the operator
+  // SHA-256 of the caller's token; empty for the operator. When set, the write's transaction
+  // checks the key is still live (oml.require_live_api_key): a write racing the key's
+  // revocation fails with 401 instead of landing after api_key.revoked in the chain.
+  std::string api_key_hash;
 };
 
 struct SubmitRequest {

@@ -4,8 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
+#include "common/sync_point.h"
 #include "db/test_cluster.h"
 #include "journal/canonical_json.h"
 #include "journal/provider.h"
@@ -44,6 +50,70 @@ journal::Journal* ClaimsTest::journal_;
 crypto::FileKekProvider* ClaimsTest::kek_;
 Claims* ClaimsTest::claims_;
 std::string ClaimsTest::tenant_;
+
+// A write made with an API key races that key's revocation. The revoke holds the tenant's chain
+// lock (paused before its COMMIT); the submit, authenticated before, queues behind it and is
+// refused by its own transaction. No claim by the key can follow its api_key.revoked.
+TEST_F(ClaimsTest, WriteQueuedBehindItsKeysRevocationIsRefused) {
+  auto t = journal::CreateTenant(*journal_, "revoked-writer");
+  ASSERT_TRUE(t.ok());
+  auto key = journal::CreateApiKey(*journal_, t->tenant_id, "carol", "writer");  // seq 2
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  const Caller carol{t->tenant_id, "carol", "writer", key->key_id, crypto::Sha256(key->token)};
+  auto before = claims_->Submit(carol, Req("before"));  // seq 3: the key is live
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> calls{0};
+  SyncPoints::Set("journal.after_outbox_insert", [&] {
+    if (calls++ == 0) {  // the revoke, before COMMIT
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return release; });
+    }
+    return Status::Ok();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto wait_until = [&](auto pred) {
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "interleaving not reached within 30 s";
+        std::abort();
+      }
+      std::this_thread::yield();
+    }
+  };
+  Result<journal::Receipt> revoked = Status(Code::kInternal, "unset");
+  Result<SubmitResult> late = Status(Code::kInternal, "unset");
+  std::thread a([&] { revoked = journal::RevokeApiKey(*journal_, t->tenant_id, key->key_id, "lost"); });
+  wait_until([&] { return calls.load() > 0; });
+  std::thread b([&] { late = claims_->Submit(carol, Req("after")); });
+  wait_until([&] { return journal_->QueueDepth(t->tenant_id) >= 1; });
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  a.join();
+  b.join();
+  SyncPoints::ClearAll();
+  ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
+  EXPECT_EQ(revoked->seq, 4);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(late.status().message(), "API key " + key->key_id + " is revoked");
+  // The operator (no API key) is not subject to the check; the chain ends at the revocation.
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su.ok());
+  auto n = su->Query("SELECT (SELECT max(seq) FROM oml.journal WHERE tenant_id = $1) || '/' || "
+                     "(SELECT count(*) FROM oml.artifacts WHERE tenant_id = $1)",
+                     {db::Text(t->tenant_id)});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->Get(0, 0), "4/1");
+  EXPECT_EQ(claims_->Erase(carol, before->meta.artifact_id, "").status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(claims_->Erase({t->tenant_id, "operator", "admin", "cli"}, before->meta.artifact_id, "").ok());
+}
 
 TEST_F(ClaimsTest, SubmitSignsDigestsOnlyAndFetchDecrypts) {
   auto s = claims_->Submit(As("alice", "writer"), Req("the body"));

@@ -109,7 +109,7 @@ struct Server::Impl {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, d.pool->Acquire());
     OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT tenant_id, principal, role FROM oml.authenticate($1)", {db::Bytes(hash)}));
     if (r.size() == 0 || r.IsNull(0, 0)) return Unauthenticated("unknown or revoked API key", "unauthenticated");
-    admission::Caller caller{r.Get(0, 0), r.Get(0, 1), r.Get(0, 2), journal::ApiKeyId(hash)};
+    admission::Caller caller{r.Get(0, 0), r.Get(0, 1), r.Get(0, 2), journal::ApiKeyId(hash), hash};
     std::lock_guard<std::mutex> l(auth_mu);
     if (auth_cache.size() > 10000) auth_cache.clear();
     auth_cache[hash] = {caller, Clock::now() + kAuthTtl};

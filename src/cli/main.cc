@@ -1,9 +1,12 @@
 // The `oml` command: one binary, one subcommand per operation (ARCHITECTURE.md "Components").
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -223,8 +226,13 @@ Status Dev(Config c) {
         tenant_id = created.tenant_id;
       }
       OML_ASSIGN_OR_RETURN(auto key, journal::CreateApiKey(*rt->journal, tenant_id, "dev", "writer"));
-      std::ofstream(token_file) << key.token << "\n";
-      fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+      // Created 0600 (never readable by others, not even briefly), then written.
+      int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd < 0) return Internal("cannot create " + token_file + ": " + std::strerror(errno));
+      const std::string line = key.token + "\n";
+      const bool wrote = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+      ::close(fd);
+      if (!wrote) return Internal("cannot write " + token_file);
     }
     auto on_ready = [&] {
       std::string base = "http://" + c.listen;
@@ -307,7 +315,7 @@ int Main(int argc, char** argv) {
   key_create->add_option("--tenant", key_tenant, "tenant name or id")->required();
   key_create->add_option("--role", key_role, "writer | reviewer | admin")->required();
   key_create->add_option("--principal", key_principal, "principal name (default: <role>)");
-  auto* key_revoke = key->add_subcommand("revoke", "journal api_key.revoked; the token stops working at once");
+  auto* key_revoke = key->add_subcommand("revoke", "journal api_key.revoked; writes with the token fail at once, reads within 10 s");
   std::string key_id, key_reason;
   key_revoke->add_option("--tenant", key_tenant, "tenant name or id")->required();
   key_revoke->add_option("key_id", key_id, "ak_... (from `oml key list` or the key.created event)")->required();

@@ -85,6 +85,10 @@ Status StatusFromResult(const PGresult* r, PGconn* c) {
   // fault: report it as internal, with its own type.
   if (code == "42501") return Internal(full, "database-permission-denied");
   if (code.rfind("23", 0) == 0) return FailedPrecondition(full, "constraint");
+  if (code == "OMKEY") {  // oml.require_live_api_key: the caller's message, without the SQL noise
+    const char* primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    return Unauthenticated(primary ? primary : full, "unauthenticated");
+  }
   if (code.rfind("08", 0) == 0 || code == "57P01") return Unavailable(full, "database-unavailable");
   return Internal(full);
 }

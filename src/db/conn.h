@@ -4,7 +4,9 @@
 // GetBytes() either way. SQLSTATEs map to
 // Status codes: 40001/40P01 -> kAborted, 42501 -> kInternal ("database-permission-denied": the
 // application role hitting a privilege or RLS wall is a server bug), connection loss ->
-// kUnavailable, 23xxx -> kFailedPrecondition ("constraint"), anything else -> kInternal. The SQLSTATE is kept in
+// kUnavailable, 23xxx -> kFailedPrecondition ("constraint"), oml's own OMKEY (a revoked API
+// key, raised by oml.require_live_api_key) -> kUnauthenticated with only the primary message,
+// anything else -> kInternal. The SQLSTATE is kept in
 // the message ("[42501] permission denied for table journal").
 #pragma once
 

@@ -140,10 +140,20 @@ TEST_F(JournalPgTest, ConcurrentRevokesJournalOneRevocation) {
     return Status::Ok();
   });
   Result<Receipt> first = Status(Code::kInternal, "unset"), second = Status(Code::kInternal, "unset");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto wait_until = [&](auto pred) {
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "interleaving not reached within 30 s";
+        std::abort();  // threads below would block forever
+      }
+      std::this_thread::yield();
+    }
+  };
   std::thread a([&] { first = RevokeApiKey(*journal_, tenant, key->key_id, "a"); });
-  while (calls.load() == 0) std::this_thread::yield();
+  wait_until([&] { return calls.load() > 0; });
   std::thread b([&] { second = RevokeApiKey(*journal_, tenant, key->key_id, "b"); });  // still sees it live
-  while (journal_->QueueDepth(tenant) < 1) std::this_thread::yield();
+  wait_until([&] { return journal_->QueueDepth(tenant) >= 1; });
   {
     std::lock_guard<std::mutex> l(mu);
     release = true;

@@ -134,28 +134,26 @@ Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, con
   static const std::regex kKeyId("^ak_[0-9a-f]{16}$");
   if (!std::regex_match(key_id, kKeyId)) return InvalidArgument("an API key id is ak_ and 16 hex digits: '" + key_id + "'");
   OML_ASSIGN_OR_RETURN(std::string prefix, crypto::FromHex(key_id.substr(3)));
-  std::string hash, principal, role;
+  db::Rows live;
   {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, journal.pool().Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant_id, {"SELECT key_hash, principal, role FROM oml.api_keys "
-                                                           "WHERE tenant_id = $1 AND substr(key_hash, 1, 8) = $2 "
-                                                           "AND revoked_at IS NULL",
-                                                           {db::Text(tenant_id), db::Bytes(prefix)}}));
-    if (r.size() == 0) {
-      OML_ASSIGN_OR_RETURN(auto keys, ListApiKeys(journal.pool(), tenant_id));
-      for (const auto& k : keys)
-        if (k.key_id == key_id)
-          return FailedPrecondition("API key " + key_id + " is revoked already" +
-                                        (k.revoked_seq ? " (seq " + std::to_string(k.revoked_seq) + ")" : std::string()),
-                                    "api-key-revoked");
-      return NotFound("no API key " + key_id + " in this tenant", "api-key-not-found");
-    }
-    // Two live keys sharing 64 bits of SHA-256 do not happen; refuse rather than guess.
-    if (r.size() > 1) return FailedPrecondition("key id " + key_id + " names more than one key", "api-key-ambiguous");
-    hash = r.GetBytes(0, 0);
-    principal = r.Get(0, 1);
-    role = r.Get(0, 2);
+    OML_ASSIGN_OR_RETURN(live, c->Scoped(tenant_id, {"SELECT key_hash, principal, role FROM oml.api_keys "
+                                                     "WHERE tenant_id = $1 AND substr(key_hash, 1, 8) = $2 "
+                                                     "AND revoked_at IS NULL",
+                                                     {db::Text(tenant_id), db::Bytes(prefix)}}));
+  }  // the connection goes back before ListApiKeys takes one
+  if (live.size() == 0) {
+    OML_ASSIGN_OR_RETURN(auto keys, ListApiKeys(journal.pool(), tenant_id));
+    for (const auto& k : keys)
+      if (k.key_id == key_id)
+        return FailedPrecondition("API key " + key_id + " is revoked already" +
+                                      (k.revoked_seq ? " (seq " + std::to_string(k.revoked_seq) + ")" : std::string()),
+                                  "api-key-revoked");
+    return NotFound("no API key " + key_id + " in this tenant", "api-key-not-found");
   }
+  // Two live keys sharing 64 bits of SHA-256 do not happen; refuse rather than guess.
+  if (live.size() > 1) return FailedPrecondition("key id " + key_id + " names more than one key", "api-key-ambiguous");
+  const std::string hash = live.GetBytes(0, 0), principal = live.Get(0, 1), role = live.Get(0, 2);
   EventSpec ev{"api_key.revoked", "operator",
                {{"key_id", key_id}, {"principal", principal}, {"role", role}, {"reason", reason}},
                nlohmann::json::object(), nullptr};
