@@ -2,7 +2,6 @@
 import base64
 import json
 import re
-import time
 
 import psycopg
 import pytest
@@ -207,20 +206,16 @@ def test_api_keys_are_journalled_listed_and_revoked(served):
     ev = json.loads(base64.b64decode(out["receipt"]["signed_bytes"]))
     assert ev["type"] == "api_key.revoked" and ev["principal"] == "operator"
     assert ev["payload"] == {"key_id": key_id, "principal": "carol", "role": "writer", "reason": "laptop lost"}
-    # Writes are refused at once, by their own transaction, although the server caches the key.
+    # The server still has the key cached (10 s) and would serve a read with it ...
+    assert d.get(f"/v1/claims/{artifact}", token).status_code == 200
+    # ... but a write is refused at once by its own transaction, and that evicts the cached key.
     before = d.counts()
     r = d.submit(token, body="after revoke")
     assert r.status_code == 401 and r.json()["type"] == "urn:oml:problem:unauthenticated"
     assert r.json()["detail"] == f"API key {key_id} is revoked"
     assert d.counts() == before
-    # Reads stop when the server's 10 s key cache expires.
-    assert d.get(f"/v1/claims/{artifact}", token).status_code == 200
-    t0 = time.time()
-    while d.get(f"/v1/claims/{artifact}", token).status_code == 200:
-        assert time.time() - t0 < 12, "revoked key still accepted for reads after 12 s"
-        time.sleep(0.5)
     r = d.get(f"/v1/claims/{artifact}", token)
-    assert r.status_code == 401 and r.json()["type"] == "urn:oml:problem:unauthenticated"
+    assert r.status_code == 401 and r.json()["detail"] == "unknown or revoked API key"
     listed = [json.loads(line) for line in d.run("key", "list", "--tenant", "acme").stdout.splitlines()][-1]
     assert listed["revoked_seq"] == 8 and listed["revoked_at"] is not None
     types = [e["type"] for e in d.get("/v1/events?after=5&limit=10", d.writer).json()["events"]]

@@ -68,7 +68,8 @@ struct Server::Impl {
   ServerDeps d;
   httplib::Server http;
 
-  // API-key cache: token hash -> (caller, expiry). Revocation takes effect within kAuthTtl.
+  // API-key cache: token hash -> (caller, expiry). Revocation takes effect within kAuthTtl for
+  // reads; a write checks the key in its own transaction, and its 401 evicts the entry.
   static constexpr auto kAuthTtl = std::chrono::seconds(10);
   std::mutex auth_mu;
   std::map<std::string, std::pair<admission::Caller, Clock::time_point>> auth_cache;
@@ -85,6 +86,14 @@ struct Server::Impl {
       shown = Status(s.code(), "the database is unavailable; retry later", s.type());
     }
     res.set_content(ProblemJson(shown, req.path), "application/problem+json");
+    if (s.code() == Code::kUnauthenticated) {
+      // A write's own transaction found the key revoked: stop serving it from the cache too.
+      const std::string h = req.get_header_value("Authorization");
+      if (h.rfind("Bearer ", 0) == 0) {
+        std::lock_guard<std::mutex> l(auth_mu);
+        auth_cache.erase(crypto::Sha256(h.substr(7)));
+      }
+    }
     if (s.code() == Code::kInternal || s.code() == Code::kDataLoss || s.code() == Code::kUnavailable)
       log::Error("request failed", {{"path", req.path}, {"error", s.ToString()}});
   }

@@ -59,7 +59,8 @@ Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, c
 // kInvalidArgument unless key_id is "ak_" + 16 hex; kNotFound "api-key-not-found" if the tenant
 // has no such key; kFailedPrecondition "api-key-revoked" if it is revoked already (also when a
 // concurrent revoke wins). Afterwards every write made with the token is refused (401) by its
-// own transaction; reads are refused once the servers' 10 s key cache expires.
+// own transaction; reads are refused once the servers' 10 s key cache expires (at once on a
+// server that refused a write with it).
 Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, const std::string& key_id,
                              const std::string& reason);
 
