@@ -318,7 +318,7 @@ int Main(int argc, char** argv) {
   auto* key_revoke = key->add_subcommand("revoke", "journal api_key.revoked; writes with the token fail at once, reads within 10 s");
   std::string key_id, key_reason;
   key_revoke->add_option("--tenant", key_tenant, "tenant name or id")->required();
-  key_revoke->add_option("key_id", key_id, "ak_... (from `oml key list` or the key.created event)")->required();
+  key_revoke->add_option("key_id", key_id, "ak_... (from `oml key list`, or the api_key.created event)")->required();
   key_revoke->add_option("--reason", key_reason, "recorded in the event");
   auto* key_list = key->add_subcommand("list", "list a tenant's API keys (JSON lines; never the tokens)");
   key_list->add_option("--tenant", key_tenant, "tenant name or id")->required();
