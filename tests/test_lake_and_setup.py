@@ -1,6 +1,7 @@
 """oml init's lake table, read by readers that did not write it; migrations; tenants; keys."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -135,10 +136,14 @@ def test_dev_profile_starts_everything_and_ctrl_c_stops_postgres(tmp_path):
         assert r.status_code == 201
         assert (home / "pg" / "superuser.url").exists()
         assert oct((home / "keys" / "signing.key").stat().st_mode & 0o777) == "0o600"
+        assert oct((home / "dev-writer.token").stat().st_mode & 0o777) == "0o600"
+        socket_dir = re.search(r"host=([^&]+)", (home / "pg" / "superuser.url").read_text()).group(1)
+        assert os.path.isdir(socket_dir)
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=60) == 0
         pid_file = home / "pg" / "data" / "postmaster.pid"
         assert not pid_file.exists()
+        assert not os.path.exists(socket_dir)  # removed with the cluster, not left in /tmp
     finally:
         if p.poll() is None:
             p.kill()

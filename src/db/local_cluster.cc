@@ -170,8 +170,13 @@ Status LocalCluster::Start() {
 }
 
 Status LocalCluster::Stop() {
-  if (!fs::exists(data_dir_ + "/PG_VERSION") || !Running()) return Status::Ok();
-  return Run({Bin("pg_ctl"), "-D", data_dir_, "-m", "fast", "-w", "-t", "60", "stop"}, true);
+  Status st;
+  if (fs::exists(data_dir_ + "/PG_VERSION") && Running())
+    st = Run({Bin("pg_ctl"), "-D", data_dir_, "-m", "fast", "-w", "-t", "60", "stop"}, true);
+  // The socket directory is only needed while the server runs; left behind, one empty
+  // /tmp/oml-pg-* per cluster ever started piles up. rmdir only removes it when empty.
+  if (st.ok()) ::rmdir(socket_dir_.c_str());
+  return st;
 }
 
 }  // namespace oml::db

@@ -6,7 +6,7 @@
 //   superuser.url    libpq URL of the cluster superuser, for operators and tests
 //   app.url          libpq URL of the oml_app role
 // The socket lives in /tmp/oml-pg-<hash of dir> (unix socket paths are limited to 107 bytes),
-// mode 0700.
+// mode 0700; Stop() removes it again (when empty).
 //
 // PostgreSQL refuses to run as root. When the caller is root, every server-side command runs as
 // the unprivileged `postgres` system user (Debian's package creates it) via runuser, and `dir`
