@@ -4,17 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
-#include "common/sync_point.h"
+#include "common/sync_point_testing.h"
 #include "db/test_cluster.h"
 #include "journal/canonical_json.h"
 #include "journal/provider.h"
+#include "journal/test_journal.h"
 
 namespace oml::admission {
 namespace {
@@ -22,10 +19,9 @@ namespace {
 class ClaimsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    pool_ = new db::Pool(db::testing::AppUrl(), 4);
-    key_ = new crypto::SigningKey(std::move(crypto::SigningKey::Generate()).value());
-    journal_ = new journal::Journal(pool_, key_);
-    ASSERT_TRUE(journal::InitProvider(*journal_).ok());
+    static auto* tj = new journal::testing::TestJournal(4);
+    pool_ = &tj->pool;
+    journal_ = &tj->journal;
     std::string kek_file = "/tmp/oml-claims-test-kek-" + std::to_string(::getpid());
     std::filesystem::remove(kek_file);
     ASSERT_TRUE(crypto::FileKekProvider::Generate(kek_file).ok());
@@ -38,14 +34,12 @@ class ClaimsTest : public ::testing::Test {
   static SubmitRequest Req(const std::string& body) { return {body, "wa-1", "notes/a.md", "agent", std::nullopt, "text/plain"}; }
 
   static db::Pool* pool_;
-  static crypto::SigningKey* key_;
   static journal::Journal* journal_;
   static crypto::FileKekProvider* kek_;
   static Claims* claims_;
   static std::string tenant_;
 };
 db::Pool* ClaimsTest::pool_;
-crypto::SigningKey* ClaimsTest::key_;
 journal::Journal* ClaimsTest::journal_;
 crypto::FileKekProvider* ClaimsTest::kek_;
 Claims* ClaimsTest::claims_;
@@ -63,41 +57,16 @@ TEST_F(ClaimsTest, WriteQueuedBehindItsKeysRevocationIsRefused) {
   auto before = claims_->Submit(carol, Req("before"));  // seq 3: the key is live
   ASSERT_TRUE(before.ok()) << before.status().ToString();
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::atomic<int> calls{0};
-  SyncPoints::Set("journal.after_outbox_insert", [&] {
-    if (calls++ == 0) {  // the revoke, before COMMIT
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return release; });
-    }
-    return Status::Ok();
-  });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  auto wait_until = [&](auto pred) {
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "interleaving not reached within 30 s";
-        std::abort();
-      }
-      std::this_thread::yield();
-    }
-  };
+  oml::testing::HoldFirst hold("journal.after_outbox_insert");  // the revoke, before COMMIT
   Result<journal::Receipt> revoked = Status(Code::kInternal, "unset");
   Result<SubmitResult> late = Status(Code::kInternal, "unset");
   std::thread a([&] { revoked = journal::RevokeApiKey(*journal_, t->tenant_id, key->key_id, "lost"); });
-  wait_until([&] { return calls.load() > 0; });
+  hold.WaitUntilHeld();
   std::thread b([&] { late = claims_->Submit(carol, Req("after")); });
-  wait_until([&] { return journal_->QueueDepth(t->tenant_id) >= 1; });
-  {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-  }
-  cv.notify_all();
+  oml::testing::WaitUntil([&] { return journal_->QueueDepth(t->tenant_id) >= 1; }, "submit queued");
+  hold.Release();
   a.join();
   b.join();
-  SyncPoints::ClearAll();
   ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
   EXPECT_EQ(revoked->seq, 4);
   ASSERT_FALSE(late.ok());

@@ -7,11 +7,13 @@
 #include <thread>
 
 #include "common/sync_point.h"
+#include "common/sync_point_testing.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
 #include "db/test_cluster.h"
 #include "journal/journal.h"
 #include "journal/provider.h"
+#include "journal/test_journal.h"
 #include "journal/verify.h"
 
 namespace oml::journal {
@@ -20,10 +22,9 @@ namespace {
 class JournalPgTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    pool_ = new db::Pool(db::testing::AppUrl(), 16);
-    key_ = new crypto::SigningKey(std::move(crypto::SigningKey::Generate()).value());
-    journal_ = new Journal(pool_, key_);
-    ASSERT_TRUE(InitProvider(*journal_).ok());
+    static auto* tj = new testing::TestJournal(16);
+    pool_ = &tj->pool;
+    journal_ = &tj->journal;
   }
   void TearDown() override { SyncPoints::ClearAll(); }
 
@@ -39,11 +40,9 @@ class JournalPgTest : public ::testing::Test {
   }
 
   static db::Pool* pool_;
-  static crypto::SigningKey* key_;
   static Journal* journal_;
 };
 db::Pool* JournalPgTest::pool_ = nullptr;
-crypto::SigningKey* JournalPgTest::key_ = nullptr;
 Journal* JournalPgTest::journal_ = nullptr;
 
 TEST_F(JournalPgTest, FaultPointsLeaveNoRowAndNoSeqGap) {
@@ -68,28 +67,14 @@ TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {
   ASSERT_TRUE(t.ok());
   const std::string tenant = t->tenant_id;
   // Hold the first transaction open (after its rows, before COMMIT) until 7 more appends queue.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::atomic<int> calls{0};
-  SyncPoints::Set("journal.after_outbox_insert", [&] {
-    if (calls++ == 0) {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return release; });
-    }
-    return Status::Ok();
-  });
+  oml::testing::HoldFirst hold("journal.after_outbox_insert");
   std::vector<Result<Receipt>> results(8, Status(Code::kInternal, "unset"));
   std::vector<std::thread> threads;
   threads.emplace_back([&] { results[0] = journal_->Append(tenant, Note("first")); });
-  while (calls.load() == 0) std::this_thread::yield();
+  hold.WaitUntilHeld();
   for (int i = 1; i < 8; ++i) threads.emplace_back([&, i] { results[i] = journal_->Append(tenant, Note("queued")); });
-  while (journal_->QueueDepth(tenant) < 7) std::this_thread::yield();
-  {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-  }
-  cv.notify_all();
+  oml::testing::WaitUntil([&] { return journal_->QueueDepth(tenant) >= 7; }, "7 appends queued");
+  hold.Release();
   for (auto& th : threads) th.join();
   std::vector<int64_t> seqs;
   for (auto& r : results) {
@@ -128,37 +113,13 @@ TEST_F(JournalPgTest, ConcurrentRevokesJournalOneRevocation) {
   EXPECT_EQ(key->receipt.seq, 2);
   EXPECT_EQ(key->key_id, ApiKeyId(crypto::Sha256(key->token)));
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::atomic<int> calls{0};
-  SyncPoints::Set("journal.after_outbox_insert", [&] {
-    if (calls++ == 0) {  // hold the first revoke before its COMMIT
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return release; });
-    }
-    return Status::Ok();
-  });
+  oml::testing::HoldFirst hold("journal.after_outbox_insert");  // the first revoke, before COMMIT
   Result<Receipt> first = Status(Code::kInternal, "unset"), second = Status(Code::kInternal, "unset");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  auto wait_until = [&](auto pred) {
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "interleaving not reached within 30 s";
-        std::abort();  // threads below would block forever
-      }
-      std::this_thread::yield();
-    }
-  };
   std::thread a([&] { first = RevokeApiKey(*journal_, tenant, key->key_id, "a"); });
-  wait_until([&] { return calls.load() > 0; });
+  hold.WaitUntilHeld();
   std::thread b([&] { second = RevokeApiKey(*journal_, tenant, key->key_id, "b"); });  // still sees it live
-  wait_until([&] { return journal_->QueueDepth(tenant) >= 1; });
-  {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-  }
-  cv.notify_all();
+  oml::testing::WaitUntil([&] { return journal_->QueueDepth(tenant) >= 1; }, "second revoke queued");
+  hold.Release();
   a.join();
   b.join();
   ASSERT_TRUE(first.ok()) << first.status().ToString();
