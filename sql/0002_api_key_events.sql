@@ -15,7 +15,8 @@ ALTER TABLE api_keys
 GRANT UPDATE (revoked_seq) ON api_keys TO oml_app;
 
 -- Raises SQLSTATE OMKEY unless p_hash (SHA-256 of a token) is a live key of the transaction's
--- tenant. The fold of every event written with an API key calls it first.
+-- tenant. Journal appends call it, after the journal insert, for every event written with an
+-- API key (EventSpec::api_key_hash).
 CREATE FUNCTION require_live_api_key(p_hash bytea) RETURNS void LANGUAGE plpgsql STABLE AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM oml.api_keys

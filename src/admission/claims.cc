@@ -5,16 +5,6 @@
 namespace oml::admission {
 namespace {
 
-// Prepends the live-key check to ev's fold when the caller acts with an API key.
-void GuardWithLiveKey(const Caller& c, journal::EventSpec& ev) {
-  if (c.api_key_hash.empty()) return;
-  ev.fold = [hash = c.api_key_hash, inner = std::move(ev.fold)](int64_t seq) {
-    std::vector<db::Stmt> out{{"SELECT oml.require_live_api_key($1)", {db::Bytes(hash)}, "oml_require_live_key"}};
-    for (auto& st : inner(seq)) out.push_back(std::move(st));
-    return out;
-  };
-}
-
 std::string BodyAad(const std::string& t, const std::string& a, int v) {
   return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
 }
@@ -111,7 +101,7 @@ Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
              {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)},
              "oml_claim_key_insert"}};
   };
-  GuardWithLiveKey(c, ev);
+  ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
   m.submitted_seq = rc.seq;
   return SubmitResult{m, rc};
@@ -147,7 +137,7 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
     db::Conn& c;
     ~Done() { (void)c.Exec("COMMIT"); }
   } done{*conn};
-  OML_RETURN_IF_ERROR(conn->Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(c.tenant_id)}).status());
+  OML_RETURN_IF_ERROR(conn->Pipeline({db::ScopeTo(c.tenant_id)}).status());
   OML_ASSIGN_OR_RETURN(auto meta, Load(*conn, c.tenant_id, artifact_id));
   if (!meta) return NotFound("no claim " + artifact_id, "claim-not-found");
   // Own-work rule. An erased claim stays as private as a held one: its erasure seq is only
@@ -181,8 +171,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
   ClaimMeta meta;
   {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
-    OML_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
-    OML_RETURN_IF_ERROR(conn->Query("SELECT set_config('oml.tenant_id', $1, true)", {db::Text(c.tenant_id)}).status());
+    OML_RETURN_IF_ERROR(conn->Pipeline({{"BEGIN", {}}, db::ScopeTo(c.tenant_id)}).status());
     auto m = Load(*conn, c.tenant_id, artifact_id);
     (void)conn->Exec("COMMIT");
     if (!m.ok()) return m.status();
@@ -210,10 +199,10 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
             {"DELETE FROM oml.artifact_keys WHERE tenant_id = $1 AND artifact_id = $2",
              {db::Text(tenant), db::Text(artifact_id)}}};
   };
-  GuardWithLiveKey(c, ev);
+  ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   auto rc = journal_->Append(c.tenant_id, ev);
   if (!rc.ok()) {
-    if (rc.status().message().find("[22012]") != std::string::npos)
+    if (rc.status().type() == db::kZeroRowsGuard)
       return Status(Code::kGone, "claim " + artifact_id + " was erased concurrently", "erased");
     return rc.status();
   }

@@ -27,9 +27,8 @@ struct Caller {
   std::string principal;
   std::string role;        // writer | reviewer | admin
   std::string api_key_id;  // "ak_..."; "cli" for the operator
-  // SHA-256 of the caller's token; empty for the operator. When set, the write's transaction
-  // checks the key is still live (oml.require_live_api_key): a write racing the key's
-  // revocation fails with 401 instead of landing after api_key.revoked in the chain.
+  // SHA-256 of the caller's token; empty for the operator. Writes pass it on as
+  // EventSpec::api_key_hash: a write racing the key's revocation fails with 401.
   std::string api_key_hash;
 };
 

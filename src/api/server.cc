@@ -69,7 +69,8 @@ struct Server::Impl {
   httplib::Server http;
 
   // API-key cache: token hash -> (caller, expiry). Revocation takes effect within kAuthTtl for
-  // reads; a write checks the key in its own transaction, and its 401 evicts the entry.
+  // reads; a write checks the key in its own transaction, and its 401 evicts the entry
+  // (ForgetIfRevoked).
   static constexpr auto kAuthTtl = std::chrono::seconds(10);
   std::mutex auth_mu;
   std::map<std::string, std::pair<admission::Caller, Clock::time_point>> auth_cache;
@@ -86,14 +87,6 @@ struct Server::Impl {
       shown = Status(s.code(), "the database is unavailable; retry later", s.type());
     }
     res.set_content(ProblemJson(shown, req.path), "application/problem+json");
-    if (s.code() == Code::kUnauthenticated) {
-      // A write's own transaction found the key revoked: stop serving it from the cache too.
-      const std::string h = req.get_header_value("Authorization");
-      if (h.rfind("Bearer ", 0) == 0) {
-        std::lock_guard<std::mutex> l(auth_mu);
-        auth_cache.erase(crypto::Sha256(h.substr(7)));
-      }
-    }
     if (s.code() == Code::kInternal || s.code() == Code::kDataLoss || s.code() == Code::kUnavailable)
       log::Error("request failed", {{"path", req.path}, {"error", s.ToString()}});
   }
@@ -101,6 +94,13 @@ struct Server::Impl {
   void Json(httplib::Response& res, int status, const json& body) {
     res.status = status;
     res.set_content(body.dump(), "application/json");
+  }
+
+  // After a write: a 401 from admission means the write's transaction found the key revoked.
+  void ForgetIfRevoked(const admission::Caller& c, const Status& s) {
+    if (s.code() != Code::kUnauthenticated) return;
+    std::lock_guard<std::mutex> l(auth_mu);
+    auth_cache.erase(c.api_key_hash);
   }
 
   Result<admission::Caller> Authenticate(const httplib::Request& req) {
@@ -126,7 +126,7 @@ struct Server::Impl {
   }
 
   Status WriteGate(const admission::Caller& c) {
-    if (d.fork->provider_forked)
+    if (d.fork->provider_forked())
       return Unavailable("writes are refused: the deployment's provider chain is forked (run `oml doctor`)", "chain-fork");
     auto it = d.fork->tenants.find(c.tenant_id);
     if (it == d.fork->tenants.end()) return Status::Ok();
@@ -201,6 +201,7 @@ struct Server::Impl {
     if (!sim->empty() || (j->contains("simulation_id") && !(*j)["simulation_id"].is_null())) sr.simulation_id = *sim;
     if (!mt->empty()) sr.media_type = *mt;
     auto out = d.claims->Submit(*caller, sr);
+    ForgetIfRevoked(*caller, out.status());
     if (!out.ok()) return Problem(res, req, out.status());
     json body_json = MetaJson(out->meta);
     body_json["receipt"] = out->receipt.ToJson();
@@ -231,6 +232,7 @@ struct Server::Impl {
       reason = *r;
     }
     auto out = d.claims->Erase(*caller, req.matches[1], reason);
+    ForgetIfRevoked(*caller, out.status());
     if (!out.ok()) return Problem(res, req, out.status());
     json j = MetaJson(out->first);
     j["receipt"] = out->second.ToJson();
@@ -300,24 +302,25 @@ struct Server::Impl {
 
   void Health(const httplib::Request& req, httplib::Response& res) {
     json j = {{"status", "ok"}, {"writes", "accepting"}};
-    auto c = d.pool->Acquire();
-    if (!c.ok() || !(*c)->Exec("SELECT 1").ok()) {
+    // One query, on one pooled connection: it shows the database answers and the key is in force.
+    const Status k = journal::CheckSigningKeyInForce(*d.pool, d.journal->key());
+    if (!k.ok() && k.type() != "signing-key-not-in-force") {
       j["status"] = "unavailable";
       j["writes"] = "refused";
       j["database"] = "unreachable";
       return Json(res, 503, j);
     }
     j["database"] = "ok";
-    if (Status k = journal::CheckSigningKeyInForce(*d.pool, d.journal->key()); !k.ok()) {
+    if (!k.ok()) {
       j["status"] = "degraded";
       j["writes"] = "refused";
       j["signing_key"] = "not in force";
     }
     // Unauthenticated: counts only, never tenant ids.
     j["forked_tenants"] = d.fork->tenants.size();
-    if (d.fork->provider_forked || !d.fork->tenants.empty()) {
+    if (d.fork->provider_forked() || !d.fork->tenants.empty()) {
       j["status"] = "degraded";
-      if (j["writes"] == "accepting") j["writes"] = d.fork->provider_forked ? "refused" : "refused for forked tenants";
+      if (j["writes"] == "accepting") j["writes"] = d.fork->provider_forked() ? "refused" : "refused for forked tenants";
     }
     Json(res, 200, j);
   }

@@ -19,8 +19,8 @@ namespace oml::api {
 // chain-fork); a forked provider chain refuses every write. Reads stay served. Read-only after
 // startup.
 struct ForkState {
-  bool provider_forked = false;
   std::map<std::string, std::string> tenants;  // forked tenant id -> what is wrong
+  bool provider_forked() const { return tenants.count(journal::kProviderTenant) > 0; }
 };
 
 struct ServerDeps {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -75,8 +76,9 @@ Result<std::string> ReadPublicKey(const std::string& path) {
   return *pub;
 }
 
-Status WritePublicKey(const Config& c, const crypto::SigningKey& k) {
-  std::ofstream(PublicKeyFile(c)) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump() << "\n";
+// {"key_id", "public_key" (base64)}: the format ReadPublicKey and verify-receipt read.
+Status WritePublicKey(const std::string& path, const crypto::SigningKey& k) {
+  std::ofstream(path) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump() << "\n";
   return Status::Ok();
 }
 
@@ -85,11 +87,8 @@ Status EnsureKeys(const Config& c) {
   if (!fs::exists(c.signing_key_file)) {
     OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::Generate());
     OML_RETURN_IF_ERROR(k.SaveFile(c.signing_key_file));
-    OML_RETURN_IF_ERROR(WritePublicKey(c, k));
-    if (!fs::exists(RootKeyFile(c))) {
-      std::ofstream(RootKeyFile(c)) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump()
-                                    << "\n";
-    }
+    OML_RETURN_IF_ERROR(WritePublicKey(PublicKeyFile(c), k));
+    if (!fs::exists(RootKeyFile(c))) OML_RETURN_IF_ERROR(WritePublicKey(RootKeyFile(c), k));
     log::Info("signing key generated", {{"file", c.signing_key_file}, {"key_id", k.key_id()}});
   }
   if (!fs::exists(c.kek_file)) {
@@ -173,7 +172,6 @@ Status Serve(const Config& c, const std::function<void()>& on_ready) {
   for (const auto& f : *findings) {
     log::Error("chain fork detected; writes refused", {{"tenant", f.tenant}, {"published_seq", f.published_seq},
                                                        {"stored_seq", f.stored_seq}, {"what", f.what}});
-    if (f.tenant == journal::kProviderTenant) fork.provider_forked = true;
     fork.tenants[f.tenant] = f.what;
   }
   journal::HeadPublisher& publisher = *rt->publisher;
@@ -418,15 +416,17 @@ int Main(int argc, char** argv) {
   auto rt = Runtime::Open(cfg, need_key);
   if (!rt.ok()) return Fail(rt.status());
   Runtime& R = **rt;
+  // The tenant named by --tenant, resolved once.
+  std::optional<journal::TenantInfo> target;
+  if (*erase || *key_create || *key_revoke || *key_list) {
+    auto t = journal::LookupTenant(*R.pool, *erase ? erase_tenant : key_tenant);
+    if (!t.ok()) return Fail(t.status());
+    target = *t;
+  }
   if (need_key) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
     // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
-    std::vector<std::string> chains = {journal::kProviderTenant};
-    if (*erase || *key_create || *key_revoke) {
-      auto t = journal::LookupTenant(*R.pool, *erase ? erase_tenant : key_tenant);
-      if (!t.ok()) return Fail(t.status());
-      chains = {t->tenant_id};
-    }
+    const std::vector<std::string> chains = {target ? target->tenant_id : std::string(journal::kProviderTenant)};
     auto forks = journal::CheckForks(*R.pool, *R.store, chains);
     if (!forks.ok()) return Fail(forks.status());
     if (!forks->empty())
@@ -447,26 +447,20 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*key_create) {
-    auto t = journal::LookupTenant(*R.pool, key_tenant);
-    if (!t.ok()) return Fail(t.status());
-    auto k = journal::CreateApiKey(*R.journal, t->tenant_id, key_principal.empty() ? key_role : key_principal, key_role);
+    auto k = journal::CreateApiKey(*R.journal, target->tenant_id, key_principal.empty() ? key_role : key_principal, key_role);
     if (!k.ok()) return Fail(k.status());
     std::cout << k->token << "\n";  // stdout carries the token alone, for scripts
     std::cerr << "key id " << k->key_id << " (api_key.created at seq " << k->receipt.seq << ")\n";
     return 0;
   }
   if (*key_revoke) {
-    auto t = journal::LookupTenant(*R.pool, key_tenant);
-    if (!t.ok()) return Fail(t.status());
-    auto rc = journal::RevokeApiKey(*R.journal, t->tenant_id, key_id, key_reason);
+    auto rc = journal::RevokeApiKey(*R.journal, target->tenant_id, key_id, key_reason);
     if (!rc.ok()) return Fail(rc.status());
     std::cout << json{{"key_id", key_id}, {"revoked_seq", rc->seq}, {"receipt", rc->ToJson()}}.dump() << "\n";
     return 0;
   }
   if (*key_list) {
-    auto t = journal::LookupTenant(*R.pool, key_tenant);
-    if (!t.ok()) return Fail(t.status());
-    auto keys = journal::ListApiKeys(*R.pool, t->tenant_id);
+    auto keys = journal::ListApiKeys(*R.pool, target->tenant_id);
     if (!keys.ok()) return Fail(keys.status());
     for (const auto& k : *keys) {
       json j{{"key_id", k.key_id}, {"principal", k.principal}, {"role", k.role}, {"created_at", k.created_at},
@@ -491,19 +485,17 @@ int Main(int argc, char** argv) {
     std::string old_id = R.key->key_id();
     fs::rename(cfg.signing_key_file, cfg.signing_key_file + "." + old_id.substr(8) + ".retired");
     fs::rename(staged, cfg.signing_key_file);
-    (void)WritePublicKey(cfg, *nk);
+    (void)WritePublicKey(PublicKeyFile(cfg), *nk);
     std::cout << "key.issued at provider seq " << rc->seq << ": " << nk->key_id() << " replaces " << old_id
               << "\nrunning `oml serve` replicas now refuse writes (503 signing-key-not-in-force) until restarted "
                  "with the new key file " << cfg.signing_key_file << "\n";
     return 0;
   }
   if (*erase) {
-    auto t = journal::LookupTenant(*R.pool, erase_tenant);
-    if (!t.ok()) return Fail(t.status());
     auto kek = crypto::FileKekProvider::Load(cfg.kek_file);
     if (!kek.ok()) return Fail(kek.status());
     admission::Claims claims(R.journal.get(), R.pool.get(), kek->get(), cfg.max_body_bytes);
-    admission::Caller op{t->tenant_id, "operator", "admin", "cli"};
+    admission::Caller op{target->tenant_id, "operator", "admin", "cli"};
     auto out = claims.Erase(op, erase_id, erase_reason);
     if (!out.ok()) return Fail(out.status());
     std::cout << json{{"artifact_id", erase_id}, {"erased_seq", out->second.seq}, {"receipt", out->second.ToJson()}}.dump()

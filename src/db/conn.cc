@@ -90,6 +90,9 @@ Status StatusFromResult(const PGresult* r, PGconn* c) {
     return Unauthenticated(primary ? primary : full, "unauthenticated");
   }
   if (code.rfind("08", 0) == 0 || code == "57P01") return Unavailable(full, "database-unavailable");
+  // Division by zero is how oml's guarded UPDATEs say "no row matched" (SELECT 1/count(*) FROM
+  // the UPDATE's RETURNING); callers that use one turn this type into their own answer.
+  if (code == "22012") return Internal(full, kZeroRowsGuard);
   return Internal(full);
 }
 
@@ -219,7 +222,7 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
 Result<Rows> Conn::Scoped(const std::string& tenant, Stmt stmt) {
   OML_ASSIGN_OR_RETURN(std::vector<Rows> rs,
                        Pipeline({{"BEGIN", {}},
-                                 {"SELECT set_config('oml.tenant_id', $1, true)", {Text(tenant)}},
+                                 ScopeTo(tenant),
                                  std::move(stmt),
                                  {"COMMIT", {}}}));
   return std::move(rs[2]);

@@ -6,7 +6,7 @@
 // application role hitting a privilege or RLS wall is a server bug), connection loss ->
 // kUnavailable, 23xxx -> kFailedPrecondition ("constraint"), oml's own OMKEY (a revoked API
 // key, raised by oml.require_live_api_key) -> kUnauthenticated with only the primary message,
-// anything else -> kInternal. The SQLSTATE is kept in
+// 22012 -> kInternal typed kZeroRowsGuard, anything else -> kInternal. The SQLSTATE is kept in
 // the message ("[42501] permission denied for table journal").
 #pragma once
 
@@ -26,6 +26,10 @@
 #include "common/status.h"
 
 namespace oml::db {
+
+// Status type of SQLSTATE 22012 (code kInternal): a guarded statement,
+// `WITH u AS (UPDATE ... RETURNING 1) SELECT 1/count(*) FROM u`, matched no row.
+inline constexpr char kZeroRowsGuard[] = "zero-rows-guard";
 
 // A query parameter: NULL, text, or raw bytes sent in binary format (for bytea).
 struct Param {
@@ -52,6 +56,12 @@ struct Stmt {
   std::string name;
   bool binary_result = false;
 };
+
+// Scopes the current transaction to `tenant` for row-level security (the setting oml.tenant_id,
+// transaction-local), as a statement prepared once per connection.
+inline Stmt ScopeTo(const std::string& tenant) {
+  return {"SELECT set_config('oml.tenant_id', $1, true)", {Text(tenant)}, "oml_scope"};
+}
 
 // A materialized result. Move-only.
 class Rows {

@@ -69,6 +69,7 @@ TEST(ConnTest, FirstErrorWinsAndLaterStatementsDoNotRun) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInternal);
   EXPECT_NE(r.status().message().find("[22012]"), std::string::npos);
+  EXPECT_EQ(r.status().type(), kZeroRowsGuard);
   ASSERT_TRUE(c.Exec("ROLLBACK").ok());
   auto n = c.Query("SELECT count(*) FROM t");
   ASSERT_TRUE(n.ok());

@@ -112,7 +112,14 @@ void HeadPublisher::Loop() {
 
 Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store,
                                             const std::vector<std::string>& only) {
-  OML_ASSIGN_OR_RETURN(auto tenants, ListTenants(pool));
+  // Tenants the database has. With `only`, the caller resolved those tenants already.
+  std::map<std::string, bool> known;
+  if (only.empty()) {
+    OML_ASSIGN_OR_RETURN(auto tenants, ListTenants(pool));
+    for (const auto& t : tenants) known[t.tenant_id] = true;
+  } else {
+    for (const auto& t : only) known[t] = true;
+  }
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
   std::map<std::string, std::string> keys;
   {
@@ -125,8 +132,6 @@ Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& s
   } else {
     for (const auto& t : only) published.push_back(HeadKey(t));
   }
-  std::map<std::string, bool> known;
-  for (const auto& t : tenants) known[t.tenant_id] = true;
   std::vector<ForkFinding> out;
   for (const auto& key : published) {
     std::string tenant = key.substr(std::string("oml-heads/").size());

@@ -76,7 +76,8 @@ struct ForkFinding {
 
 // Compares published heads with the database. Returns the findings (empty = no fork).
 // `only` empty: every published head (startup, doctor). Otherwise just those tenants' heads
-// (a CLI write checks the chains it is about to extend, in O(1) rather than O(tenants)).
+// (a CLI write checks the chains it is about to extend, in O(1) rather than O(tenants)); the
+// caller must have resolved them (they are taken to exist in the database).
 Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store,
                                             const std::vector<std::string>& only = {});
 

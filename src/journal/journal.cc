@@ -135,7 +135,7 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   std::vector<db::Stmt> rt1;
   // READ COMMITTED is required: the head must be read with a snapshot taken after the lock.
   if (!open_) rt1.push_back({"BEGIN ISOLATION LEVEL READ COMMITTED", {}});
-  rt1.push_back({"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}, "oml_scope"});
+  rt1.push_back(db::ScopeTo(tenant));
   rt1.push_back({"SELECT head_seq, head_hash, key_in_force FROM oml.lock_head($1::uuid)", {db::Text(tenant)}, "oml_lock_head"});
   open_ = true;
   auto r1 = conn_->Pipeline(rt1);
@@ -197,6 +197,8 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
                    {db::Text(tenant), db::Int(e.seq), db::Bytes(e.prev_hash), db::Bytes(rc.event_hash),
                     db::Text(e.type), db::Text(e.key_id), db::Bytes(rc.signed_bytes), db::Bytes(rc.signature)},
                    "oml_journal_insert"});
+    if (!ev->api_key_hash.empty())
+      rt2.push_back({"SELECT oml.require_live_api_key($1)", {db::Bytes(ev->api_key_hash)}, "oml_require_live_key"});
     if (ev->fold) {
       for (auto& st : ev->fold(e.seq)) rt2.push_back(std::move(st));
     }

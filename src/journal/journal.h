@@ -37,12 +37,17 @@ namespace oml::journal {
 
 // One event to append. `fold` returns the fold-state statements for the assigned seq; they run
 // in the same transaction, after the journal insert and before the outbox insert.
+// `api_key_hash` (SHA-256 of the caller's token; empty for operator and system acts): the event
+// is written only if that API key is still live, checked in the same transaction under the chain
+// lock (oml.require_live_api_key, SQLSTATE OMKEY -> kUnauthenticated), so no event by a key can
+// follow its api_key.revoked.
 struct EventSpec {
   std::string type;
   std::string principal;
   nlohmann::json payload = nlohmann::json::object();
   nlohmann::json refs = nlohmann::json::object();
   std::function<std::vector<db::Stmt>(int64_t seq)> fold;
+  std::string api_key_hash;
 };
 
 class Journal {

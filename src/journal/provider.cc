@@ -12,7 +12,7 @@ Result<bool> InitProvider(Journal& journal) {
   // One transaction under the provider chain lock: two concurrent inits serialize, and the
   // second sees the first one's genesis and does nothing.
   OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
-  OML_ASSIGN_OR_RETURN(auto rs, tx.Run({{"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}},
+  OML_ASSIGN_OR_RETURN(auto rs, tx.Run({db::ScopeTo(kProviderTenant),
                                         {"SELECT head_seq FROM oml.lock_head($1::uuid)", {db::Text(kProviderTenant)}}}));
   if (rs[1].GetInt(0, 0) > 0) return false;  // Txn rolls back on destruction
   OML_RETURN_IF_ERROR(tx.Run({{"INSERT INTO oml.tenants (tenant_id, name) VALUES ($1, 'provider') ON CONFLICT DO NOTHING",
@@ -71,10 +71,10 @@ Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
   EventSpec created{"tenant.created", "system", {{"tenant_id", id}, {"name", name}}, nlohmann::json::object(), nullptr};
   created.fold = [id, name](int64_t seq) -> std::vector<db::Stmt> {
     // The registry row is inserted in the new tenant's scope (RLS WITH CHECK).
-    return {{"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(id)}},
+    return {db::ScopeTo(id),
             {"INSERT INTO oml.tenants (tenant_id, name, created_seq) VALUES ($1, $2, $3)",
              {db::Text(id), db::Text(name), db::Int(seq)}},
-            {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(kProviderTenant)}}};
+            db::ScopeTo(kProviderTenant)};
   };
   auto rc = tx.Append(kProviderTenant, created);
   if (!rc.ok()) {
@@ -164,7 +164,7 @@ Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, con
              {db::Text(tenant_id), db::Bytes(hash), db::Int(seq)}}};
   };
   auto rc = journal.Append(tenant_id, ev);
-  if (!rc.ok() && rc.status().message().find("[22012]") != std::string::npos)
+  if (!rc.ok() && rc.status().type() == db::kZeroRowsGuard)
     return FailedPrecondition("API key " + key_id + " was revoked concurrently", "api-key-revoked");
   return rc;
 }

@@ -143,7 +143,7 @@ class Verifier {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
         auto rs, c->Pipeline({{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}},
-                              {"SELECT set_config('oml.tenant_id', $1, true)", {db::Text(tenant)}},
+                              db::ScopeTo(tenant),
                               {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
                                {db::Text(tenant)}, "verify_head", true},
                               {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
