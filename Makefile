@@ -41,15 +41,19 @@ $(VENV)/.installed: tests/requirements.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
+CTEST = cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+PYTEST = OML_BIN=$(OML) $(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
+
+# C++ tests first, then Python (in sequence: both start PostgreSQL clusters on the same cores).
 test: build venv
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
-	OML_BIN=$(OML) $(VENV)/bin/python -m pytest -q tests
+	$(CTEST)
+	$(PYTEST)
 
 test-cpp: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(CTEST)
 
 test-py: build venv
-	OML_BIN=$(OML) $(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
+	$(PYTEST)
 
 bench: build venv
 	OML_BIN=$(OML) bench/commit-point

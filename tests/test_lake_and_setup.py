@@ -157,16 +157,16 @@ def test_local_profile_works_for_a_non_root_user():
     import shutil
     import tempfile
     base = Path(tempfile.mkdtemp(prefix="oml-nonroot-", dir="/tmp"))
+    home = base / "home"
+
+    def run(*args):
+        return subprocess.run(["runuser", "-u", "postgres", "--", "env", f"OML_HOME={home}", "OML_LOG_LEVEL=warn",
+                               str(base / "oml"), *args], capture_output=True, text=True, timeout=120)
     try:
         shutil.copy(OML_BIN, base / "oml")
-        home = base / "home"
         home.mkdir()
         subprocess.run(["chown", "-R", "postgres:postgres", str(base)], check=True)
         os.chmod(base, 0o755)
-
-        def run(*args):
-            return subprocess.run(["runuser", "-u", "postgres", "--", "env", f"OML_HOME={home}", "OML_LOG_LEVEL=warn",
-                                   str(base / "oml"), *args], capture_output=True, text=True, timeout=120)
         start = run("cluster", "start")
         assert start.returncode == 0, start.stderr
         assert run("init").returncode == 0

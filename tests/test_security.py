@@ -86,7 +86,6 @@ def test_tamper_resigned_with_foreign_key(chain):
 def test_verify_requires_the_root_key(chain, tmp_path):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives import serialization
-    import base64
     other = Ed25519PrivateKey.generate().public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     f = tmp_path / "root.pub"
     f.write_text(json.dumps({"public_key": base64.b64encode(other).decode()}))
