@@ -227,15 +227,6 @@ pub struct OmlStorageStore {
     prefix: Path,
 }
 
-fn parse_prefix(raw: &str) -> FfiResult<Path> {
-    Path::parse(raw).or_else(|e| {
-        fail(
-            OML_STORAGE_INVALID_ARGUMENT,
-            format!("bad prefix {raw:?}: {e}"),
-        )
-    })
-}
-
 fn open_local(dir: &std::path::Path) -> FfiResult<OmlStorageStore> {
     if !dir.is_absolute() {
         return fail(
@@ -312,10 +303,16 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
                     }
                     f
                 })?;
-            let prefix = percent_decode(url.path())?;
+            // The URL path, percent-decoded and parsed as an object_store path.
+            let prefix = Path::from_url_path(url.path()).or_else(|e| {
+                fail(
+                    OML_STORAGE_INVALID_ARGUMENT,
+                    format!("bad prefix in {url_str:?}: {e}"),
+                )
+            })?;
             Ok(OmlStorageStore {
                 store: Arc::new(s3),
-                prefix: parse_prefix(&prefix)?,
+                prefix,
             })
         }
         other => fail(
@@ -323,26 +320,6 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
             format!("unsupported store scheme {other:?} in {url_str:?} (want file:// or s3://)"),
         ),
     }
-}
-
-fn percent_decode(s: &str) -> FfiResult<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-            if let Ok(v) = u8::from_str_radix(hex, 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out)
-        .or_else(|_| fail(OML_STORAGE_INVALID_ARGUMENT, format!("bad URL path {s:?}")))
 }
 
 fn key_path(store: &OmlStorageStore, key: &str) -> FfiResult<Path> {
