@@ -20,6 +20,9 @@ namespace {
 constexpr int kDefaultPage = 4096;
 constexpr size_t kChunk = 32;
 
+// The journal columns a Row holds, in its order (the page statements ask for them in binary).
+#define OML_VERIFY_ROW_COLUMNS "seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature"
+
 struct Row {
   int64_t seq;
   std::string prev_hash, event_hash, type, key_id, signed_bytes, signature;
@@ -43,6 +46,27 @@ int64_t ParseTime(const std::string& s) {
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   return static_cast<int64_t>(timegm(&tm)) * 1000000 + us;
+}
+
+// The key a key.issued payload carries: {"key_id", "public_key" (base64 of 32 bytes)}.
+struct IssuedKey {
+  std::string key_id;
+  std::string raw;  // 32 bytes
+  crypto::PublicKey key;
+};
+Result<IssuedKey> ParseKeyIssued(const Envelope& e) {
+  const auto& p = e.payload;
+  if (!p.is_object() || !p.value("public_key", nlohmann::json()).is_string() || !p.value("key_id", nlohmann::json()).is_string())
+    return DataLoss("key.issued payload has a malformed public key or key id");
+  IssuedKey k;
+  k.key_id = p["key_id"].get<std::string>();
+  auto raw = crypto::FromBase64(p["public_key"].get<std::string>());
+  if (!raw.ok() || raw->size() != 32) return DataLoss("key.issued payload has a malformed public key or key id");
+  auto key = crypto::PublicKey::FromRaw(*raw);
+  if (!key.ok()) return DataLoss("key.issued payload has a malformed public key: " + key.status().message());
+  k.raw = *raw;
+  k.key = *key;
+  return k;
 }
 
 // Per-row checks that need no neighbour: hash, and a canonical envelope agreeing with the row.
@@ -146,7 +170,7 @@ class Verifier {
                               db::ScopeTo(tenant),
                               {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
                                {db::Text(tenant)}, "verify_head", true},
-                              {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
+                              {"SELECT " OML_VERIFY_ROW_COLUMNS " "
                                "FROM oml.journal WHERE tenant_id = $1 AND seq <= "
                                "(SELECT seq FROM oml.chain_heads WHERE tenant_id = $1) ORDER BY seq LIMIT $2",
                                {db::Text(tenant), db::Int(page_)}, "verify_first_page", true},
@@ -159,7 +183,7 @@ class Verifier {
   Result<std::vector<Row>> Page(const std::string& tenant, int64_t after, int64_t upto) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
-        db::Rows r, c->Scoped(tenant, {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
+        db::Rows r, c->Scoped(tenant, {"SELECT " OML_VERIFY_ROW_COLUMNS " "
                                        "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
                                        {db::Text(tenant), db::Int(after), db::Int(upto), db::Int(page_)}, "verify_page", true}));
     return ToRows(r);
@@ -169,7 +193,7 @@ class Verifier {
   Result<std::vector<Row>> FirstKeyIssued(const std::string& tenant) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
-        db::Rows r, c->Scoped(tenant, {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature "
+        db::Rows r, c->Scoped(tenant, {"SELECT " OML_VERIFY_ROW_COLUMNS " "
                                        "FROM oml.journal WHERE tenant_id = $1 AND event_type = 'key.issued' ORDER BY seq LIMIT 1",
                                        {db::Text(tenant)}, "", true}));
     return ToRows(r);
@@ -279,29 +303,24 @@ class Verifier {
     size_t problems_before = report_.problems.size();
     // Find the first key (by event type; the walk below checks it is signed and in place).
     OML_ASSIGN_OR_RETURN(std::vector<Row> first, FirstKeyIssued(t.tenant_id));
-    for (const auto& r : first) {
+    bool root_mismatch = false;
+    if (!first.empty()) {
+      const Row& r = first.front();
       auto env = Envelope::FromSignedBytes(r.signed_bytes);
-      if (!env.ok() || !env->payload.is_object() || !env->payload.value("public_key", nlohmann::json()).is_string() ||
-          !env->payload.value("key_id", nlohmann::json()).is_string())
-        break;  // the walk below reports this seq
-      auto pub = crypto::FromBase64(env->payload["public_key"].get<std::string>());
-      if (!pub.ok()) break;
-      if (!opts_.root_public_key.empty() && *pub != opts_.root_public_key) {
+      auto issued = env.ok() ? ParseKeyIssued(*env) : Result<IssuedKey>(env.status());
+      if (issued.ok() && !opts_.root_public_key.empty() && issued->raw != opts_.root_public_key) {
         // The trust anchor: without it, whoever can rewrite the database could re-sign every
         // chain under a key of their own and still pass.
         Problem(t, r.seq, "the first key.issued is not the deployment's root key");  // always reported
-        root_mismatch_ = true;
-        break;
+        root_mismatch = true;
+      } else if (issued.ok()) {  // otherwise the walk below reports this seq
+        KeyInfo k;
+        k.public_key = issued->key;
+        k.issued_seq = r.seq;
+        k.issued_us = ParseTime(env->time);
+        current_id = issued->key_id;
+        keys_[current_id] = k;
       }
-      auto key = crypto::PublicKey::FromRaw(*pub);
-      if (!key.ok()) break;  // the walk below reports this seq
-      KeyInfo k;
-      k.public_key = *key;
-      k.issued_seq = r.seq;
-      k.issued_us = ParseTime(env->time);
-      current_id = env->payload.value("key_id", "");
-      keys_[current_id] = k;
-      break;
     }
     std::string last_id = current_id;
     auto sig_ok = [&](const Row& r, const Envelope& e) -> Status { return Status::Ok(); };
@@ -314,28 +333,25 @@ class Verifier {
       if (!it->second.public_key.Verify(r.signed_bytes, r.signature))
         return DataLoss("signature does not verify under key " + last_id);
       if (e.type == "key.issued") {
-        std::string kid = e.payload.value("key_id", "");
-        auto pub = crypto::FromBase64(e.payload.value("public_key", ""));
-        if (!pub.ok() || pub->size() != 32 || crypto::KeyIdFor(*pub) != kid)
+        OML_ASSIGN_OR_RETURN(IssuedKey issued, ParseKeyIssued(e));
+        if (crypto::KeyIdFor(issued.raw) != issued.key_id)
           return DataLoss("key.issued payload has a malformed public key or key id");
-        auto key = crypto::PublicKey::FromRaw(*pub);
-        if (!key.ok()) return DataLoss("key.issued payload has a malformed public key: " + key.status().message());
         int64_t at = ParseTime(e.time);
-        if (kid != last_id) {
+        if (issued.key_id != last_id) {
           keys_[last_id].retired_us = at;
           KeyInfo k;
-          k.public_key = *key;
+          k.public_key = issued.key;
           k.issued_seq = r.seq;
           k.issued_us = at;
-          keys_[kid] = k;
-          last_id = kid;
+          keys_[issued.key_id] = k;
+          last_id = issued.key_id;
         }
       } else if (e.type == "tenant.created") {
         created_[e.payload.value("tenant_id", "")] = {r.seq, r.event_hash};
       }
       return Status::Ok();
     };
-    if (root_mismatch_) return Status::Ok();  // no key can be trusted: every tenant fails below
+    if (root_mismatch) return Status::Ok();  // no key can be trusted: every tenant fails below
     OML_ASSIGN_OR_RETURN(bool ok, Walk(t, sig_ok, seq_hook));
     (void)ok;
     if (!report) report_.problems.resize(problems_before);
@@ -381,7 +397,6 @@ class Verifier {
   int64_t total_ = 0;
   VerifyReport report_;
   std::map<std::string, KeyInfo> keys_;
-  bool root_mismatch_ = false;
   std::map<std::string, std::pair<int64_t, std::string>> created_;
 };
 
