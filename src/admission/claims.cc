@@ -5,6 +5,14 @@
 namespace oml::admission {
 namespace {
 
+// Own-work rule: a held claim exists only for its author, reviewers and admins (404 for anyone
+// else, so ids cannot be probed). An erased claim stays as private as a held one: its erasure
+// seq is only revealed to those who could read it.
+bool HiddenFrom(const ClaimMeta& m, const Caller& c) {
+  return (m.state == "held" || m.state == "erased") && m.principal != c.principal && c.role != "reviewer" &&
+         c.role != "admin";
+}
+
 std::string BodyAad(const std::string& t, const std::string& a, int v) {
   return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
 }
@@ -140,11 +148,7 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
   OML_RETURN_IF_ERROR(conn->Pipeline({db::ScopeTo(c.tenant_id)}).status());
   OML_ASSIGN_OR_RETURN(auto meta, Load(*conn, c.tenant_id, artifact_id));
   if (!meta) return NotFound("no claim " + artifact_id, "claim-not-found");
-  // Own-work rule. An erased claim stays as private as a held one: its erasure seq is only
-  // revealed to those who could read it.
-  if ((meta->state == "held" || meta->state == "erased") && meta->principal != c.principal && c.role != "reviewer" &&
-      c.role != "admin")
-    return NotFound("no claim " + artifact_id, "claim-not-found");
+  if (HiddenFrom(*meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
   if (meta->erased_seq)
     return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
   OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek FROM oml.artifact_bodies b "
@@ -178,11 +182,9 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
     if (!*m) return NotFound("no claim " + artifact_id, "claim-not-found");
     meta = **m;
   }
-  if (c.role != "admin" && meta.principal != c.principal) {
-    if ((meta.state == "held" || meta.state == "erased") && c.role != "reviewer")
-      return NotFound("no claim " + artifact_id, "claim-not-found");
+  if (HiddenFrom(meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
+  if (c.role != "admin" && meta.principal != c.principal)
     return PermissionDenied("only an admin or the author may erase a claim", "forbidden-role");
-  }
   if (meta.erased_seq)
     return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta.erased_seq), "erased");
   nlohmann::json payload = {{"artifact_id", artifact_id},

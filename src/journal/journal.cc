@@ -123,7 +123,7 @@ Status Journal::Txn::Rollback() {
 
 Result<Receipt> Journal::Txn::Append(const std::string& tenant, const EventSpec& ev, bool commit_now) {
   OML_ASSIGN_OR_RETURN(std::vector<Receipt> rs, AppendMany(tenant, {&ev}, commit_now));
-  return rs.front();
+  return std::move(rs.front());
 }
 
 Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant, const std::vector<const EventSpec*>& evs,
@@ -215,31 +215,34 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
                  "oml_advance_head"});
   if (commit_now) rt2.push_back({"COMMIT", {}});
   auto r2 = conn_->Pipeline(rt2);
-  if (r2.ok() && commit_now && r2->back().CommandTag() != "COMMIT") {
-    r2 = Status(Code::kAborted, "COMMIT answered " + r2->back().CommandTag());
-  }
-  if (r2.ok() && commit_now && conn_->TakeSyncRepWarning()) {
-    // Committed locally but not acknowledged by the synchronous standbys: not durable by the
-    // production definition, so not acknowledged (no receipt, no published head).
-    done_ = true;
-    Metrics::Get().Commit(false, Since(t0));
-    return Unavailable("the commit was not confirmed by the synchronous standbys; its outcome must be "
-                       "checked before retrying",
-                       "commit-not-replicated");
-  }
   if (!r2.ok()) {
     (void)Rollback();
     Metrics::Get().Commit(false, Since(t0));
     return r2.status();
   }
-  for (const auto& rc : out) pending_.push_back(rc);
-  if (commit_now) {
-    done_ = true;
-    Metrics::Get().Commit(true, Since(t0));
-    j_->Notify(pending_);
-    pending_.clear();
+  if (!commit_now) {
+    pending_.insert(pending_.end(), out.begin(), out.end());  // notified at Commit()
+    return out;
   }
+  done_ = true;
+  Status verdict = CommitVerdict(r2->back());
+  Metrics::Get().Commit(verdict.ok(), Since(t0));
+  if (!verdict.ok()) return verdict;
+  pending_.insert(pending_.end(), out.begin(), out.end());
+  j_->Notify(pending_);
+  pending_.clear();
   return out;
+}
+
+Status Journal::Txn::CommitVerdict(const db::Rows& commit) {
+  if (commit.CommandTag() != "COMMIT") return Status(Code::kAborted, "COMMIT answered " + commit.CommandTag());
+  // Committed locally but not acknowledged by the synchronous standbys: not durable by the
+  // production definition, so not acknowledged (no receipt, no published head).
+  if (conn_->TakeSyncRepWarning())
+    return Unavailable("the commit was not confirmed by the synchronous standbys; its outcome must be "
+                       "checked before retrying",
+                       "commit-not-replicated");
+  return Status::Ok();
 }
 
 Result<std::vector<db::Rows>> Journal::Txn::Run(std::vector<db::Stmt> stmts) {
@@ -259,13 +262,11 @@ Result<std::vector<db::Rows>> Journal::Txn::Run(std::vector<db::Stmt> stmts) {
 Status Journal::Txn::Commit() {
   if (done_) return Internal("transaction already finished");
   const auto t0 = Clock::now();
-  auto r = conn_->Exec("COMMIT");
   done_ = true;
-  if (r.ok() && r->CommandTag() != "COMMIT") r = Status(Code::kAborted, "COMMIT answered " + r->CommandTag());
-  if (r.ok() && conn_->TakeSyncRepWarning())
-    r = Unavailable("the commit was not confirmed by the synchronous standbys", "commit-not-replicated");
-  Metrics::Get().Commit(r.ok(), Since(t0));
-  if (!r.ok()) return r.status();
+  auto r = conn_->Exec("COMMIT");
+  Status verdict = r.ok() ? CommitVerdict(*r) : r.status();
+  Metrics::Get().Commit(verdict.ok(), Since(t0));
+  if (!verdict.ok()) return verdict;
   j_->Notify(pending_);
   pending_.clear();
   return Status::Ok();
