@@ -1,6 +1,7 @@
 // Claims against a real PostgreSQL cluster: digest-only events, encrypted bodies, integrity,
 // crypto-shredding, own-work rule.
 #include "admission/claims.h"
+#include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -22,11 +23,10 @@ class ClaimsTest : public ::testing::Test {
     static auto* tj = new journal::testing::TestJournal(4);
     pool_ = &tj->pool;
     journal_ = &tj->journal;
-    std::string kek_file = "/tmp/oml-claims-test-kek-" + std::to_string(::getpid());
-    std::filesystem::remove(kek_file);
+    oml::testing::ScopedTempDir tmp("oml-claims-test");
+    const std::string kek_file = (tmp.path() / "kek.key").string();
     ASSERT_TRUE(crypto::FileKekProvider::Generate(kek_file).ok());
     kek_ = crypto::FileKekProvider::Load(kek_file).value().release();
-    std::filesystem::remove(kek_file);
     claims_ = new Claims(journal_, pool_, kek_, 64);
     tenant_ = journal::CreateTenant(*journal_, "claims").value().tenant_id;
   }

@@ -1,4 +1,5 @@
 #include "blob/object_store.h"
+#include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -15,21 +16,13 @@ namespace fs = std::filesystem;
 class LocalObjectStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "oml-blob-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
     auto store = OpenObjectStore("file://" + (root_ / "store").string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
   }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-
-  fs::path root_;
-  std::unique_ptr<ObjectStore> store_;
+  oml::testing::ScopedTempDir tmp_{"oml-blob-test"};
+  const fs::path root_ = tmp_.path();
+  std::unique_ptr<ObjectStore> store_;  // destroyed before tmp_ removes its directory
 };
 
 TEST_F(LocalObjectStoreTest, OpenCreatesDirectory) {

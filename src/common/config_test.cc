@@ -1,4 +1,5 @@
 #include "common/config.h"
+#include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -12,14 +13,12 @@ namespace {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("oml-config-test-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
     setenv("OML_HOME", dir_.c_str(), 1);
     for (const char* v : {"OML_DATABASE_URL", "OML_LISTEN", "OML_MAX_BODY_BYTES"}) unsetenv(v);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void WriteToml(const std::string& s) { std::ofstream(dir_ / "oml.toml") << s; }
-  std::filesystem::path dir_;
+  oml::testing::ScopedTempDir tmp_{"oml-config-test"};
+  const std::filesystem::path dir_ = tmp_.path();
 };
 
 TEST_F(ConfigTest, DefaultsDeriveFromHome) {

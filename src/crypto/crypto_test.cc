@@ -1,6 +1,7 @@
 // Tests for src/crypto/crypto.h: known-answer vectors, exact error codes, file modes, and the
 // segmented AEAD framing (checked independently of the stream classes).
 #include "crypto/crypto.h"
+#include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
 #include <openssl/bio.h>
@@ -61,15 +62,8 @@ void WriteFile(const fs::path& p, const std::string& s) {
 // A fresh, private scratch directory per test.
 class CryptoFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("oml-crypto-test-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  oml::testing::ScopedTempDir tmp_{"oml-crypto-test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 // RFC 8032 §7.1 test vectors 1 and 2.

@@ -1,4 +1,5 @@
 #include "lake/delta_tables.h"
+#include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -16,16 +17,8 @@ namespace fs = std::filesystem;
 
 class DeltaTablesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "oml-lake-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  fs::path root_;
+  oml::testing::ScopedTempDir tmp_{"oml-lake-test"};
+  const fs::path root_ = tmp_.path();
 };
 
 TEST_F(DeltaTablesTest, CreatesBronzeEventsAtVersionZero) {
