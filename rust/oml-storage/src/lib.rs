@@ -94,6 +94,11 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Runs `f` for an entry point that returns nothing; a panic is swallowed, never unwound into C.
+fn no_unwind(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
+}
+
 /// Runs `f`, converts its outcome (or a panic) into a code, and fills `err`.
 fn ffi_call(err: *mut OmlStorageError, f: impl FnOnce() -> FfiResult<()>) -> i32 {
     let outcome = match catch_unwind(AssertUnwindSafe(f)) {
@@ -104,7 +109,7 @@ fn ffi_call(err: *mut OmlStorageError, f: impl FnOnce() -> FfiResult<()>) -> i32
         }),
     };
     // Filling `err` must not unwind either (allocation failure aborts anyway).
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    no_unwind(|| {
         if !err.is_null() {
             // SAFETY: the caller passes a valid, writable OmlStorageError or NULL.
             unsafe {
@@ -120,7 +125,7 @@ fn ffi_call(err: *mut OmlStorageError, f: impl FnOnce() -> FfiResult<()>) -> i32
                 }
             }
         }
-    }));
+    });
     match outcome {
         Ok(()) => OML_STORAGE_OK,
         Err(f) => f.code,
@@ -366,12 +371,12 @@ pub extern "C" fn oml_storage_store_open(
 /// Closes a store handle (NULL is a no-op).
 #[no_mangle]
 pub extern "C" fn oml_storage_store_close(store: *mut OmlStorageStore) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    no_unwind(|| {
         if !store.is_null() {
             // SAFETY: a handle from oml_storage_store_open, closed once.
             drop(unsafe { Box::from_raw(store) });
         }
-    }));
+    });
 }
 
 #[no_mangle]
@@ -834,18 +839,18 @@ pub extern "C" fn oml_storage_delta_table_version(
 /// Frees a string returned by this library (error messages, list JSON). NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn oml_storage_free_string(s: *mut c_char) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    no_unwind(|| {
         if !s.is_null() {
             // SAFETY: produced by CString::into_raw in this library, freed once.
             drop(unsafe { CString::from_raw(s) });
         }
-    }));
+    });
 }
 
 /// Frees a buffer filled by oml_storage_store_get and resets it to {NULL, 0}.
 #[no_mangle]
 pub extern "C" fn oml_storage_free_buffer(buf: *mut OmlStorageBuffer) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    no_unwind(|| {
         if buf.is_null() {
             return;
         }
@@ -858,7 +863,7 @@ pub extern "C" fn oml_storage_free_buffer(buf: *mut OmlStorageBuffer) {
             b.data = ptr::null_mut();
             b.len = 0;
         }
-    }));
+    });
 }
 
 /// Version string of this adapter and the pinned delta-rs core, for diagnostics.
