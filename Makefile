@@ -56,6 +56,7 @@ test-py: build venv
 	$(PYTEST)
 
 bench: build venv
+	@scripts/install-deps.sh --bench
 	OML_BIN=$(OML) bench/commit-point
 
 clean:

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything oml needs to build, run and test on a fresh Debian 12 machine.
 # Idempotent: it only installs what is missing. Needs root (or sudo) for apt.
+# `--bench` also installs what bench/ needs (wrk, the openssl command).
 set -euo pipefail
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git curl
   libpq-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libcpp-httplib-dev prometheus-cpp-dev libtomlplusplus-dev libgtest-dev googletest
-  postgresql-15 postgresql-contrib sudo python3-venv wrk
+  postgresql-15 postgresql-contrib sudo python3-venv
 )
+if [ "${1:-}" = "--bench" ]; then APT_PACKAGES+=(wrk openssl); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
