@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git curl
   libpq-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libcpp-httplib-dev prometheus-cpp-dev libtomlplusplus-dev libgtest-dev googletest
-  postgresql-15 postgresql-contrib sudo python3-venv
+  postgresql-15 postgresql-contrib sudo python3-venv locales
 )
 if [ "${1:-}" = "--bench" ]; then APT_PACKAGES+=(wrk openssl); fi
 
@@ -24,6 +24,21 @@ if ((${#missing[@]})); then
   # Debian's package creates and starts a default cluster; oml never uses it.
   if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q '^15 *main'; then
     $SUDO pg_ctlcluster 15 main stop 2>/dev/null || true
+  fi
+fi
+
+# A non-English OS locale, so the tests can run PostgreSQL with translated server messages and
+# show that oml does not depend on the server's language (src/journal/journal_pg_test.cc,
+# "TranslatedServer"). PostgreSQL's own translations come with postgresql-15; setlocale() also
+# needs the OS locale, which Debian generates only on request.
+if ! locale -a 2>/dev/null | grep -qix 'de_DE\.utf-\?8'; then
+  echo "install-deps: generating the de_DE.UTF-8 locale (for the translated-messages tests)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if [ -f /etc/locale.gen ] && command -v locale-gen >/dev/null; then
+    grep -q '^de_DE.UTF-8 UTF-8' /etc/locale.gen || echo 'de_DE.UTF-8 UTF-8' | $SUDO tee -a /etc/locale.gen >/dev/null
+    $SUDO locale-gen >/dev/null || echo "install-deps: locale-gen failed; the translated-messages tests will be skipped" >&2
+  else
+    echo "install-deps: no locale-gen; the translated-messages tests will be skipped" >&2
   fi
 fi
 

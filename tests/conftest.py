@@ -37,6 +37,9 @@ class Deployment:
             "OML_LISTEN": f"127.0.0.1:{self.port}",
             "OML_HEAD_PUBLISH_MS": "50",
             "OML_LOG_LEVEL": "warn",
+            # The private cluster has no standbys: servers in tests run with reduced durability
+            # (tests/test_durability.py turns it off to test the production gate).
+            "OML_REDUCED_DURABILITY": "1",
         })
         self.env.pop("OML_DATABASE_URL", None)
         self.env.update(extra_env or {})
@@ -83,12 +86,12 @@ class Deployment:
         return self.run(*args).stdout.strip()
 
     # --- server ---------------------------------------------------------------------------
-    def serve(self, env=None):
+    def serve(self, env=None, args=()):
         assert self.server is None
         e = dict(self.env)
         e.update(env or {})
         self.server_log = open(self.home / "serve.log", "ab")
-        self.server = subprocess.Popen([OML_BIN, "serve"], env=e, stdout=self.server_log, stderr=subprocess.STDOUT)
+        self.server = subprocess.Popen([OML_BIN, "serve", *args], env=e, stdout=self.server_log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.server.poll() is not None:
@@ -132,6 +135,18 @@ class Deployment:
         doc = {"body": body, "workarea_id": "wa-1", "path": "notes/a.md", "provenance": "human"}
         doc.update(fields)
         return self.post("/v1/claims", token, json=doc)
+
+    def wait_published(self, tenant, seq, timeout=5.0):
+        """Waits until the signed head of `tenant` in the local object store reaches `seq`."""
+        path = self.home / "objects" / "oml-heads" / tenant
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if path.exists():
+                doc = json.loads(path.read_text())
+                if doc["head"]["seq"] >= seq:
+                    return doc
+            time.sleep(0.02)
+        raise AssertionError(f"head {seq} of {tenant} not published at {path}")
 
     def counts(self):
         """Row count of every oml table (superuser view, RLS does not apply)."""

@@ -2,6 +2,7 @@
 import base64
 import hashlib
 import json
+import threading
 import time
 
 import psycopg
@@ -54,11 +55,104 @@ def test_every_event_enqueues_one_bronze_outbox_row(served):
         outbox = c.execute("SELECT tenant_id, journal_seq, target_table, xid IS NOT NULL FROM oml.outbox ORDER BY 1, 2").fetchall()
         assert [(t, s) for t, s, _, _ in outbox] == journal
         assert {(tt, x) for _, _, tt, x in outbox} == {("bronze/events", True)}
-        # outbox seq order follows commit order within a tenant
+        # Sequential commits: outbox seq order is journal order (genesis, four api_key.created, three
+        # claims). This cannot see the order of the xid and the seq draw inside enqueue_outbox; the
+        # two-connection tests below do.
         seqs = c.execute("SELECT journal_seq FROM oml.outbox WHERE tenant_id = %s ORDER BY seq", (d.tenant_id,)).fetchall()
-        assert [s for (s,) in seqs] == sorted(s for (s,) in seqs)
+        assert [s for (s,) in seqs] == list(range(1, 9))
         # the sequence has CACHE 1
         assert c.execute("SELECT cache_size FROM pg_sequences WHERE sequencename = 'outbox_seq'").fetchone()[0] == 1
+
+
+# --- enqueue_outbox takes the transaction's xid BEFORE it draws the outbox seq ----------------------
+# (sql/0001_commit_point.sql; ARCHITECTURE.md "The outbox cut"). Deterministic, with three real
+# connections: a superuser transaction holds a lock on oml.outbox_seq (ALTER SEQUENCE), so a second
+# transaction calling the function blocks inside nextval(); a third reads the blocked backend's
+# backend_xid from pg_stat_activity. Not NULL means the xid was taken before the seq draw.
+
+SWAPPED_ENQUEUE = "oml.enqueue_outbox_xid_after_seq"
+
+
+def _backend_xid_while_blocked_in_nextval(d, tenant, function):
+    """Calls `function(tenant, 'bronze/events', 1, '{}')` while oml.outbox_seq is locked and returns
+    (backend_xid of the caller while it waits for the sequence, the seq it drew once released).
+    Both transactions are rolled back."""
+    holder = psycopg.connect(d.superuser_url)  # not autocommit: each is one open transaction
+    caller = psycopg.connect(d.superuser_url)
+    watcher = d.su()
+    try:
+        holder.execute("ALTER SEQUENCE oml.outbox_seq CACHE 1")  # lock held until rollback
+        caller.execute("SELECT set_config('oml.tenant_id', %s::text, true)", (tenant,))
+        pid = caller.info.backend_pid
+        activity = "SELECT wait_event_type, backend_xid::text FROM pg_stat_activity WHERE pid = %s"
+        assert watcher.execute(activity, (pid,)).fetchone()[1] is None  # no xid yet in the caller
+        outcome = {}
+
+        def call():
+            try:
+                outcome["seq"] = caller.execute(f"SELECT {function}(%s::uuid, 'bronze/events', 1, '{{}}'::jsonb)",
+                                                (tenant,)).fetchone()[0]
+            except Exception as e:  # reported by the assertions below
+                outcome["error"] = e
+
+        t = threading.Thread(target=call)
+        t.start()
+        deadline = time.time() + 30
+        while True:
+            wait_type, xid = watcher.execute(activity, (pid,)).fetchone()
+            waits_on_seq = watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted AND relation = 'oml.outbox_seq'::regclass",
+                (pid,)).fetchone()[0]
+            if wait_type == "Lock" and waits_on_seq == 1:
+                break
+            assert "error" not in outcome, outcome
+            assert time.time() < deadline, "the caller never blocked on oml.outbox_seq"
+            time.sleep(0.01)
+        holder.rollback()  # releases the sequence: the caller draws its seq and returns
+        t.join(30)
+        assert not t.is_alive()
+        assert "error" not in outcome, outcome
+        caller.rollback()
+        return xid, outcome["seq"]
+    finally:
+        holder.close()
+        caller.close()
+        watcher.close()
+
+
+def test_outbox_xid_is_taken_before_the_seq_draw(deployment):
+    d = deployment
+    tenant = d.tenant("acme")
+    before = d.counts()["outbox"]
+    xid, seq = _backend_xid_while_blocked_in_nextval(d, tenant, "oml.enqueue_outbox")
+    assert xid is not None, "enqueue_outbox drew the outbox seq before the transaction had an xid"
+    assert int(xid) > 0
+    assert isinstance(seq, int) and seq > 0
+    assert d.counts()["outbox"] == before  # rolled back
+
+
+def test_outbox_order_probe_detects_enqueue_outbox_with_the_steps_swapped(deployment):
+    """The probe above can fail: the installed function with only its two steps swapped (seq drawn,
+    then xid taken) is caught, its caller blocked in nextval() without an xid."""
+    d = deployment
+    tenant = d.tenant("acme")
+    with d.su() as c:
+        src = c.execute("SELECT pg_get_functiondef('oml.enqueue_outbox(uuid, text, bigint, jsonb)'::regprocedure)").fetchone()[0]
+        take_xid = "v_xid xid8 := pg_current_xact_id();"
+        draw_seq = "v_seq := nextval('oml.outbox_seq');"
+        assert src.count(take_xid) == 1 and src.count(draw_seq) == 1, src  # the shape this test swaps
+        swapped = (src.replace(take_xid, "v_xid xid8;")
+                      .replace(draw_seq, draw_seq + "\n  v_xid := pg_current_xact_id();")
+                      .replace("oml.enqueue_outbox(", SWAPPED_ENQUEUE + "(", 1))
+        assert SWAPPED_ENQUEUE in swapped
+        c.execute(swapped)
+    try:
+        xid, seq = _backend_xid_while_blocked_in_nextval(d, tenant, SWAPPED_ENQUEUE)
+        assert xid is None
+        assert isinstance(seq, int) and seq > 0  # the swapped function works otherwise
+    finally:
+        with d.su() as c:
+            c.execute(f"DROP FUNCTION {SWAPPED_ENQUEUE}(uuid, text, bigint, jsonb)")
 
 
 @pytest.mark.parametrize("point", ["journal.after_journal_insert", "journal.after_outbox_insert"])

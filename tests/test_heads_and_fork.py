@@ -12,22 +12,11 @@ import pytest
 from conftest import free_port
 
 
-def _wait_published(path, seq, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if path.exists():
-            doc = json.loads(path.read_text())
-            if doc["head"]["seq"] >= seq:
-                return doc
-        time.sleep(0.02)
-    raise AssertionError(f"head {seq} not published at {path}")
-
-
 def test_head_is_published_about_one_interval_after_commit(served):
     d = served
     r = d.submit(d.writer, body="h").json()["receipt"]
     t0 = time.time()
-    doc = _wait_published(d.home / "objects" / "oml-heads" / d.tenant_id, r["seq"])
+    doc = d.wait_published(d.tenant_id, r["seq"])
     assert time.time() - t0 < 1.0
     assert doc["head"]["event_hash"] == r["event_hash"]
     assert doc["head"]["tenant"] == d.tenant_id
@@ -45,7 +34,7 @@ def test_fork_after_restore_refuses_writes_serves_reads(served, tmp_path):
     subprocess.run(["pg_dump", "-Fc", "-f", str(dump), "-d", d.superuser_url], check=True)
     d.serve()
     late = d.submit(d.writer, body="late").json()["receipt"]
-    _wait_published(d.home / "objects" / "oml-heads" / d.tenant_id, late["seq"])
+    d.wait_published(d.tenant_id, late["seq"])
     d.stop_server()
     # Restore the database to the point before "late": the published head is now ahead.
     with d.su() as c:
@@ -81,7 +70,7 @@ def test_fork_after_restore_refuses_writes_serves_reads(served, tmp_path):
 def test_fork_with_divergent_hash(served):
     d = served
     r = d.submit(d.writer, body="one").json()["receipt"]
-    _wait_published(d.home / "objects" / "oml-heads" / d.tenant_id, r["seq"])
+    d.wait_published(d.tenant_id, r["seq"])
     d.stop_server()
     with d.su() as c:
         c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")

@@ -31,6 +31,10 @@ bool ValidUtf8(const std::string& s) {
   return true;
 }
 
+constexpr size_t kMaxIdempotencyKey = 255;
+// Expired idempotency rows of the tenant each idempotent write deletes besides its own key's.
+constexpr int kIdempotencyPurgeBatch = 8;
+
 const char* kSelectMeta =
     "SELECT artifact_id, version, workarea_id, path, principal, writer_key_id, provenance, simulation_id, "
     "media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq, erased_seq "
@@ -43,7 +47,9 @@ bool Claims::ValidUuid(const std::string& s) {
   return std::regex_match(s, kUuid);
 }
 
-Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
+Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) { return DoSubmit(c, req, nullptr); }
+
+Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req, const ExtraFold* extra) {
   if (c.role == "reviewer") return PermissionDenied("role reviewer may not submit claims", "forbidden-role");
   if (req.body.size() > max_body_)
     return Status(Code::kPayloadTooLarge,
@@ -94,7 +100,8 @@ Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
   journal::EventSpec ev{"claim.submitted", c.principal, payload, nlohmann::json::object(), nullptr};
   const std::string tenant = c.tenant_id, kek_id = kek_->kek_id();
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
-    return {{"INSERT INTO oml.artifacts (tenant_id, artifact_id, version, workarea_id, path, principal, writer_key_id, "
+    std::vector<db::Stmt> stmts = {
+            {"INSERT INTO oml.artifacts (tenant_id, artifact_id, version, workarea_id, path, principal, writer_key_id, "
              "provenance, simulation_id, media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq) "
              "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,'held',$14)",
              {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Text(m.workarea_id), db::Text(m.path),
@@ -108,6 +115,12 @@ Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
             {"INSERT INTO oml.artifact_keys (tenant_id, artifact_id, kek_id, wrapped_dek) VALUES ($1,$2,$3,$4)",
              {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)},
              "oml_claim_key_insert"}};
+    if (extra != nullptr) {
+      ClaimMeta at = m;
+      at.submitted_seq = seq;
+      for (auto& st : (*extra)(at, seq)) stmts.push_back(std::move(st));
+    }
+    return stmts;
   };
   ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
@@ -171,6 +184,11 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
 
 Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, const std::string& artifact_id,
                                                              const std::string& reason) {
+  return DoErase(c, artifact_id, reason, nullptr);
+}
+
+Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, const std::string& artifact_id,
+                                                               const std::string& reason, const ExtraFold* extra) {
   if (!ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
   ClaimMeta meta;
   {
@@ -195,11 +213,19 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
   const std::string tenant = c.tenant_id;
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
     // The guarded UPDATE makes a concurrent double erase fail instead of journalling twice.
-    return {{"WITH u AS (UPDATE oml.artifacts SET state = 'erased', erased_seq = $3 "
+    std::vector<db::Stmt> stmts = {
+            {"WITH u AS (UPDATE oml.artifacts SET state = 'erased', erased_seq = $3 "
              "WHERE tenant_id = $1 AND artifact_id = $2 AND erased_seq IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
              {db::Text(tenant), db::Text(artifact_id), db::Int(seq)}},
             {"DELETE FROM oml.artifact_keys WHERE tenant_id = $1 AND artifact_id = $2",
              {db::Text(tenant), db::Text(artifact_id)}}};
+    if (extra != nullptr) {
+      ClaimMeta at = meta;
+      at.state = "erased";
+      at.erased_seq = seq;
+      for (auto& st : (*extra)(at, seq)) stmts.push_back(std::move(st));
+    }
+    return stmts;
   };
   ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   auto rc = journal_->Append(c.tenant_id, ev);
@@ -211,6 +237,108 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
   meta.state = "erased";
   meta.erased_seq = rc->seq;
   return std::make_pair(meta, *rc);
+}
+
+// ---- Idempotent writes (sql/0005_idempotency_keys.sql) ----------------------------------------
+
+Status Claims::CheckIdempotencyKey(const std::string& key) {
+  if (key.empty() || key.size() > kMaxIdempotencyKey)
+    return InvalidArgument("Idempotency-Key must be 1.." + std::to_string(kMaxIdempotencyKey) + " characters, not " +
+                               std::to_string(key.size()),
+                           "invalid-idempotency-key");
+  for (unsigned char ch : key)
+    if (ch < 0x20 || ch > 0x7e)
+      return InvalidArgument("Idempotency-Key may hold printable ASCII only", "invalid-idempotency-key");
+  return Status::Ok();
+}
+
+Result<WriteResponse> Claims::SubmitOnce(const Caller& c, const SubmitRequest& req, const IdempotencyKey& idem,
+                                         const RenderResponse& render) {
+  return Once(c, idem, render, [&](const ExtraFold& extra) -> Result<std::pair<ClaimMeta, journal::Receipt>> {
+    OML_ASSIGN_OR_RETURN(SubmitResult r, DoSubmit(c, req, &extra));
+    return std::make_pair(std::move(r.meta), std::move(r.receipt));
+  });
+}
+
+Result<WriteResponse> Claims::EraseOnce(const Caller& c, const std::string& artifact_id, const std::string& reason,
+                                        const IdempotencyKey& idem, const RenderResponse& render) {
+  return Once(c, idem, render, [&](const ExtraFold& extra) { return DoErase(c, artifact_id, reason, &extra); });
+}
+
+Result<WriteResponse> Claims::Once(const Caller& c, const IdempotencyKey& idem, const RenderResponse& render,
+                                   const Write& write) {
+  OML_RETURN_IF_ERROR(CheckIdempotencyKey(idem.key));
+  if (c.api_key_hash.empty())
+    return InvalidArgument("an Idempotency-Key needs an API key to be scoped to", "invalid-idempotency-key");
+  if (idem.request_sha256.size() != 32 || idem.ttl_s < 1)
+    return Internal("idempotent write without a request fingerprint or with a TTL below 1 s");
+  OML_ASSIGN_OR_RETURN(std::optional<WriteResponse> prior, Recorded(c, idem));
+  if (prior) return std::move(*prior);
+
+  // Fold statements recording the response (after the event's own fold, in its transaction):
+  // drop this key's row if it expired and a few other expired rows of the tenant, then insert.
+  const ExtraFold record = [&](const ClaimMeta& at, int64_t seq) -> std::vector<db::Stmt> {
+    const auto [status, body] = render(at);
+    return {{"DELETE FROM oml.idempotency_keys d WHERE d.tenant_id = $1 AND d.expires_at <= now() AND "
+             "((d.api_key_hash = $2 AND d.idem_key = $3) OR (d.api_key_hash, d.idem_key) IN "
+             "(SELECT o.api_key_hash, o.idem_key FROM oml.idempotency_keys o WHERE o.tenant_id = $1 "
+             "AND o.expires_at <= now() ORDER BY o.expires_at LIMIT " + std::to_string(kIdempotencyPurgeBatch) + "))",
+             {db::Text(c.tenant_id), db::Bytes(c.api_key_hash), db::Text(idem.key)},
+             "oml_idem_purge"},
+            {"INSERT INTO oml.idempotency_keys (tenant_id, api_key_hash, idem_key, request_sha256, response_status, "
+             "response_body, journal_seq, expires_at) "
+             "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, now() + make_interval(secs => $8))",
+             {db::Text(c.tenant_id), db::Bytes(c.api_key_hash), db::Text(idem.key), db::Bytes(idem.request_sha256),
+              db::Int(status), db::Text(body.dump()), db::Int(seq), db::Int(idem.ttl_s)},
+             "oml_idem_record"}};
+  };
+  auto out = write(record);
+  if (out.ok()) {
+    auto [status, body] = render(out->first);
+    body["receipt"] = out->second.ToJson();
+    return WriteResponse{status, std::move(body), std::move(out->second), false};
+  }
+  // The write failed and its transaction left nothing. If a request with the same key committed
+  // meanwhile (its row is what failed ours, or it erased the claim first), answer from its record.
+  auto again = Recorded(c, idem);
+  if (again.ok() && *again) return std::move(**again);
+  if (!again.ok() && again.status().type() == "idempotency-key-reused") return again.status();
+  if (out.status().code() == Code::kFailedPrecondition &&
+      out.status().message().find("idempotency_keys_pkey") != std::string::npos)
+    return FailedPrecondition("a request with this Idempotency-Key is still being processed; retry it later",
+                              "idempotency-key-in-flight");
+  return out.status();
+}
+
+Result<std::optional<WriteResponse>> Claims::Recorded(const Caller& c, const IdempotencyKey& idem) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(
+      db::Rows r,
+      conn->Scoped(c.tenant_id,
+                   {"SELECT i.request_sha256, i.response_status, i.response_body::text, i.journal_seq, j.prev_hash, "
+                    "j.event_hash, j.key_id, j.signed_bytes, j.signature FROM oml.idempotency_keys i "
+                    "JOIN oml.journal j ON j.tenant_id = i.tenant_id AND j.seq = i.journal_seq "
+                    "WHERE i.api_key_hash = $1 AND i.idem_key = $2 AND i.expires_at > now()",
+                    {db::Bytes(c.api_key_hash), db::Text(idem.key)},
+                    "oml_idem_lookup"}));
+  if (r.size() == 0) return std::optional<WriteResponse>();
+  if (r.GetBytes(0, 0) != idem.request_sha256)
+    return InvalidArgument("this Idempotency-Key was already used for a different request (method, path or body)",
+                           "idempotency-key-reused");
+  WriteResponse w;
+  w.status = static_cast<int>(r.GetInt(0, 1));
+  w.body = nlohmann::json::parse(r.Get(0, 2), nullptr, false);
+  if (!w.body.is_object()) return Internal("recorded response of an Idempotency-Key is not a JSON object");
+  w.receipt.tenant = c.tenant_id;
+  w.receipt.seq = r.GetInt(0, 3);
+  w.receipt.prev_hash = r.GetBytes(0, 4);
+  w.receipt.event_hash = r.GetBytes(0, 5);
+  w.receipt.key_id = r.Get(0, 6);
+  w.receipt.signed_bytes = r.GetBytes(0, 7);
+  w.receipt.signature = r.GetBytes(0, 8);
+  w.body["receipt"] = w.receipt.ToJson();
+  w.replayed = true;
+  return std::optional<WriteResponse>(std::move(w));
 }
 
 }  // namespace oml::admission

@@ -10,10 +10,17 @@
 // returning a body; a mismatch is kDataLoss type "integrity" and no body is returned.
 // Erasure deletes the artifact_keys row (crypto-shredding) and journals artifact.erased; fetch
 // then answers kGone with the erasure seq.
+//
+// Idempotent writes (SubmitOnce, EraseOnce; table oml.idempotency_keys, sql/0005): the first
+// write with an Idempotency-Key records, as fold statements of its own event (so in the same
+// transaction), the response it answers. A retry with the same key and the same request gets that
+// response back, with the receipt re-read from the journal row, instead of a second event.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 #include "crypto/crypto.h"
@@ -62,6 +69,28 @@ struct FetchResult {
   std::string body;
 };
 
+// An Idempotency-Key sent with a write (IETF httpapi draft "The Idempotency-Key HTTP Header
+// Field"). Keys are scoped to the caller's API key: the same key from two API keys is two keys.
+struct IdempotencyKey {
+  std::string key;             // 1..255 printable ASCII (CheckIdempotencyKey)
+  std::string request_sha256;  // raw, 32 bytes: the transport's fingerprint of the whole request
+  int64_t ttl_s = 86400;       // honoured for this long after the recording write began (>= 1)
+};
+
+// A write's answer as the transport sends it.
+struct WriteResponse {
+  int status = 0;
+  nlohmann::json body;  // the rendered document (RenderResponse) plus "receipt"
+  journal::Receipt receipt;
+  bool replayed = false;  // the recorded answer to an earlier request with the same key; no new event
+};
+
+// Renders a committed write's response (status, document WITHOUT "receipt") from its final
+// metadata (submitted_seq / erased_seq set). It runs inside the commit-point transaction, maybe
+// more than once (a failed group is retried event by event) and on another thread (the group
+// leader's): it must be deterministic and thread-safe. Its output is recorded and replayed.
+using RenderResponse = std::function<std::pair<int, nlohmann::json>(const ClaimMeta&)>;
+
 class Claims {
  public:
   Claims(journal::Journal* journal, db::Pool* pool, const crypto::KekProvider* kek, uint64_t max_body_bytes)
@@ -77,9 +106,41 @@ class Claims {
   Result<std::pair<ClaimMeta, journal::Receipt>> Erase(const Caller& c, const std::string& artifact_id,
                                                        const std::string& reason);
 
+  // Submit / Erase at most once per (c.api_key_hash, idem.key) while its record lives. Looks the
+  // key up first; a live record answers instead of writing:
+  //   same request_sha256   its response, replayed = true, body byte-identical to the first
+  //                         answer (receipt re-read from the journal row at the recorded seq);
+  //   another fingerprint   kInvalidArgument "idempotency-key-reused" (HTTP 422), nothing written.
+  // Otherwise writes, recording render(meta) in the event's transaction. If the write fails (a
+  // concurrent request with the key committed first: its record fails ours on the primary key,
+  // and the failed transaction leaves nothing), the key is looked up again and a record found
+  // answers as above. A primary-key failure without a visible live record (it expired in
+  // between) is kFailedPrecondition "idempotency-key-in-flight" (409, retry); any other failure
+  // is returned as is.
+  // kInvalidArgument "invalid-idempotency-key" for a malformed key or a caller without an API key
+  // (the operator). REQUIRES: idem.request_sha256 is 32 bytes, idem.ttl_s >= 1.
+  Result<WriteResponse> SubmitOnce(const Caller& c, const SubmitRequest& req, const IdempotencyKey& idem,
+                                   const RenderResponse& render);
+  Result<WriteResponse> EraseOnce(const Caller& c, const std::string& artifact_id, const std::string& reason,
+                                  const IdempotencyKey& idem, const RenderResponse& render);
+
   static bool ValidUuid(const std::string& s);
+  // OK iff `key` is 1..255 characters of printable ASCII (0x20..0x7E); else kInvalidArgument
+  // "invalid-idempotency-key". The table's CHECK says the same.
+  static Status CheckIdempotencyKey(const std::string& key);
 
  private:
+  // Extra fold statements for a write's event, given its final metadata and seq.
+  using ExtraFold = std::function<std::vector<db::Stmt>(const ClaimMeta& at_seq, int64_t seq)>;
+  using Write = std::function<Result<std::pair<ClaimMeta, journal::Receipt>>(const ExtraFold&)>;
+  Result<SubmitResult> DoSubmit(const Caller& c, const SubmitRequest& req, const ExtraFold* extra);
+  Result<std::pair<ClaimMeta, journal::Receipt>> DoErase(const Caller& c, const std::string& artifact_id,
+                                                         const std::string& reason, const ExtraFold* extra);
+  Result<WriteResponse> Once(const Caller& c, const IdempotencyKey& idem, const RenderResponse& render,
+                             const Write& write);
+  // The live record of (c.api_key_hash, idem.key) as a replayed response; nullopt if none.
+  // kInvalidArgument "idempotency-key-reused" if it was recorded for another request.
+  Result<std::optional<WriteResponse>> Recorded(const Caller& c, const IdempotencyKey& idem);
   Result<std::optional<ClaimMeta>> Load(db::Conn& conn, const std::string& tenant, const std::string& artifact_id);
   journal::Journal* journal_;
   db::Pool* pool_;

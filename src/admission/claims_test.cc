@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "common/sync_point_testing.h"
 #include "db/test_cluster.h"
@@ -134,6 +137,258 @@ TEST_F(ClaimsTest, EraseShredsTheKeyAndFetchIsGoneWithTheSeq) {
   auto n = su->Query("SELECT count(*) FROM oml.artifact_keys WHERE artifact_id = $1", {db::Text(s->meta.artifact_id)});
   EXPECT_EQ(n->Get(0, 0), "0");
   EXPECT_EQ(claims_->Erase(As("alice", "writer"), s->meta.artifact_id, "").status().code(), Code::kGone);
+}
+
+// ---- Idempotency-Key (SubmitOnce / EraseOnce, sql/0005) ----------------------------------------
+
+// A tenant with its own writer API key, so the idempotency rows have a real key to point at.
+class IdempotencyTest : public ClaimsTest {
+ protected:
+  struct Writer {
+    std::string tenant;
+    Caller caller;
+  };
+  static Writer NewWriter(const std::string& tenant_name, const std::string& principal = "alice") {
+    auto t = journal::CreateTenant(*journal_, tenant_name);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return {t->tenant_id, AddKey(t->tenant_id, principal)};
+  }
+  static Caller AddKey(const std::string& tenant, const std::string& principal) {
+    auto k = journal::CreateApiKey(*journal_, tenant, principal, "writer");
+    EXPECT_TRUE(k.ok()) << k.status().ToString();
+    return {tenant, principal, "writer", k->key_id, crypto::Sha256(k->token)};
+  }
+  static IdempotencyKey Key(const std::string& key, const std::string& request, int64_t ttl_s = 3600) {
+    return {key, crypto::Sha256(request), ttl_s};
+  }
+  // What the HTTP layer renders, reduced: enough to see the seqs and the state recorded.
+  static std::pair<int, nlohmann::json> Render(const ClaimMeta& m) {
+    return {m.erased_seq ? 200 : 201,
+            {{"artifact_id", m.artifact_id},
+             {"state", m.state},
+             {"submitted_seq", m.submitted_seq},
+             {"erased_seq", m.erased_seq ? nlohmann::json(*m.erased_seq) : nlohmann::json(nullptr)}}};
+  }
+  // "<journal rows>/<claim.submitted rows>/<artifact.erased rows>/<idempotency rows>" of a tenant,
+  // as the superuser sees them.
+  static std::string Counts(const std::string& tenant) {
+    auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+    EXPECT_TRUE(su.ok());
+    auto n = su->Query("SELECT (SELECT count(*) FROM oml.journal WHERE tenant_id = $1) || '/' || "
+                       "(SELECT count(*) FROM oml.journal WHERE tenant_id = $1 AND event_type = 'claim.submitted') || '/' || "
+                       "(SELECT count(*) FROM oml.journal WHERE tenant_id = $1 AND event_type = 'artifact.erased') || '/' || "
+                       "(SELECT count(*) FROM oml.idempotency_keys WHERE tenant_id = $1)",
+                       {db::Text(tenant)});
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n->Get(0, 0);
+  }
+  static void ExpectSameReceipt(const journal::Receipt& a, const journal::Receipt& b) {
+    EXPECT_EQ(a.ToJson().dump(), b.ToJson().dump());
+    EXPECT_EQ(a.signed_bytes, b.signed_bytes);
+    EXPECT_EQ(a.signature, b.signature);
+  }
+};
+
+TEST_F(IdempotencyTest, SameKeySameRequestReplaysTheFirstResponseWithoutASecondEvent) {
+  auto w = NewWriter("idem-replay");  // genesis 1, api_key.created 2
+  const auto k = Key("order-1", "POST /v1/claims body-1");
+  auto first = claims_->SubmitOnce(w.caller, Req("body-1"), k, Render);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->replayed);
+  EXPECT_EQ(first->status, 201);
+  EXPECT_EQ(first->receipt.seq, 3);
+  EXPECT_EQ(first->body["submitted_seq"], 3);
+  EXPECT_EQ(Counts(w.tenant), "3/1/0/1");
+
+  auto again = claims_->SubmitOnce(w.caller, Req("body-1"), k, Render);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->replayed);
+  EXPECT_EQ(again->status, 201);
+  EXPECT_EQ(again->body.dump(), first->body.dump());  // receipt included, byte for byte
+  ExpectSameReceipt(again->receipt, first->receipt);
+  EXPECT_EQ(Counts(w.tenant), "3/1/0/1");
+
+  // The replayed receipt is the journal's: it verifies against the signing key.
+  EXPECT_TRUE(journal::VerifyReceipt(again->receipt, journal_->key().public_key()).ok());
+}
+
+TEST_F(IdempotencyTest, SameKeyOtherRequestIs422ReusedAndWritesNothing) {
+  auto w = NewWriter("idem-reused");
+  ASSERT_TRUE(claims_->SubmitOnce(w.caller, Req("body-1"), Key("k", "request-1"), Render).ok());
+  auto other = claims_->SubmitOnce(w.caller, Req("body-2"), Key("k", "request-2"), Render);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(other.status().type(), "idempotency-key-reused");
+  EXPECT_EQ(Counts(w.tenant), "3/1/0/1");
+  // The same request under the key still replays.
+  auto same = claims_->SubmitOnce(w.caller, Req("body-1"), Key("k", "request-1"), Render);
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->replayed);
+}
+
+TEST_F(IdempotencyTest, KeysAreScopedToTheApiKey) {
+  auto w = NewWriter("idem-scope");                 // seqs 1, 2
+  const Caller bob = AddKey(w.tenant, "bob");       // seq 3
+  const auto k = Key("shared", "same request");
+  auto a = claims_->SubmitOnce(w.caller, Req("x"), k, Render);
+  auto b = claims_->SubmitOnce(bob, Req("x"), k, Render);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(a->replayed);
+  EXPECT_FALSE(b->replayed);
+  EXPECT_EQ(a->receipt.seq, 4);
+  EXPECT_EQ(b->receipt.seq, 5);
+  EXPECT_NE(a->body["artifact_id"], b->body["artifact_id"]);
+  EXPECT_EQ(Counts(w.tenant), "5/2/0/2");
+}
+
+// Three writes queue behind a held transaction and share the next group: two with the same key
+// and request, one with another key. The group fails on the duplicate's primary key, is retried
+// event by event, and the duplicate is answered from the first one's record: no second event, and
+// the neighbour is committed.
+TEST_F(IdempotencyTest, DuplicateInAGroupFailsOnlyItselfAndIsAnsweredAsAReplay) {
+  auto w = NewWriter("idem-group");  // seqs 1, 2
+  const auto k = Key("dup", "the request");
+  oml::testing::HoldFirst hold("journal.after_outbox_insert");
+  Result<SubmitResult> lead = Status(Code::kInternal, "unset");
+  std::thread t0([&] { lead = claims_->Submit(w.caller, Req("lead")); });
+  hold.WaitUntilHeld();
+  std::vector<Result<WriteResponse>> out(3, Status(Code::kInternal, "unset"));
+  std::vector<std::thread> ts;
+  ts.emplace_back([&] { out[0] = claims_->SubmitOnce(w.caller, Req("dup"), k, Render); });
+  ts.emplace_back([&] { out[1] = claims_->SubmitOnce(w.caller, Req("dup"), k, Render); });
+  ts.emplace_back([&] { out[2] = claims_->SubmitOnce(w.caller, Req("other"), Key("other", "other request"), Render); });
+  oml::testing::WaitUntil([&] { return journal_->QueueDepth(w.tenant) >= 3; }, "three writes queued");
+  hold.Release();
+  t0.join();
+  for (auto& t : ts) t.join();
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString();
+  EXPECT_EQ(lead->receipt.seq, 3);
+  for (auto& r : out) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(out[0]->replayed + out[1]->replayed, 1);
+  EXPECT_EQ(out[0]->body.dump(), out[1]->body.dump());
+  ExpectSameReceipt(out[0]->receipt, out[1]->receipt);
+  EXPECT_FALSE(out[2]->replayed);
+  EXPECT_NE(out[2]->receipt.seq, out[0]->receipt.seq);
+  EXPECT_EQ(std::min(out[0]->receipt.seq, out[2]->receipt.seq), 4);
+  EXPECT_EQ(std::max(out[0]->receipt.seq, out[2]->receipt.seq), 5);
+  EXPECT_EQ(Counts(w.tenant), "5/3/0/2");
+}
+
+TEST_F(IdempotencyTest, ConcurrentIdenticalRequestsWriteOneEvent) {
+  auto w = NewWriter("idem-race");
+  const auto k = Key("race", "the request");
+  std::vector<Result<WriteResponse>> out(12, Status(Code::kInternal, "unset"));
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < out.size(); ++i)
+    ts.emplace_back([&, i] { out[i] = claims_->SubmitOnce(w.caller, Req("same"), k, Render); });
+  for (auto& t : ts) t.join();
+  int fresh = 0;
+  for (auto& r : out) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    fresh += !r->replayed;
+    EXPECT_EQ(r->receipt.seq, 3);
+    EXPECT_EQ(r->body.dump(), out[0]->body.dump());
+  }
+  EXPECT_EQ(fresh, 1);
+  EXPECT_EQ(Counts(w.tenant), "3/1/0/1");
+}
+
+TEST_F(IdempotencyTest, AnExpiredRecordIsIgnoredAndReplaced) {
+  auto w = NewWriter("idem-expiry");
+  const auto k = Key("k", "request");
+  auto first = claims_->SubmitOnce(w.caller, Req("x"), k, Render);
+  ASSERT_TRUE(first.ok());
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su->Query("UPDATE oml.idempotency_keys SET created_at = now() - interval '2 hours', "
+                        "expires_at = now() - interval '1 hour' WHERE tenant_id = $1",
+                        {db::Text(w.tenant)})
+                  .ok());
+  auto second = claims_->SubmitOnce(w.caller, Req("x"), k, Render);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->replayed);
+  EXPECT_EQ(first->receipt.seq, 3);
+  EXPECT_EQ(second->receipt.seq, 4);
+  EXPECT_EQ(Counts(w.tenant), "4/2/0/1");  // the expired row was deleted by the new write's fold
+  auto third = claims_->SubmitOnce(w.caller, Req("x"), k, Render);
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->replayed);
+  EXPECT_EQ(third->receipt.seq, 4);
+}
+
+TEST_F(IdempotencyTest, EachWriteDeletesAFewExpiredRowsOfItsTenant) {
+  auto w = NewWriter("idem-purge");
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(claims_->SubmitOnce(w.caller, Req("x"), Key("k" + std::to_string(i), "r"), Render).ok());
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su->Query("UPDATE oml.idempotency_keys SET created_at = now() - interval '2 hours', "
+                        "expires_at = now() - interval '1 hour' WHERE tenant_id = $1",
+                        {db::Text(w.tenant)})
+                  .ok());
+  ASSERT_TRUE(claims_->SubmitOnce(w.caller, Req("x"), Key("new", "r"), Render).ok());
+  EXPECT_EQ(Counts(w.tenant), "13/11/0/3");  // 10 expired - 8 purged + 1 new
+}
+
+// The insert of a record fails on the primary key, but the row it collided with has expired by the
+// time the key is looked up again: nothing to replay, so 409 in-flight (retry), and no event.
+TEST_F(IdempotencyTest, ConflictWithoutAVisibleRecordIs409InFlight) {
+  auto w = NewWriter("idem-inflight");
+  const auto k = Key("k", "request");
+  oml::testing::HoldFirst hold("journal.after_outbox_insert");  // our transaction began: now() is fixed
+  Result<WriteResponse> out = Status(Code::kInternal, "unset");
+  std::thread t([&] { out = claims_->SubmitOnce(w.caller, Req("x"), k, Render); });
+  hold.WaitUntilHeld();
+  // Another writer's record for the key, committed after our transaction began and expiring 1 s later.
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su->Query("INSERT INTO oml.idempotency_keys (tenant_id, api_key_hash, idem_key, request_sha256, "
+                        "response_status, response_body, journal_seq, created_at, expires_at) "
+                        "VALUES ($1, $2, $3, $4, 201, '{}', 1, clock_timestamp(), clock_timestamp() + interval '1 s')",
+                        {db::Text(w.tenant), db::Bytes(w.caller.api_key_hash), db::Text(k.key), db::Bytes(k.request_sha256)})
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  hold.Release();
+  t.join();
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(out.status().type(), "idempotency-key-in-flight");
+  EXPECT_EQ(Counts(w.tenant), "2/0/0/1");
+}
+
+TEST_F(IdempotencyTest, MalformedKeysAndOperatorWritesAreRefusedBeforeWriting) {
+  EXPECT_TRUE(Claims::CheckIdempotencyKey(std::string(255, 'k')).ok());
+  EXPECT_TRUE(Claims::CheckIdempotencyKey(" !~").ok());
+  for (const std::string& bad : {std::string(), std::string(256, 'k'), std::string("a\tb"), std::string("a\x7f"),
+                                std::string("\xc3\xa9")}) {
+    Status s = Claims::CheckIdempotencyKey(bad);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_EQ(s.type(), "invalid-idempotency-key") << bad;
+  }
+  auto w = NewWriter("idem-malformed");
+  auto r = claims_->SubmitOnce(w.caller, Req("x"), Key(std::string(256, 'k'), "r"), Render);
+  EXPECT_EQ(r.status().type(), "invalid-idempotency-key");
+  auto op = claims_->SubmitOnce({w.tenant, "operator", "admin", "cli"}, Req("x"), Key("k", "r"), Render);
+  EXPECT_EQ(op.status().type(), "invalid-idempotency-key");
+  EXPECT_EQ(Counts(w.tenant), "2/0/0/0");
+}
+
+TEST_F(IdempotencyTest, EraseReplaysToo) {
+  auto w = NewWriter("idem-erase");
+  auto s = claims_->Submit(w.caller, Req("forget me"));  // seq 3
+  ASSERT_TRUE(s.ok());
+  const auto k = Key("erase-1", "POST /v1/claims/" + s->meta.artifact_id + "/erase");
+  auto first = claims_->EraseOnce(w.caller, s->meta.artifact_id, "asked", k, Render);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->replayed);
+  EXPECT_EQ(first->status, 200);
+  EXPECT_EQ(first->body["state"], "erased");
+  EXPECT_EQ(first->body["erased_seq"], 4);
+  // A plain retry would be 410; with the key it is the first answer again.
+  EXPECT_EQ(claims_->Erase(w.caller, s->meta.artifact_id, "asked").status().code(), Code::kGone);
+  auto again = claims_->EraseOnce(w.caller, s->meta.artifact_id, "asked", k, Render);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->replayed);
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(again->body.dump(), first->body.dump());
+  EXPECT_EQ(Counts(w.tenant), "4/1/1/1");
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ const char* DefaultSlug(Code c) {
 }  // namespace
 
 int HttpStatus(const Status& s) {
+  // Refined by type: well-formed, but its Idempotency-Key belongs to another request.
+  if (s.type() == "idempotency-key-reused") return 422;
   switch (s.code()) {
     case Code::kOk: return 200;
     case Code::kInvalidArgument: return 400;
@@ -126,12 +128,14 @@ struct Server::Impl {
   }
 
   Status WriteGate(const admission::Caller& c) {
-    if (d.fork->provider_forked())
-      return Unavailable("writes are refused: the deployment's provider chain is forked (run `oml doctor`)", "chain-fork");
-    auto it = d.fork->tenants.find(c.tenant_id);
-    if (it == d.fork->tenants.end()) return Status::Ok();
-    return Unavailable("writes to this tenant are refused: " + it->second + " (run `oml doctor`)", "chain-fork");
+    auto why = d.fork->Closed(c.tenant_id);
+    if (!why) return Status::Ok();
+    return Unavailable("writes to this tenant are refused: " + *why + " (run `oml doctor`)", "chain-fork");
   }
+
+  // Separate from WriteGate (the chain state): the database must run synchronous quorum
+  // replication unless the server runs with reduced durability (503 durability-reduced).
+  Status DurabilityGate() { return d.durability ? d.durability->Gate() : Status::Ok(); }
 
   static json MetaJson(const admission::ClaimMeta& m) {
     return {{"artifact_id", m.artifact_id},
@@ -179,10 +183,47 @@ struct Server::Impl {
     return v;
   }
 
+  // A write's optional Idempotency-Key (IETF httpapi draft "The Idempotency-Key HTTP Header
+  // Field"): one field line holding an RFC 8941 sf-string, i.e. a quoted string of printable
+  // ASCII in which only \" and \\ are escaped, of 1..255 characters once unescaped. No
+  // parameters. Anything else is 400 invalid-idempotency-key. The request fingerprint is
+  // SHA-256(method "\n" path "\n" exact body bytes). nullopt without the header.
+  Result<std::optional<admission::IdempotencyKey>> IdempotencyKeyOf(const httplib::Request& req) {
+    static const char* kField = "Idempotency-Key";
+    if (!req.has_header(kField)) return std::optional<admission::IdempotencyKey>();
+    auto bad = [](const std::string& why) { return InvalidArgument("Idempotency-Key " + why, "invalid-idempotency-key"); };
+    if (req.get_header_value_count(kField) != 1) return bad("must be sent once");
+    const std::string v = req.get_header_value(kField);
+    const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+    if (b == std::string::npos || v[b] != '"' || e == b)
+      return bad("must be a quoted string (RFC 8941 sf-string), e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\"");
+    std::string key;
+    size_t i = b + 1;
+    for (; i < e && v[i] != '"'; ++i) {
+      const unsigned char ch = v[i];
+      if (ch < 0x20 || ch > 0x7e) return bad("may hold printable ASCII only");
+      if (ch == '\\') {
+        if (i + 1 >= e || (v[i + 1] != '"' && v[i + 1] != '\\')) return bad("may escape only \" and \\");
+        ++i;
+      }
+      key.push_back(v[i]);
+    }
+    if (i != e || v[e] != '"') return bad("must be one quoted string without parameters");
+    if (Status k = admission::Claims::CheckIdempotencyKey(key); !k.ok()) return k;
+    admission::IdempotencyKey idem;
+    idem.key = std::move(key);
+    idem.request_sha256 = crypto::Sha256(req.method + "\n" + req.path + "\n" + req.body);
+    idem.ttl_s = d.config->idempotency_ttl_s;
+    return std::optional<admission::IdempotencyKey>(std::move(idem));
+  }
+
   void SubmitClaim(const httplib::Request& req, httplib::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
     if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
+    if (Status g = DurabilityGate(); !g.ok()) return Problem(res, req, g);
+    auto idem = IdempotencyKeyOf(req);
+    if (!idem.ok()) return Problem(res, req, idem.status());
     auto j = ParseObject(req, {"body", "workarea_id", "path", "provenance", "simulation_id", "media_type"});
     if (!j.ok()) return Problem(res, req, j.status());
     admission::SubmitRequest sr;
@@ -200,6 +241,15 @@ struct Server::Impl {
     sr.provenance = *prov;
     if (!sim->empty() || (j->contains("simulation_id") && !(*j)["simulation_id"].is_null())) sr.simulation_id = *sim;
     if (!mt->empty()) sr.media_type = *mt;
+    if (*idem) {
+      auto once = d.claims->SubmitOnce(*caller, sr, **idem,
+                                       [](const admission::ClaimMeta& m) { return std::make_pair(201, MetaJson(m)); });
+      ForgetIfRevoked(*caller, once.status());
+      if (!once.ok()) return Problem(res, req, once.status());
+      if (once->replayed) res.set_header("Idempotent-Replayed", "true");
+      res.set_header("Location", "/v1/claims/" + once->body["artifact_id"].get<std::string>());
+      return Json(res, once->status, once->body);
+    }
     auto out = d.claims->Submit(*caller, sr);
     ForgetIfRevoked(*caller, out.status());
     if (!out.ok()) return Problem(res, req, out.status());
@@ -223,6 +273,9 @@ struct Server::Impl {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
     if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
+    if (Status g = DurabilityGate(); !g.ok()) return Problem(res, req, g);
+    auto idem = IdempotencyKeyOf(req);
+    if (!idem.ok()) return Problem(res, req, idem.status());
     std::string reason;
     if (!req.body.empty()) {
       auto j = ParseObject(req, {"reason"});
@@ -230,6 +283,14 @@ struct Server::Impl {
       auto r = StringField(*j, "reason", false);
       if (!r.ok()) return Problem(res, req, r.status());
       reason = *r;
+    }
+    if (*idem) {
+      auto once = d.claims->EraseOnce(*caller, req.matches[1], reason, **idem,
+                                      [](const admission::ClaimMeta& m) { return std::make_pair(200, MetaJson(m)); });
+      ForgetIfRevoked(*caller, once.status());
+      if (!once.ok()) return Problem(res, req, once.status());
+      if (once->replayed) res.set_header("Idempotent-Replayed", "true");
+      return Json(res, once->status, once->body);
     }
     auto out = d.claims->Erase(*caller, req.matches[1], reason);
     ForgetIfRevoked(*caller, out.status());
@@ -317,10 +378,22 @@ struct Server::Impl {
       j["signing_key"] = "not in force";
     }
     // Unauthenticated: counts only, never tenant ids.
-    j["forked_tenants"] = d.fork->tenants.size();
-    if (d.fork->provider_forked() || !d.fork->tenants.empty()) {
+    const size_t forked = d.fork->ClosedCount();
+    const bool provider_forked = d.fork->ProviderClosed();
+    j["forked_tenants"] = forked;
+    if (forked > 0) {
       j["status"] = "degraded";
-      if (j["writes"] == "accepting") j["writes"] = d.fork->provider_forked() ? "refused" : "refused for forked tenants";
+      if (j["writes"] == "accepting") j["writes"] = provider_forked ? "refused" : "refused for forked tenants";
+    }
+    // Durability: ok | insufficient (every write refused) | reduced | reduced (local profile).
+    if (d.durability) {
+      const db::DurabilityMonitor::State ds = d.durability->Get();
+      j["durability"] = db::DurabilityMonitor::HealthValue(ds);
+      j["durability_detail"] = ds.detail;  // names neither tenants nor standbys
+      if (j["durability"] == "insufficient") {
+        j["status"] = "degraded";
+        j["writes"] = "refused";
+      }
     }
     Json(res, 200, j);
   }

@@ -11,17 +11,16 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "db/conn.h"
+#include "db/durability.h"
 #include "journal/journal.h"
 
 namespace oml::api {
 
-// Write gate, set by the startup fork check. Writes to a forked tenant are refused (503
-// chain-fork); a forked provider chain refuses every write. Reads stay served. Read-only after
-// startup.
-struct ForkState {
-  std::map<std::string, std::string> tenants;  // forked tenant id -> what is wrong
-  bool provider_forked() const { return tenants.count(journal::kProviderTenant) > 0; }
-};
+// The write gate is the journal's ChainGuard (journal/chain_guard.h): closed for a tenant by the
+// startup fork check, by a write that found its chain rewound or diverged, or by the head
+// publisher. Writes to a closed tenant are refused (503 chain-fork); a closed provider chain
+// refuses every write. Reads stay served.
+using ForkState = journal::ChainGuard;
 
 struct ServerDeps {
   const Config* config;
@@ -29,6 +28,9 @@ struct ServerDeps {
   journal::Journal* journal;
   admission::Claims* claims;
   ForkState* fork;
+  // The production durability requirement (db/durability.h): writes are refused with 503
+  // durability-reduced while it gates them. Null: no durability gate.
+  db::DurabilityMonitor* durability = nullptr;
 };
 
 class Server {

@@ -20,9 +20,13 @@
 #include "cli/exit_codes.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "crypto/crypto.h"
+#include "db/durability.h"
 #include "db/local_cluster.h"
 #include "db/migrate.h"
+#include "journal/canonical_json.h"
+#include "journal/folds.h"
 #include "journal/heads.h"
 #include "journal/journal.h"
 #include "journal/provider.h"
@@ -105,8 +109,11 @@ struct Runtime {
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<crypto::SigningKey> key;
   std::unique_ptr<blob::ObjectStore> store;
+  std::unique_ptr<journal::ChainGuard> guard;  // the write gate and the known heads (journal/chain_guard.h)
   std::unique_ptr<journal::Journal> journal;
   std::unique_ptr<journal::HeadPublisher> publisher;  // destroyed first: flushes pending heads
+  std::string root_public_key;                        // empty: no root key file (warned)
+  journal::TrustedKeys trusted;                       // the key chain anchored in root_public_key
 
   static Result<std::unique_ptr<Runtime>> Open(const Config& c, bool need_key, int pool_size = 4) {
     auto rt = std::make_unique<Runtime>();
@@ -121,11 +128,57 @@ struct Runtime {
       OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::LoadFile(c.signing_key_file));
       rt->key = std::make_unique<crypto::SigningKey>(std::move(k));
       OML_ASSIGN_OR_RETURN(rt->store, blob::OpenObjectStore(c.object_store_url));
+      OML_RETURN_IF_ERROR(rt->LoadKeyChain());
+      rt->guard = std::make_unique<journal::ChainGuard>();
       rt->journal = std::make_unique<journal::Journal>(rt->pool.get(), rt->key.get());
-      rt->publisher = std::make_unique<journal::HeadPublisher>(rt->store.get(), rt->key.get(), c.head_publish_ms);
+      rt->journal->SetChainGuard(rt->guard.get());
+      journal::TrustedKeys publisher_keys = rt->trusted;
+      publisher_keys[rt->key->key_id()] = rt->key->public_key();  // its own heads
+      rt->publisher = std::make_unique<journal::HeadPublisher>(rt->store.get(), rt->key.get(), c.head_publish_ms,
+                                                               rt->pool.get(), rt->guard.get(), std::move(publisher_keys),
+                                                               rt->root_public_key);
       rt->journal->SetCommitListener([p = rt->publisher.get()](const journal::Receipt& r) { p->OnCommit(r); });
     }
     return rt;
+  }
+
+  // The root public key (keys/signing.key.root.pub) and the key chain anchored in it: what
+  // published heads are checked against (never the signing_keys table).
+  Status LoadKeyChain() {
+    const std::string root_file = RootKeyFile(config);
+    if (fs::exists(root_file)) {
+      OML_ASSIGN_OR_RETURN(root_public_key, ReadPublicKey(root_file));
+    } else {
+      log::Warn("no root public key file; published heads are checked against the first key.issued in the database",
+                {{"file", root_file}});
+    }
+    OML_ASSIGN_OR_RETURN(trusted, journal::LoadTrustedKeys(*pool, root_public_key));
+    return Status::Ok();
+  }
+
+  // The fork check of the chains `only` (all published heads if empty). Verified heads are
+  // recorded in the guard; forks close it; invalid head documents are repaired when `repair`.
+  // Returns the findings.
+  Result<journal::ForkCheck> CheckForks(const std::vector<std::string>& only, bool repair) {
+    OML_ASSIGN_OR_RETURN(journal::ForkCheck fc, journal::CheckForks(*pool, *store, trusted, only));
+    for (const auto& h : fc.heads) guard->Observe(h.tenant, h.seq, h.event_hash);
+    for (const auto& f : fc.findings) {
+      if (!f.invalid_head) {
+        guard->Close(f.tenant, f.what);
+        continue;
+      }
+      Metrics::Get().ChainIntegrity("head-invalid");
+      log::Error("published head is invalid", {{"tenant", f.tenant}, {"error", f.what}, {"repair", repair}});
+      if (!repair) continue;
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool->Acquire());
+      auto r = c->Scoped(f.tenant, {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(f.tenant)}});
+      if (r.ok() && r->size() > 0) {
+        Status st = publisher->Repair(f.tenant, r->GetInt(0, 0), r->GetBytes(0, 1));
+        if (!st.ok()) log::Error("cannot repair published head", {{"tenant", f.tenant}, {"error", st.ToString()}});
+        else log::Info("published head repaired", {{"tenant", f.tenant}, {"seq", r->GetInt(0, 0)}});
+      }
+    }
+    return fc;
   }
 };
 
@@ -162,22 +215,27 @@ sigset_t BlockStopSignals() {
   return set;
 }
 
-Status Serve(const Config& c, const std::function<void()>& on_ready) {
+// `local_profile`: `oml dev`, whose durability is reduced by definition (one disk, no standbys).
+Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_profile = false) {
   OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size));
   OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*rt->pool, *rt->key));
   OML_ASSIGN_OR_RETURN(auto kek, crypto::FileKekProvider::Load(c.kek_file));
-  api::ForkState fork;
-  auto findings = journal::CheckForks(*rt->pool, *rt->store);
-  if (!findings.ok()) return findings.status();
-  for (const auto& f : *findings) {
-    log::Error("chain fork detected; writes refused", {{"tenant", f.tenant}, {"published_seq", f.published_seq},
-                                                       {"stored_seq", f.stored_seq}, {"what", f.what}});
-    fork.tenants[f.tenant] = f.what;
-  }
+  // Startup fork check: forked tenants are closed in the guard (writes 503 chain-fork), invalid
+  // head documents are repaired. While serving, the journal and the publisher keep checking.
+  OML_RETURN_IF_ERROR(rt->CheckForks({}, /*repair=*/true).status());
+  api::ForkState& fork = *rt->guard;
   journal::HeadPublisher& publisher = *rt->publisher;
   publisher.Start();
   admission::Claims claims(rt->journal.get(), rt->pool.get(), kek.get(), c.max_body_bytes);
-  api::Server server({&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork});
+  // Durability gate (db/durability.h): without synchronous quorum replication writes are refused
+  // unless durability is reduced on purpose; re-checked every durability_check_ms.
+  db::DurabilityMonitor durability(rt->pool->url(),
+                                   local_profile          ? db::DurabilityMode::kReducedLocal
+                                   : c.reduced_durability ? db::DurabilityMode::kReduced
+                                                          : db::DurabilityMode::kEnforced,
+                                   std::chrono::milliseconds(c.durability_check_ms));
+  OML_RETURN_IF_ERROR(durability.Start());
+  api::Server server({&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &durability});
 
   sigset_t set = BlockStopSignals();
   std::thread waiter([&] {
@@ -234,7 +292,7 @@ Status Dev(Config c) {
     }
     auto on_ready = [&] {
       std::string base = "http://" + c.listen;
-      std::cout << "\noml dev is running (local profile; durability is this one disk).\n"
+      std::cout << "\noml dev is running (local profile; durability: reduced (local profile), this one disk).\n"
                 << "  API:        " << base << "   metrics: " << base << "/metrics\n"
                 << "  database:   " << PgDir(c) << "/superuser.url\n"
                 << "  tenant:     demo   writer key: " << token_file << "\n\n"
@@ -247,7 +305,7 @@ Status Dev(Config c) {
                 << "Press Ctrl-C to stop oml and its PostgreSQL.\n"
                 << std::flush;
     };
-    return Serve(c, on_ready);
+    return Serve(c, on_ready, /*local_profile=*/true);
   }();
   if (cluster) {
     Status stop = cluster->Stop();
@@ -286,6 +344,9 @@ int Main(int argc, char** argv) {
 
   auto* dev = app.add_subcommand("dev", "local profile: private PostgreSQL under $OML_HOME/pg, keys, genesis, API");
   auto* serve = app.add_subcommand("serve", "serve the HTTP API (production: connect as oml_app)");
+  bool reduced_durability = false;
+  serve->add_flag("--reduced-durability", reduced_durability,
+                  "accept writes without synchronous quorum replication (reported by /v1/health and /metrics)");
 
   auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
   std::string admin_url, app_password;
@@ -329,11 +390,15 @@ int Main(int argc, char** argv) {
   verify->add_option("--root-key", verify_root, "the deployment's first public key (default: <signing key>.root.pub)");
   verify->add_option("--tenant", verify_tenant, "only this tenant (name or id)");
   verify->add_option("--threads", verify_threads, "threads checking signatures (default: all cores)");
+  bool verify_folds = false;
+  verify->add_flag("--folds", verify_folds, "then recompute the fold tables from the chains and report every difference");
 
   auto* verify_receipt = app.add_subcommand("verify-receipt", "check a receipt offline with the deployment public key");
   std::string receipt_file, public_key_file;
   verify_receipt->add_option("file", receipt_file, "receipt JSON (or a 201 response containing \"receipt\")")->required();
   verify_receipt->add_option("--public-key", public_key_file, "public key file (default: <signing key>.pub)");
+  auto* canonicalize = app.add_subcommand(
+      "canonicalize", "stdin: one JSON document per line; stdout: hex of its RFC 8785 bytes, or `error: <why>`");
 
   auto* erase = app.add_subcommand("erase", "crypto-shred a claim: destroy its DEK and journal artifact.erased");
   std::string erase_tenant, erase_id, erase_reason;
@@ -358,6 +423,7 @@ int Main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   if (*serve) {
+    if (reduced_durability) cfg.reduced_durability = true;
     Status s = Serve(cfg, nullptr);
     return s.ok() ? 0 : Fail(s);
   }
@@ -391,6 +457,21 @@ int Main(int argc, char** argv) {
     if (!k.ok()) return Fail(k.status());
     std::cout << json{{"key_id", k->key_id()}, {"public_key", crypto::Base64(k->public_key())}}.dump() << "\n";
     return 0;
+  }
+  if (*canonicalize) {  // no database or keys: a pure filter, for cross-checking other implementations
+    bool all_ok = true;
+    for (std::string line; std::getline(std::cin, line);) {
+      auto v = journal::ParseRfc8785Input(line);
+      auto bytes = v.ok() ? journal::CanonicalizeRfc8785(*v) : Result<std::string>(v.status());
+      if (bytes.ok()) {
+        std::cout << crypto::Hex(*bytes) << "\n";
+      } else {
+        all_ok = false;
+        std::cout << "error: " << bytes.status().message() << "\n";
+      }
+    }
+    std::cout.flush();
+    return all_ok ? kExitOk : kExitUsage;
   }
   if (*verify_receipt) {
     std::string text = ReadFile(receipt_file);
@@ -427,11 +508,11 @@ int Main(int argc, char** argv) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
     // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
     const std::vector<std::string> chains = {target ? target->tenant_id : std::string(journal::kProviderTenant)};
-    auto forks = journal::CheckForks(*R.pool, *R.store, chains);
+    auto forks = R.CheckForks(chains, /*repair=*/false);
     if (!forks.ok()) return Fail(forks.status());
-    if (!forks->empty())
-      return Fail(Unavailable("tenant " + forks->front().tenant + ": " + forks->front().what + " (run `oml doctor`)",
-                              "chain-fork"));
+    for (const auto& f : forks->findings)
+      if (!f.invalid_head)
+        return Fail(Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork"));
   }
 
   if (*tenant_create) {
@@ -483,7 +564,9 @@ int Main(int argc, char** argv) {
       return Fail(rc.status());
     }
     std::string old_id = R.key->key_id();
-    fs::rename(cfg.signing_key_file, cfg.signing_key_file + "." + old_id.substr(8) + ".retired");
+    // The retired private key is not kept: nothing needs it (verification uses the public keys
+    // journalled by key.issued), and a copy beside the server would let whoever holds it and the
+    // database forge backdated events. rename() replaces the old file atomically.
     fs::rename(staged, cfg.signing_key_file);
     (void)WritePublicKey(PublicKeyFile(cfg), *nk);
     std::cout << "key.issued at provider seq " << rc->seq << ": " << nk->key_id() << " replaces " << old_id
@@ -515,6 +598,10 @@ int Main(int argc, char** argv) {
     } else {
       std::cerr << "warning: no root key (" << root_file << "): trusting the first key.issued in the database\n";
     }
+    // Every profile has a heads store: chains are compared with their published signed heads.
+    auto heads_store = blob::OpenObjectStore(cfg.object_store_url);
+    if (!heads_store.ok()) return Fail(heads_store.status());
+    vo.heads = heads_store->get();
     vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
     auto t0 = std::chrono::steady_clock::now();
     auto rep = journal::VerifyChains(*R.pool, vo);
@@ -526,7 +613,21 @@ int Main(int argc, char** argv) {
     std::cout << (rep->problems.empty() ? "OK" : "FAILED") << ": " << rep->tenants << " tenants, " << rep->events
               << " events verified in " << secs << " s (" << static_cast<int64_t>(rep->events / (secs > 0 ? secs : 1))
               << " events/s)\n";
-    return rep->problems.empty() ? 0 : kExitVerifyFailed;
+    if (!verify_folds) return rep->problems.empty() ? 0 : kExitVerifyFailed;
+    // The folds pass (journal/folds.h): artifacts, api_keys, tenants, signing_keys against the chains.
+    WorkPool fold_pool(verify_threads > 0 ? verify_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    journal::FoldOptions fo;
+    fo.only_tenant = verify_tenant;
+    auto f0 = std::chrono::steady_clock::now();
+    auto folds = journal::VerifyFolds(*R.pool, fold_pool, fo);
+    if (!folds.ok()) return Fail(folds.status());
+    double fsecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+    for (const auto& d : folds->diffs) std::cout << journal::FormatFoldDiff(d) << "\n";
+    std::cout << (folds->diffs.empty() ? "FOLDS OK" : "FOLDS FAILED") << ": " << folds->diffs.size() << " differences; "
+              << folds->tenants << " tenants, " << folds->events << " events replayed, " << folds->rows
+              << " rows compared in " << fsecs << " s ("
+              << static_cast<int64_t>(folds->events / (fsecs > 0 ? fsecs : 1)) << " events/s)\n";
+    return rep->problems.empty() && folds->diffs.empty() ? 0 : kExitVerifyFailed;
   }
   if (*doctor) {
     int problems = 0;
@@ -534,26 +635,48 @@ int Main(int argc, char** argv) {
     {
       auto h = R.pool->Acquire();
       if (h.ok()) {
-        auto r = (*h)->Query("SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')");
+        // The same check as `oml serve`'s write gate (db/durability.h).
+        auto r = db::ReadDurabilitySettings(**h);
         if (r.ok()) {
-          std::string sc = r->Get(0, 0), names = r->Get(0, 1);
-          bool quorum = !names.empty() && (sc == "remote_write" || sc == "remote_apply" || sc == "on");
-          std::cout << "durability: synchronous_commit=" << sc << " synchronous_standby_names='" << names << "' -> "
-                    << (quorum ? "synchronous replication configured"
-                               : "NO synchronous standbys: durability is this one machine's disk (local profile)")
+          const db::DurabilityVerdict v = db::EvaluateDurability(*r);
+          std::cout << "durability: synchronous_commit=" << r->synchronous_commit << " synchronous_standby_names='"
+                    << r->synchronous_standby_names << "' -> "
+                    << (v.quorum ? "synchronous quorum replication: the production requirement holds"
+                                 : "NOT the production requirement (" + v.detail +
+                                       "): a failover can lose acknowledged writes; `oml serve` refuses writes "
+                                       "unless run with --reduced-durability (`oml dev`: reduced by definition)")
                     << "\n";
         }
       }
     }
     auto store = blob::OpenObjectStore(cfg.object_store_url);
     if (!store.ok()) return Fail(store.status());
-    auto f = journal::CheckForks(*R.pool, **store);
+    std::string root;
+    if (fs::exists(RootKeyFile(cfg))) {
+      auto r = ReadPublicKey(RootKeyFile(cfg));
+      if (!r.ok()) return Fail(r.status());
+      root = *r;
+    } else {
+      std::cout << "root key: no " << RootKeyFile(cfg) << "; published heads are checked against the first key.issued\n";
+    }
+    auto trusted = journal::LoadTrustedKeys(*R.pool, root);
+    if (!trusted.ok()) {
+      std::cout << "KEY CHAIN: " << trusted.status().message() << "\n";
+      return kExitVerifyFailed;
+    }
+    auto f = journal::CheckForks(*R.pool, **store, *trusted);
     if (!f.ok()) return Fail(f.status());
-    if (f->empty()) {
+    if (f->findings.empty()) {
       std::cout << "fork check: every stored chain head agrees with its published signed head\n";
     }
-    for (const auto& x : *f) {
+    for (const auto& x : f->findings) {
       ++problems;
+      if (x.invalid_head) {
+        std::cout << "INVALID HEAD tenant " << x.tenant << ": " << x.what
+                  << ".\n  The published head document does not verify against the key chain; `oml serve` "
+                     "republishes the current head over it at startup.\n";
+        continue;
+      }
       std::cout << "FORK tenant " << x.tenant << ": " << x.what << " (published seq " << x.published_seq
                 << ", stored seq " << x.stored_seq << ").\n"
                 << "  The database lost committed events or diverged from what was published. `oml serve` refuses\n"

@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <toml++/toml.h>
@@ -23,6 +24,19 @@ Status ParseInt(const std::string& key, const std::string& text, int64_t* out) {
   } catch (const std::exception&) {
     return InvalidArgument("setting " + key + ": not a non-negative integer: '" + text + "'");
   }
+}
+
+Status ParseBool(const std::string& key, const std::string& text, bool* out) {
+  std::string t = text;
+  for (auto& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (t == "true" || t == "1" || t == "yes" || t == "on") {
+    *out = true;
+  } else if (t == "false" || t == "0" || t == "no" || t == "off") {
+    *out = false;
+  } else {
+    return InvalidArgument("setting " + key + ": not a boolean (true/false, 1/0, yes/no, on/off): '" + text + "'");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -52,7 +66,8 @@ Result<Config> LoadConfig() {
       {"object_store_url", "OML_OBJECT_STORE_URL", ""}, {"lake_root", "OML_LAKE_ROOT", ""},
       {"max_body_bytes", "OML_MAX_BODY_BYTES", ""}, {"db_pool_size", "OML_DB_POOL_SIZE", ""},
       {"http_threads", "OML_HTTP_THREADS", ""}, {"head_publish_ms", "OML_HEAD_PUBLISH_MS", ""},
-      {"log_level", "OML_LOG_LEVEL", ""},
+      {"log_level", "OML_LOG_LEVEL", ""}, {"idempotency_ttl_s", "OML_IDEMPOTENCY_TTL_S", ""},
+      {"reduced_durability", "OML_REDUCED_DURABILITY", ""}, {"durability_check_ms", "OML_DURABILITY_CHECK_MS", ""},
   };
   const fs::path file = home / "oml.toml";
   if (fs::exists(file)) {
@@ -69,7 +84,8 @@ Result<Config> LoadConfig() {
         known = true;
         if (auto s = node.value<std::string>()) it.value = *s;
         else if (auto i = node.value<int64_t>()) it.value = std::to_string(*i);
-        else return InvalidArgument(file.string() + ": " + it.key + " must be a string or integer");
+        else if (auto b = node.value<bool>()) it.value = *b ? "true" : "false";
+        else return InvalidArgument(file.string() + ": " + it.key + " must be a string, integer or boolean");
       }
       if (!known) return InvalidArgument(file.string() + ": unknown setting '" + std::string(k.str()) + "'");
     }
@@ -95,6 +111,12 @@ Result<Config> LoadConfig() {
   if (!get("db_pool_size").empty()) { OML_RETURN_IF_ERROR(ParseInt("db_pool_size", get("db_pool_size"), &v)); c.db_pool_size = static_cast<int>(v); }
   if (!get("http_threads").empty()) { OML_RETURN_IF_ERROR(ParseInt("http_threads", get("http_threads"), &v)); c.http_threads = static_cast<int>(v); }
   if (!get("head_publish_ms").empty()) { OML_RETURN_IF_ERROR(ParseInt("head_publish_ms", get("head_publish_ms"), &v)); c.head_publish_ms = static_cast<int>(v); }
+  if (!get("idempotency_ttl_s").empty()) { OML_RETURN_IF_ERROR(ParseInt("idempotency_ttl_s", get("idempotency_ttl_s"), &v)); c.idempotency_ttl_s = v; }
+  if (c.idempotency_ttl_s < 1) return InvalidArgument("setting idempotency_ttl_s: must be at least 1");
+  if (!get("reduced_durability").empty())
+    OML_RETURN_IF_ERROR(ParseBool("reduced_durability", get("reduced_durability"), &c.reduced_durability));
+  if (!get("durability_check_ms").empty()) { OML_RETURN_IF_ERROR(ParseInt("durability_check_ms", get("durability_check_ms"), &v)); c.durability_check_ms = static_cast<int>(std::min<int64_t>(v, 86400000)); }
+  if (c.durability_check_ms < 100) return InvalidArgument("setting durability_check_ms: must be at least 100");
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};

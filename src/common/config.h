@@ -14,7 +14,15 @@
 //   db_pool_size          OML_DB_POOL_SIZE       16
 //   http_threads          OML_HTTP_THREADS       32
 //   head_publish_ms       OML_HEAD_PUBLISH_MS    200
+//   idempotency_ttl_s     OML_IDEMPOTENCY_TTL_S  86400 (>= 1; how long an Idempotency-Key is honoured)
 //   log_level             OML_LOG_LEVEL          info
+//   reduced_durability    OML_REDUCED_DURABILITY false  (true/false, 1/0, yes/no, on/off; toml bool ok)
+//   durability_check_ms   OML_DURABILITY_CHECK_MS 5000  (at least 100)
+//
+// reduced_durability: `oml serve` acknowledges writes although the database does not run
+// synchronous quorum replication (db/durability.h); the --reduced-durability flag sets it too.
+// Without it, such a database gets every write refused (503 durability-reduced). The settings
+// are re-checked every durability_check_ms.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +44,10 @@ struct Config {
   int db_pool_size = 16;
   int http_threads = 32;
   int head_publish_ms = 200;
+  int64_t idempotency_ttl_s = 86400;
   std::string log_level = "info";
+  bool reduced_durability = false;
+  int durability_check_ms = 5000;
 
   std::string ListenHost() const;
   int ListenPort() const;

@@ -21,6 +21,22 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                     .Help("Time to acquire the per-tenant chain lock and read the head (round trip 1)")
                     .Register(*registry_)
                     .Add({}, kLatency);
+  integrity_ = &prometheus::BuildCounter()
+                    .Name("oml_chain_integrity_events_total")
+                    .Help("Chain-integrity events: fork-refused, publish-refused, head-invalid")
+                    .Register(*registry_);
+  durability_reduced_ = &prometheus::BuildGauge()
+                             .Name("oml_durability_reduced")
+                             .Help("1 when writes are acknowledged without requiring synchronous quorum replication "
+                                   "(--reduced-durability or the local profile)")
+                             .Register(*registry_)
+                             .Add({});
+  durability_quorum_ = &prometheus::BuildGauge()
+                            .Name("oml_durability_quorum")
+                            .Help("1 when the last check found synchronous_commit waiting for a quorum (ANY k) of "
+                                  "synchronous standbys")
+                            .Register(*registry_)
+                            .Add({});
 }
 
 Metrics& Metrics::Get() {
@@ -41,6 +57,13 @@ void Metrics::Commit(bool ok, double seconds) {
 void Metrics::ChainAppend(const std::string& tenant) { appends_->Add({{"tenant", tenant}}).Increment(); }
 
 void Metrics::LockWait(double seconds) { lock_wait_->Observe(seconds); }
+
+void Metrics::ChainIntegrity(const std::string& kind) { integrity_->Add({{"kind", kind}}).Increment(); }
+
+void Metrics::Durability(bool reduced, bool quorum) {
+  durability_reduced_->Set(reduced ? 1 : 0);
+  durability_quorum_->Set(quorum ? 1 : 0);
+}
 
 std::string Metrics::Serialize() const {
   prometheus::TextSerializer s;

@@ -3,6 +3,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -21,6 +22,15 @@ class Metrics {
   void Commit(bool ok, double seconds);
   void ChainAppend(const std::string& tenant);
   void LockWait(double seconds);
+  // Chain-integrity events: kind = fork-refused (a write refused on a rewound or diverged chain),
+  // publish-refused (a published head the new head does not extend), head-invalid (a published
+  // head document that does not verify; repaired by republishing).
+  void ChainIntegrity(const std::string& kind);
+  // Durability (db/durability.h), set by every check: oml_durability_reduced 1 when the server
+  // acknowledges writes without requiring synchronous quorum replication (--reduced-durability,
+  // or the local profile); oml_durability_quorum 1 when the last check found it configured.
+  // Writes are refused (503 durability-reduced) while both are 0.
+  void Durability(bool reduced, bool quorum);
   // Prometheus text exposition format.
   std::string Serialize() const;
 
@@ -32,6 +42,9 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* commit_seconds_;
   prometheus::Family<prometheus::Counter>* appends_;
   prometheus::Histogram* lock_wait_;
+  prometheus::Family<prometheus::Counter>* integrity_;
+  prometheus::Gauge* durability_reduced_;
+  prometheus::Gauge* durability_quorum_;
 };
 
 }  // namespace oml

@@ -1,7 +1,14 @@
 #include "db/conn.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
+
+#include "common/log.h"
 
 namespace oml::db {
 namespace {
@@ -11,6 +18,24 @@ int HexVal(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
+}
+
+// A COMMIT (or END, or COMMIT PREPARED) among the ;-separated statements of `sql`. Text
+// inside literals may be split too: a false match only makes the check stricter.
+bool IsCommit(const std::string& sql) {
+  size_t i = 0;
+  while (i < sql.size()) {
+    while (i < sql.size() && std::isspace(static_cast<unsigned char>(sql[i]))) ++i;
+    size_t j = i;
+    while (j < sql.size() && std::isalpha(static_cast<unsigned char>(sql[j]))) ++j;
+    std::string word = sql.substr(i, j - i);
+    for (auto& ch : word) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (word == "COMMIT" || word == "END") return true;
+    i = sql.find(';', j);
+    if (i == std::string::npos) break;
+    ++i;
+  }
+  return false;
 }
 
 bool ResultOk(const PGresult* r) {
@@ -96,10 +121,17 @@ Status StatusFromResult(const PGresult* r, PGconn* c) {
   return Internal(full);
 }
 
+bool CommitNoticeRefusesAck(const char* severity_nonlocalized, const char* sqlstate) {
+  (void)sqlstate;  // 01000 and 57P01 are the expected ones; every WARNING counts (conn.h)
+  if (severity_nonlocalized == nullptr) return true;
+  return std::strcmp(severity_nonlocalized, "WARNING") == 0;
+}
+
 void Conn::OnNotice(void* arg, const PGresult* r) {
-  const char* msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
-  if (msg != nullptr && std::strstr(msg, "wait for synchronous replication") != nullptr)
-    static_cast<Notices*>(arg)->sync_rep_canceled = true;
+  auto* n = static_cast<Notices*>(arg);
+  if (!n->in_commit) return;
+  if (CommitNoticeRefusesAck(PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED), PQresultErrorField(r, PG_DIAG_SQLSTATE)))
+    n->sync_rep_canceled = true;
 }
 
 Result<Conn> Conn::Connect(const std::string& url) {
@@ -111,13 +143,31 @@ Result<Conn> Conn::Connect(const std::string& url) {
     while (!m.empty() && m.back() == '\n') m.pop_back();
     return Unavailable("cannot connect to PostgreSQL: " + m, "database-unavailable");
   }
+  // English server messages (conn.h). A SET rather than `options=-c lc_messages=C` in the
+  // startup packet: a role not allowed to set it would fail to connect at all, before
+  // `oml serve` could say "run oml migrate".
+  PGresult* r = PQexec(c, "SET lc_messages = 'C'");
+  if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      log::Warn("cannot set lc_messages = 'C' on this connection: server messages follow the server's language "
+                "(run `oml migrate` as a superuser to grant it to oml_app)",
+                {{"sqlstate", state ? state : ""}});
+    }
+  }
+  PQclear(r);
   return conn;
 }
 
 bool Conn::healthy() const { return c_ && PQstatus(c_.get()) == CONNECTION_OK; }
 
 Result<Rows> Conn::Exec(const std::string& sql) {
+  const bool commit = IsCommit(sql);
+  if (commit) notices_->sync_rep_canceled = false;
+  notices_->in_commit = commit;
   PGresult* r = PQexec(c_.get(), sql.c_str());
+  notices_->in_commit = false;
   if (!ResultOk(r)) {
     Status s = StatusFromResult(r, c_.get());
     PQclear(r);
@@ -128,8 +178,12 @@ Result<Rows> Conn::Exec(const std::string& sql) {
 
 Result<Rows> Conn::Query(const std::string& sql, const std::vector<Param>& params) {
   ParamArrays pa(params);
+  const bool commit = IsCommit(sql);
+  if (commit) notices_->sync_rep_canceled = false;
+  notices_->in_commit = commit;
   PGresult* r = PQexecParams(c_.get(), sql.c_str(), static_cast<int>(params.size()), nullptr, pa.values.data(),
                              pa.lengths.data(), pa.formats.data(), 0);
+  notices_->in_commit = false;
   if (!ResultOk(r)) {
     Status s = StatusFromResult(r, c_.get());
     PQclear(r);
@@ -142,8 +196,10 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   PGconn* c = c_.get();
   if (PQenterPipelineMode(c) != 1) return StatusFromResult(nullptr, c);
   Status send_err;
-  // One entry per query sent, in order: the statement name if it is a Prepare, "" otherwise.
+  // One entry per query sent, in order: the statement name if it is a Prepare, "" otherwise;
+  // and whether it is a COMMIT.
   std::vector<std::string> sent;
+  std::vector<bool> sent_commit;
   std::unordered_set<std::string> preparing;
   for (const auto& s : stmts) {
     ParamArrays pa(s.params);
@@ -153,6 +209,7 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
       ok = PQsendQueryParams(c, s.sql.c_str(), n, nullptr, pa.values.data(), pa.lengths.data(), pa.formats.data(),
                              s.binary_result ? 1 : 0);
       sent.emplace_back();
+      sent_commit.push_back(IsCommit(s.sql));
     } else {
       if (!prepared_.count(s.name) && !preparing.count(s.name)) {
         if (PQsendPrepare(c, s.name.c_str(), s.sql.c_str(), n, nullptr) != 1) {
@@ -160,11 +217,13 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
           break;
         }
         sent.push_back(s.name);
+        sent_commit.push_back(false);
         preparing.insert(s.name);
       }
       ok = PQsendQueryPrepared(c, s.name.c_str(), n, pa.values.data(), pa.lengths.data(), pa.formats.data(),
                                s.binary_result ? 1 : 0);
       sent.emplace_back();
+      sent_commit.push_back(IsCommit(s.sql));
     }
     if (ok != 1) {
       send_err = StatusFromResult(nullptr, c);
@@ -178,7 +237,17 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   // Drain: each query yields its result(s) then NULL; aborted ones PGRES_PIPELINE_ABORTED;
   // finally PGRES_PIPELINE_SYNC. Prepare results are consumed here, not returned.
   size_t idx = 0;
+  size_t armed = sent.size();  // the COMMIT whose notices are being watched
   for (;;) {
+    // A query's notices arrive between its first result message and its CommandComplete, so
+    // they are processed while PQgetResult reads that query's results (libpq parses a NOTICE
+    // at once, but only after the messages before it).
+    const bool commit = idx < sent_commit.size() && sent_commit[idx];
+    if (commit && armed != idx) {
+      notices_->sync_rep_canceled = false;
+      armed = idx;
+    }
+    notices_->in_commit = commit;
     PGresult* r = PQgetResult(c);
     if (r == nullptr) {
       if (!synced || PQstatus(c) == CONNECTION_BAD) {  // no sync result will ever come
@@ -210,6 +279,7 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
     }
     out.emplace_back(r);
   }
+  notices_->in_commit = false;
   if (PQexitPipelineMode(c) != 1) {
     // Unusable for the next user: close it so the pool drops it.
     c_.reset();
@@ -228,6 +298,23 @@ Result<Rows> Conn::Scoped(const std::string& tenant, Stmt stmt) {
   return std::move(rs[2]);
 }
 
+bool Conn::Alive() {
+  if (!healthy()) return false;
+  pollfd p{PQsocket(c_.get()), POLLIN, 0};
+  if (p.fd < 0) return false;
+  if (::poll(&p, 1, 0) > 0) {
+    // An idle connection receives nothing but notices, notifications or the server's goodbye
+    // (an ErrorResponse, then end of stream). Consume what arrived, then look for the end.
+    if (PQconsumeInput(c_.get()) != 1) return false;
+    if (PQisBusy(c_.get()) != 0) return false;
+    char byte;
+    const ssize_t n = ::recv(p.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return false;                                           // the server hung up
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;  // reset
+  }
+  return healthy();
+}
+
 Pool::Handle::~Handle() {
   if (pool_ && conn_) pool_->Release(std::move(conn_));
 }
@@ -238,7 +325,7 @@ Result<Pool::Handle> Pool::Acquire() {
     if (!idle_.empty()) {
       auto c = std::move(idle_.front());
       idle_.pop_front();
-      if (c->healthy()) return Handle(this, std::move(c));
+      if (c->Alive()) return Handle(this, std::move(c));
       --open_;
       continue;
     }

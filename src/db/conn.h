@@ -88,6 +88,10 @@ class Rows {
 class Conn {
  public:
   // Connects with a libpq URL or keyword string. kUnavailable if the server is unreachable.
+  // Every connection then runs `SET lc_messages = 'C'`, so server messages are English whatever
+  // the server's default. lc_messages is superuser-only; `oml migrate` grants it to oml_app
+  // (db/migrate.h). Where the SET is refused (a role without that grant), the connection is
+  // still returned and a warning logged once: nothing oml decides depends on message text.
   static Result<Conn> Connect(const std::string& url);
   Conn(Conn&&) noexcept = default;
   Conn& operator=(Conn&&) noexcept = default;
@@ -108,14 +112,23 @@ class Conn {
   Result<Rows> Scoped(const std::string& tenant, Stmt stmt);
 
   bool healthy() const;
+  // For an idle pooled connection: healthy(), and the server has not hung up on it (a restart,
+  // failover or terminated backend). Polls the socket without blocking and consumes what
+  // arrived, so a connection whose server end is gone is noticed before a caller uses it.
+  bool Alive();
   PGconn* raw() const { return c_.get(); }
 
-  // True if, since the last call, the server warned that a COMMIT stopped waiting for
-  // synchronous replication (the commit is local only: not acknowledged by the standbys).
+  // True if the most recent COMMIT sent on this connection (a COMMIT or END statement, by Exec,
+  // Query or Pipeline) may not be acknowledged by the synchronous standbys: the server sent a WARNING
+  // while processing it (CommitNoticeRefusesAck). That is how PostgreSQL reports a cancelled
+  // wait for synchronous replication, whose commit is local only. Cleared by this call and when
+  // the next COMMIT starts. Recognised structurally (by when it arrives and its non-localized
+  // severity), never by the message text, which follows lc_messages.
   bool TakeSyncRepWarning() { return notices_->sync_rep_canceled.exchange(false); }
 
  private:
   struct Notices {
+    std::atomic<bool> in_commit{false};  // a COMMIT's results are being read
     std::atomic<bool> sync_rep_canceled{false};
   };
   static void OnNotice(void* arg, const PGresult* r);
@@ -124,6 +137,14 @@ class Conn {
   std::unique_ptr<Notices> notices_;  // stable address for the libpq notice receiver
   std::unordered_set<std::string> prepared_;  // statement names prepared on this connection
 };
+
+// The rule for a notice received while a COMMIT is processed: true (the commit is not
+// acknowledged) for every WARNING, by the non-localized severity (PG_DIAG_SEVERITY_NONLOCALIZED,
+// PostgreSQL 9.6+; a missing one counts as a WARNING). A cancelled synchronous-replication wait
+// is a WARNING with SQLSTATE 01000 (cancel request) or 57P01 (termination; the connection then
+// closes); any other WARNING during COMMIT is unexpected, and refusing the acknowledgement is
+// the safe answer to it. NOTICE, INFO, LOG and DEBUG do not count. `sqlstate` may be null.
+bool CommitNoticeRefusesAck(const char* severity_nonlocalized, const char* sqlstate);
 
 // Maps a failed PGresult (or connection) to a Status as described above.
 Status StatusFromResult(const PGresult* r, PGconn* c);

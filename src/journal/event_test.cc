@@ -1,6 +1,10 @@
 #include "journal/event.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "crypto/crypto.h"
 
@@ -29,13 +33,64 @@ TEST(EnvelopeTest, SignedBytesAreCanonicalAndRoundTrip) {
             R"("prev":"1111111111111111111111111111111111111111111111111111111111111111","principal":"alice","refs":{},)"
             R"("seq":7,"tenant":"6f1c2a0e-3b4d-4e5f-8a9b-0c1d2e3f4a5b","time":"2026-11-30T02:34:00.123456Z",)"
             R"("type":"claim.submitted","v":1})");
-  // The worked example in docs/data/event-catalog.md uses exactly these bytes.
-  EXPECT_EQ(crypto::Hex(crypto::Sha256(*b)).size(), 64u);
+  // The worked example in docs/data/event-catalog.md uses exactly these bytes and this hash.
+  EXPECT_EQ(b->size(), 339u);
+  EXPECT_EQ(crypto::Hex(crypto::Sha256(*b)), "05d97eb6ec0ca329e1ae69537828c7f4bf8ccc37b6aab2fb266e71745c1f35a2");
   auto back = Envelope::FromSignedBytes(*b);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->seq, 7);
   EXPECT_EQ(back->prev_hash, e.prev_hash);
   EXPECT_EQ(back->payload, e.payload);
+  EXPECT_EQ(back->ToJson(), e.ToJson());  // every member, not only the three above
+}
+
+// docs/data/event-catalog.md "Worked event": the public test key (seed 32 x 0x01) and every value
+// the catalog derives from it. Ed25519 is deterministic, so each is exact.
+TEST(EnvelopeTest, WorkedEventMatchesTheCatalog) {
+  const std::string path = ::testing::TempDir() + "oml-test-seed-01-" + std::to_string(getpid()) + ".pem";
+  std::ofstream(path) << "-----BEGIN PRIVATE KEY-----\n"
+                         "MC4CAQAwBQYDK2VwBCIEIAEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEB\n"
+                         "-----END PRIVATE KEY-----\n";
+  auto key = crypto::SigningKey::LoadFile(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(crypto::Hex(key->public_key()), "8a88e3dd7409f195fd52db2d3cba5d72ca6709bf1d94121bf3748801b40f6f5c");
+  EXPECT_EQ(crypto::Base64(key->public_key()), "iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=");
+  EXPECT_EQ(key->key_id(), "ed25519:34750f98bd59fcfc");
+
+  auto placeholder = Sample("ed25519:0123456789abcdef").SignedBytes();
+  ASSERT_TRUE(placeholder.ok());
+  const std::string sig = key->Sign(*placeholder);
+  EXPECT_EQ(crypto::Hex(sig),
+            "8a90376e79515432537960f29d636800ebcea8f2150f11ba852c24c707040653"
+            "fcdae3d9fb01f78413df62bf67d92d44b4a1bc39fca4eabe762346e18814cf0e");
+  EXPECT_EQ(crypto::Base64(sig), "ipA3bnlRVDJTeWDynWNoAOvOqPIVDxG6hSwkxwcEBlP82uPZ+wH3hBPfYr9n2S1EtKG8Ofyk6r52I0bhiBTPDg==");
+
+  // The catalog's end-to-end receipt: the same envelope under the key's real id.
+  Envelope e = Sample(key->key_id());
+  Receipt r;
+  r.tenant = e.tenant;
+  r.seq = e.seq;
+  r.prev_hash = e.prev_hash;
+  r.signed_bytes = *e.SignedBytes();
+  r.event_hash = crypto::Sha256(r.signed_bytes);
+  r.signature = key->Sign(r.signed_bytes);
+  r.key_id = key->key_id();
+  EXPECT_EQ(r.ToJson(), nlohmann::json::parse(R"({
+  "tenant": "6f1c2a0e-3b4d-4e5f-8a9b-0c1d2e3f4a5b",
+  "seq": 7,
+  "event_hash": "2e7751bd97f6091743b1139391e5eea46f18fb124b708e67e4c06d1ba26d0c0f",
+  "prev_hash": "1111111111111111111111111111111111111111111111111111111111111111",
+  "signature": "EDuy5bhWSBBJyvkXaG4fnwIC7b4GplOlKRRqlZ8HsNx5BmolOWTW+SeXzgu49y6GIrXMQ/4eaOq+6z8K4vlDDg==",
+  "key_id": "ed25519:34750f98bd59fcfc",
+  "signed_bytes": "eyJrZXlfaWQiOiJlZDI1NTE5OjM0NzUwZjk4YmQ1OWZjZmMiLCJwYXlsb2FkIjp7ImFydGlmYWN0X2lkIjoiMGI3ZTZhNTItOGYwYy00ZDdlLTlhNTEtM2YyYzFkMGU5YjhhIiwic2l6ZSI6NX0sInByZXYiOiIxMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTExIiwicHJpbmNpcGFsIjoiYWxpY2UiLCJyZWZzIjp7fSwic2VxIjo3LCJ0ZW5hbnQiOiI2ZjFjMmEwZS0zYjRkLTRlNWYtOGE5Yi0wYzFkMmUzZjRhNWIiLCJ0aW1lIjoiMjAyNi0xMS0zMFQwMjozNDowMC4xMjM0NTZaIiwidHlwZSI6ImNsYWltLnN1Ym1pdHRlZCIsInYiOjF9"
+})"));
+  EXPECT_TRUE(VerifyReceipt(r, key->public_key()).ok());
+  // The catalog's caveat: the placeholder key id is refused with exactly this message.
+  Receipt p = r;
+  p.key_id = "ed25519:0123456789abcdef";
+  EXPECT_EQ(VerifyReceipt(p, key->public_key()).message(),
+            "receipt key_id ed25519:0123456789abcdef is not the given public key (ed25519:34750f98bd59fcfc)");
 }
 
 TEST(EnvelopeTest, RejectsExtraMember) {
@@ -84,7 +139,8 @@ TEST_F(ReceiptTest, DetectsEachTamper) {
   ASSERT_TRUE(other.ok());
   Status s = VerifyReceipt(r_, other->public_key());
   EXPECT_EQ(s.code(), Code::kDataLoss);
-  EXPECT_NE(s.message().find("is not the given public key"), std::string::npos);
+  EXPECT_EQ(s.message(), "receipt key_id " + r_.key_id + " is not the given public key (" +
+                             crypto::KeyIdFor(other->public_key()) + ")");
 }
 
 }  // namespace

@@ -1,10 +1,96 @@
 #include "journal/heads.h"
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "journal/canonical_json.h"
 #include "journal/provider.h"
 
 namespace oml::journal {
+namespace {
+
+// Refuses bytes that are too large or nested too deep before any parser sees them. Brackets
+// inside strings do not count.
+Status CheckHeadShape(const std::string& bytes) {
+  if (bytes.size() > kMaxHeadBytes)
+    return DataLoss("published head is " + std::to_string(bytes.size()) + " bytes; a head is at most " +
+                    std::to_string(kMaxHeadBytes));
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : bytes) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    else if (ch == '{' || ch == '[') {
+      if (++depth > kMaxHeadDepth) return DataLoss("published head is nested deeper than a head document");
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_public_key) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(kProviderTenant,
+                                             {"SELECT seq, event_hash, signed_bytes, signature FROM oml.journal "
+                                              "WHERE tenant_id = $1 AND event_type = 'key.issued' ORDER BY seq",
+                                              {db::Text(kProviderTenant)}, "", true}));
+  TrustedKeys keys;
+  std::string prev_id, prev_raw;
+  for (int i = 0; i < r.size(); ++i) {
+    const int64_t seq = r.GetInt(i, 0);
+    const std::string hash = r.GetBytes(i, 1), bytes = r.GetBytes(i, 2), sig = r.GetBytes(i, 3);
+    auto fail = [&](const std::string& what) -> Status {
+      return DataLoss("key chain: provider key.issued at seq " + std::to_string(seq) + " " + what);
+    };
+    Status st;
+    Envelope e;
+    std::string raw, kid;
+    if (crypto::Sha256(bytes) != hash) {
+      st = fail("does not hash to its event_hash");
+    } else if (auto env = Envelope::FromSignedBytes(bytes); !env.ok()) {
+      st = fail("is not a canonical envelope");
+    } else {
+      e = *env;
+      const auto& p = e.payload;
+      auto decoded = p.value("public_key", nlohmann::json()).is_string()
+                         ? crypto::FromBase64(p["public_key"].get<std::string>())
+                         : Result<std::string>(DataLoss("no public key"));
+      kid = p.value("key_id", nlohmann::json()).is_string() ? p["key_id"].get<std::string>() : "";
+      if (e.tenant != kProviderTenant || e.seq != seq || e.type != "key.issued") st = fail("does not match its row");
+      else if (!decoded.ok() || decoded->size() != 32 || crypto::KeyIdFor(*decoded) != kid) st = fail("carries a malformed key");
+      else raw = *decoded;
+    }
+    if (st.ok()) {
+      if (i == 0) {
+        if (!root_public_key.empty() && raw != root_public_key)
+          return DataLoss("key chain: the provider chain's first key.issued (seq " + std::to_string(seq) +
+                          ") is not the deployment's root key");
+        // The first key signs its own issue (and the genesis before it).
+        if (e.key_id != kid || !crypto::Ed25519Verify(raw, bytes, sig)) st = fail("is not signed by the key it issues");
+      } else if (keys.count(kid)) {
+        st = fail("issues key " + kid + " a second time");
+      } else if (e.key_id != prev_id || !crypto::Ed25519Verify(prev_raw, bytes, sig)) {
+        st = fail("is not signed by the key it supersedes (" + prev_id + ")");
+      }
+    }
+    if (!st.ok()) {
+      if (i == 0) return st;
+      log::Error("key chain broken; later keys are not trusted", {{"error", st.message()}});
+      break;
+    }
+    keys[kid] = raw;
+    prev_id = kid;
+    prev_raw = raw;
+  }
+  return keys;
+}
 
 std::string HeadKey(const std::string& tenant) { return "oml-heads/" + tenant; }
 
@@ -16,22 +102,29 @@ Result<std::string> EncodeSignedHead(const SignedHead& h, const crypto::SigningK
   return doc.dump();
 }
 
-Result<SignedHead> DecodeSignedHead(const std::string& bytes, const std::map<std::string, std::string>& keys) {
+Result<SignedHead> DecodeSignedHead(const std::string& bytes, const TrustedKeys& keys) {
+  OML_RETURN_IF_ERROR(CheckHeadShape(bytes));
   auto doc = nlohmann::json::parse(bytes, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("head") || !doc.contains("signature"))
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("head") || !doc["head"].is_object() ||
+      !doc.contains("signature") || !doc["signature"].is_string())
     return DataLoss("published head is not a signed head document");
   SignedHead h;
   try {
     const auto& head = doc["head"];
+    if (head.size() != 6 || head.value("v", nlohmann::json()) != 1) return DataLoss("published head is not a v1 head");
+    const auto& seq = head.at("seq");
+    if (!seq.is_number_integer() || seq.get<int64_t>() < 1 || seq.get<int64_t>() > (int64_t{1} << 53))
+      return DataLoss("published head has an invalid seq");
     h.tenant = head.at("tenant").get<std::string>();
-    h.seq = head.at("seq").get<int64_t>();
+    h.seq = seq.get<int64_t>();
     OML_ASSIGN_OR_RETURN(h.event_hash, crypto::FromHex(head.at("event_hash").get<std::string>()));
+    if (h.event_hash.size() != 32) return DataLoss("published head has an invalid event_hash");
     h.key_id = head.at("key_id").get<std::string>();
     h.published_at = head.at("published_at").get<std::string>();
     OML_ASSIGN_OR_RETURN(std::string canon, Canonicalize(head));
     OML_ASSIGN_OR_RETURN(std::string sig, crypto::FromBase64(doc["signature"].get<std::string>()));
     auto it = keys.find(h.key_id);
-    if (it == keys.end()) return DataLoss("published head is signed by unknown key " + h.key_id);
+    if (it == keys.end()) return DataLoss("published head is signed by " + h.key_id + ", which the key chain does not hold");
     if (!crypto::Ed25519Verify(it->second, canon, sig)) return DataLoss("published head signature does not verify");
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(std::string("published head is malformed: ") + e.what());
@@ -39,8 +132,16 @@ Result<SignedHead> DecodeSignedHead(const std::string& bytes, const std::map<std
   return h;
 }
 
-HeadPublisher::HeadPublisher(blob::ObjectStore* store, const crypto::SigningKey* key, int interval_ms)
-    : store_(store), key_(key), interval_ms_(interval_ms) {}
+HeadPublisher::HeadPublisher(blob::ObjectStore* store, const crypto::SigningKey* key, int interval_ms, db::Pool* pool,
+                             ChainGuard* guard, TrustedKeys keys, std::string root_public_key)
+    : store_(store),
+      key_(key),
+      interval_ms_(interval_ms),
+      pool_(pool),
+      guard_(guard),
+      keys_(std::move(keys)),
+      root_(std::move(root_public_key)),
+      keys_loaded_(std::chrono::steady_clock::now()) {}
 
 HeadPublisher::~HeadPublisher() {
   {
@@ -60,6 +161,82 @@ void HeadPublisher::OnCommit(const Receipt& r) {
   if (r.seq > p.first) p = {r.seq, r.event_hash};
 }
 
+Result<SignedHead> HeadPublisher::Decode(const std::string& bytes) {
+  auto h = DecodeSignedHead(bytes, keys_);
+  // A key issued after this process loaded the key chain (a rotation by another replica or the
+  // CLI): reload once, at most every 5 s, before calling the document invalid.
+  if (!h.ok() && h.status().message().find("which the key chain does not hold") != std::string::npos &&
+      std::chrono::steady_clock::now() - keys_loaded_ > std::chrono::seconds(5)) {
+    auto reloaded = LoadTrustedKeys(*pool_, root_);
+    keys_loaded_ = std::chrono::steady_clock::now();
+    if (reloaded.ok()) {
+      keys_ = std::move(reloaded).value();
+      keys_[key_->key_id()] = key_->public_key();
+      h = DecodeSignedHead(bytes, keys_);
+    }
+  }
+  return h;
+}
+
+Result<std::string> HeadPublisher::StoredHash(const std::string& tenant, int64_t seq) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2",
+                                                      {db::Text(tenant), db::Int(seq)}}));
+  return r.size() == 0 ? std::string() : r.GetBytes(0, 0);
+}
+
+Status HeadPublisher::Put(const std::string& tenant, int64_t seq, const std::string& hash) {
+  SignedHead h{tenant, seq, hash, key_->key_id(), NowTimestamp()};
+  OML_ASSIGN_OR_RETURN(std::string bytes, EncodeSignedHead(h, *key_));
+  OML_RETURN_IF_ERROR(store_->Put(HeadKey(tenant), bytes));
+  published_[tenant] = seq;
+  return Status::Ok();
+}
+
+Status HeadPublisher::PublishOne(const std::string& tenant, int64_t seq, const std::string& hash) {
+  OML_ASSIGN_OR_RETURN(auto existing, store_->Get(HeadKey(tenant)));
+  if (!existing.has_value()) return Put(tenant, seq, hash);
+  auto pub = Decode(*existing);
+  if (!pub.ok() || pub->tenant != tenant) {
+    const std::string why = pub.ok() ? "published head names tenant " + pub->tenant : pub.status().message();
+    Metrics::Get().ChainIntegrity("head-invalid");
+    log::Error("published head is invalid; repairing it with the current head",
+               {{"tenant", tenant}, {"error", why}, {"seq", seq}});
+    return Put(tenant, seq, hash);
+  }
+  if (guard_ && !guard_->Observe(tenant, pub->seq, pub->event_hash)) return Status::Ok();
+  auto refuse = [&](const std::string& what) {
+    Metrics::Get().ChainIntegrity("publish-refused");
+    log::Error("head publication refused: the new head does not extend the published one",
+               {{"tenant", tenant}, {"published_seq", pub->seq}, {"new_seq", seq}, {"what", what}});
+    if (guard_) guard_->Close(tenant, what);
+    published_[tenant] = pub->seq;  // do not retry this head; a later commit is checked again
+    return Status::Ok();
+  };
+  if (pub->seq == seq) {
+    if (pub->event_hash != hash)
+      return refuse("seq " + std::to_string(seq) + " is published with another hash (the chain diverged)");
+    published_[tenant] = seq;
+    return Status::Ok();
+  }
+  // Either way the published event must still be in the chain at its seq.
+  OML_ASSIGN_OR_RETURN(std::string stored, StoredHash(tenant, pub->seq));
+  if (stored.empty())
+    return refuse("the chain no longer holds published seq " + std::to_string(pub->seq) + " (the database lost committed events)");
+  if (stored != pub->event_hash)
+    return refuse("the stored event at published seq " + std::to_string(pub->seq) + " has another hash (the chain diverged)");
+  if (pub->seq > seq) {  // another replica published further along the same chain
+    published_[tenant] = pub->seq;
+    return Status::Ok();
+  }
+  return Put(tenant, seq, hash);
+}
+
+Status HeadPublisher::Repair(const std::string& tenant, int64_t seq, const std::string& event_hash) {
+  std::lock_guard<std::mutex> fl(flush_mu_);
+  return Put(tenant, seq, event_hash);
+}
+
 Status HeadPublisher::Flush() {
   std::lock_guard<std::mutex> fl(flush_mu_);
   std::map<std::string, std::pair<int64_t, std::string>> batch;
@@ -70,25 +247,8 @@ Status HeadPublisher::Flush() {
   Status first;
   for (const auto& [tenant, head] : batch) {
     if (published_[tenant] >= head.first) continue;
-    // Never regress a head another replica published.
-    std::map<std::string, std::string> no_keys;
-    auto existing = store_->Get(HeadKey(tenant));
-    if (existing.ok() && existing->has_value()) {
-      auto j = nlohmann::json::parse(**existing, nullptr, false);
-      // A malformed existing object is treated as absent (and overwritten); never throw here.
-      if (!j.is_discarded() && j.is_object() && j.contains("head") && j["head"].is_object() &&
-          j["head"].contains("seq") && j["head"]["seq"].is_number_integer() &&
-          j["head"]["seq"].get<int64_t>() >= head.first) {
-        published_[tenant] = j["head"]["seq"].get<int64_t>();
-        continue;
-      }
-    }
-    SignedHead h{tenant, head.first, head.second, key_->key_id(), NowTimestamp()};
-    auto bytes = EncodeSignedHead(h, *key_);
-    Status st = bytes.ok() ? store_->Put(HeadKey(tenant), *bytes) : bytes.status();
-    if (st.ok()) {
-      published_[tenant] = head.first;
-    } else {
+    Status st = PublishOne(tenant, head.first, head.second);
+    if (!st.ok()) {
       log::Warn("head publish failed; will retry", {{"tenant", tenant}, {"error", st.ToString()}});
       std::lock_guard<std::mutex> l(mu_);
       auto& p = pending_[tenant];
@@ -110,8 +270,8 @@ void HeadPublisher::Loop() {
   }
 }
 
-Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store,
-                                            const std::vector<std::string>& only) {
+Result<ForkCheck> CheckForks(db::Pool& pool, blob::ObjectStore& store, const TrustedKeys& keys,
+                             const std::vector<std::string>& only) {
   // Tenants the database has. With `only`, the caller resolved those tenants already.
   std::map<std::string, bool> known;
   if (only.empty()) {
@@ -121,33 +281,29 @@ Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& s
     for (const auto& t : only) known[t] = true;
   }
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-  std::map<std::string, std::string> keys;
-  {
-    OML_ASSIGN_OR_RETURN(db::Rows kr, c->Query("SELECT key_id, public_key FROM oml.signing_keys"));
-    for (int i = 0; i < kr.size(); ++i) keys[kr.Get(i, 0)] = kr.GetBytes(i, 1);
-  }
   std::vector<std::string> published;
   if (only.empty()) {
     OML_ASSIGN_OR_RETURN(published, store.List("oml-heads/"));
   } else {
     for (const auto& t : only) published.push_back(HeadKey(t));
   }
-  std::vector<ForkFinding> out;
+  ForkCheck out;
   for (const auto& key : published) {
     std::string tenant = key.substr(std::string("oml-heads/").size());
     OML_ASSIGN_OR_RETURN(auto bytes, store.Get(key));
     if (!bytes) continue;
     auto h = DecodeSignedHead(*bytes, keys);
     if (!h.ok()) {
-      out.push_back({tenant, 0, 0, h.status().message()});
+      out.findings.push_back({tenant, 0, 0, h.status().message(), true});
       continue;
     }
     if (h->tenant != tenant) {
-      out.push_back({tenant, h->seq, 0, "published head names tenant " + h->tenant});
+      out.findings.push_back({tenant, h->seq, 0, "published head names tenant " + h->tenant, true});
       continue;
     }
+    out.heads.push_back(*h);
     if (!known.count(tenant)) {
-      out.push_back({tenant, h->seq, 0, "a head is published for a tenant the database does not have"});
+      out.findings.push_back({tenant, h->seq, 0, "a head is published for a tenant the database does not have"});
       continue;
     }
     OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0), "
@@ -155,10 +311,12 @@ Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& s
                                                         {db::Text(tenant), db::Int(h->seq)}}));
     int64_t stored = r.GetInt(0, 0);
     if (stored < h->seq) {
-      out.push_back({tenant, h->seq, stored,
-                     "stored head seq " + std::to_string(stored) + " is behind the published head seq " + std::to_string(h->seq)});
+      out.findings.push_back({tenant, h->seq, stored,
+                              "stored head seq " + std::to_string(stored) + " is behind the published head seq " +
+                                  std::to_string(h->seq)});
     } else if (r.IsNull(0, 1) || r.GetBytes(0, 1) != h->event_hash) {
-      out.push_back({tenant, h->seq, stored, "stored event at the published seq " + std::to_string(h->seq) + " has a different hash"});
+      out.findings.push_back({tenant, h->seq, stored,
+                              "stored event at the published seq " + std::to_string(h->seq) + " has a different hash"});
     }
   }
   return out;

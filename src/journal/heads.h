@@ -1,20 +1,31 @@
 // Signed heads published outside the database, and the fork check that reads them back.
 //
-// Object "oml-heads/<tenant uuid>" in the object store holds:
+// Object "oml-heads/<tenant uuid>" in the object store holds (at most kMaxHeadBytes):
 //   {"head": {"v":1,"tenant":..,"seq":..,"event_hash":hex,"key_id":..,"published_at":..},
-//    "signature": base64 Ed25519 over the canonical JSON of "head"}
+//    "signature": base64 Ed25519 over the RFC 8785 canonical JSON of "head"}
+//
+// Trust root. A head document is accepted only if it is signed by a key of the key chain
+// anchored in the deployment's root public key (LoadTrustedKeys): the provider chain's first
+// key.issued must carry the root key and be signed by it, and every later key.issued must be
+// signed by the key it supersedes. The `signing_keys` table is never consulted: the heads must
+// stay independent of the store they witness.
 //
 // Publishing: the HeadPublisher is told of every committed event (Journal commit listener) and
 // publishes the newest head of each touched tenant every `interval` (default 200 ms), so a head
-// is published at most about one interval plus one put after its commit, and never before it
-// (only committed receipts reach it). It never overwrites a published head with a lower seq.
+// is published at most about one interval plus one put after its commit, and never before it.
+// It replaces a published head only when the new head extends it: the journal row at the
+// published seq still has the published hash. A published head the database does not extend
+// (it lost its tail, or diverged) is never overwritten: publication for that tenant is refused,
+// the ChainGuard closes the tenant, and a log line and a metric say so. A published document
+// that does not verify (bad signature, unknown key, malformed, huge, deeply nested) is
+// reported and repaired by publishing the current head over it.
 //
-// Fork check (before `oml serve` accepts writes): for every tenant with a published head, the
-// stored chain must reach the published seq and hold the published hash there. A head that is
-// behind, or a different hash at the published seq, is a fork.
+// Fork check (before `oml serve` accepts writes, and in `oml doctor`): for every published
+// head, the stored chain must reach the published seq and hold the published hash there.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -26,9 +37,14 @@
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
+#include "journal/chain_guard.h"
 #include "journal/event.h"
 
 namespace oml::journal {
+
+// A head document larger than this, or nested deeper than kMaxHeadDepth, is refused unparsed.
+inline constexpr size_t kMaxHeadBytes = 16 * 1024;
+inline constexpr int kMaxHeadDepth = 4;
 
 struct SignedHead {
   std::string tenant;
@@ -38,30 +54,56 @@ struct SignedHead {
   std::string published_at;
 };
 
+// key_id -> raw Ed25519 public key, for every key of the anchored key chain.
+using TrustedKeys = std::map<std::string, std::string>;
+
+// Walks the provider chain's key.issued events (the key chain) from the root key. root_public_key
+// empty: anchor on the first key.issued as stored (weaker; callers warn). kDataLoss if the first
+// key.issued is not the root key; a later link that does not verify ends the chain there (the
+// keys after it are not trusted, and is logged).
+Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_public_key);
+
 std::string HeadKey(const std::string& tenant);
 Result<std::string> EncodeSignedHead(const SignedHead& h, const crypto::SigningKey& key);
-// Parses and checks the signature with the public key for h.key_id from `keys` (key_id -> raw).
-Result<SignedHead> DecodeSignedHead(const std::string& bytes, const std::map<std::string, std::string>& keys);
+// Parses and checks the signature with the public key for h.key_id from `keys`. kDataLoss naming
+// what is wrong; never throws, whatever the bytes.
+Result<SignedHead> DecodeSignedHead(const std::string& bytes, const TrustedKeys& keys);
 
 class HeadPublisher {
  public:
-  HeadPublisher(blob::ObjectStore* store, const crypto::SigningKey* key, int interval_ms);
+  // None of the pointers is owned; all must outlive the publisher. `guard` may be null.
+  HeadPublisher(blob::ObjectStore* store, const crypto::SigningKey* key, int interval_ms, db::Pool* pool,
+                ChainGuard* guard, TrustedKeys keys, std::string root_public_key);
   ~HeadPublisher();  // flushes pending heads, then stops
   void Start();
   // Thread-safe. Records a committed event; cheap.
   void OnCommit(const Receipt& r);
-  // Publishes every pending head now (also used at shutdown).
+  // Publishes every pending head now (also used at shutdown). Returns the first error.
   Status Flush();
+  // Publishes `head` over an invalid published document of its tenant (startup repair).
+  Status Repair(const std::string& tenant, int64_t seq, const std::string& event_hash);
 
  private:
   void Loop();
+  // Decides for one tenant; see the header comment.
+  Status PublishOne(const std::string& tenant, int64_t seq, const std::string& hash);
+  Result<SignedHead> Decode(const std::string& bytes);
+  // The stored event hash at `seq` ("" if there is none).
+  Result<std::string> StoredHash(const std::string& tenant, int64_t seq);
+  Status Put(const std::string& tenant, int64_t seq, const std::string& hash);
+
   blob::ObjectStore* store_;
   const crypto::SigningKey* key_;
   const int interval_ms_;
+  db::Pool* pool_;
+  ChainGuard* guard_;
+  TrustedKeys keys_;  // flush thread only (Flush is serialized by flush_mu_)
+  const std::string root_;
+  std::chrono::steady_clock::time_point keys_loaded_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::pair<int64_t, std::string>> pending_;  // GUARDED_BY(mu_)
-  std::map<std::string, int64_t> published_;                        // publisher thread only
+  std::map<std::string, int64_t> published_;                        // GUARDED_BY(flush_mu_)
   std::mutex flush_mu_;
   bool stop_ = false;
   std::thread thread_;
@@ -72,13 +114,20 @@ struct ForkFinding {
   int64_t published_seq = 0;
   int64_t stored_seq = 0;
   std::string what;
+  // The published document itself does not verify (not a fork of the chain: the witness is
+  // damaged or planted). `oml serve` repairs it; doctor reports it.
+  bool invalid_head = false;
 };
 
-// Compares published heads with the database. Returns the findings (empty = no fork).
-// `only` empty: every published head (startup, doctor). Otherwise just those tenants' heads
-// (a CLI write checks the chains it is about to extend, in O(1) rather than O(tenants)); the
-// caller must have resolved them (they are taken to exist in the database).
-Result<std::vector<ForkFinding>> CheckForks(db::Pool& pool, blob::ObjectStore& store,
-                                            const std::vector<std::string>& only = {});
+struct ForkCheck {
+  std::vector<ForkFinding> findings;  // empty = no fork, no invalid head
+  std::vector<SignedHead> heads;      // every published head that verified
+};
+
+// Compares published heads with the database. `only` empty: every published head (startup,
+// doctor). Otherwise just those tenants' heads (a CLI write checks the chains it is about to
+// extend, in O(1) rather than O(tenants)); the caller must have resolved them.
+Result<ForkCheck> CheckForks(db::Pool& pool, blob::ObjectStore& store, const TrustedKeys& keys,
+                             const std::vector<std::string>& only = {});
 
 }  // namespace oml::journal

@@ -1,5 +1,6 @@
 #include "journal/journal.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -107,6 +108,7 @@ std::vector<Result<Receipt>> Journal::RunGroup(const std::string& tenant, const 
 void Journal::Notify(const std::vector<Receipt>& rs) {
   for (const auto& r : rs) {
     Metrics::Get().ChainAppend(r.tenant);
+    if (guard_) guard_->Observe(r.tenant, r.seq, r.event_hash);
     if (listener_) listener_(r);
   }
 }
@@ -131,12 +133,21 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   if (done_) return Internal("transaction already finished");
   if (evs.empty()) return Internal("AppendMany needs at least one event");
   const auto t0 = Clock::now();
+  ChainGuard* guard = j_->guard_;
+  if (guard) {
+    if (auto why = guard->Closed(tenant)) {
+      if (open_) (void)Rollback();
+      return Unavailable("writes to this chain are refused: " + *why + " (run `oml doctor`)", "chain-fork");
+    }
+  }
+  const ChainGuard::Head known = guard ? guard->Known(tenant) : ChainGuard::Head{};
   // Round trip 1: scope, lock, head.
   std::vector<db::Stmt> rt1;
   // READ COMMITTED is required: the head must be read with a snapshot taken after the lock.
   if (!open_) rt1.push_back({"BEGIN ISOLATION LEVEL READ COMMITTED", {}});
   rt1.push_back(db::ScopeTo(tenant));
-  rt1.push_back({"SELECT head_seq, head_hash, key_in_force FROM oml.lock_head($1::uuid)", {db::Text(tenant)}, "oml_lock_head"});
+  rt1.push_back({"SELECT head_seq, head_hash, head_time, key_in_force, known_hash FROM oml.lock_head($1::uuid, $2)",
+                 {db::Text(tenant), db::Int(known.seq)}, "oml_lock_head"});
   open_ = true;
   auto r1 = conn_->Pipeline(rt1);
   if (!r1.ok()) {
@@ -145,15 +156,36 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   }
   Metrics::Get().LockWait(Since(t0));
   const db::Rows& head = r1->back();
-  if (!head.IsNull(0, 2) && head.Get(0, 2) != j_->key_->key_id()) {
+  if (!head.IsNull(0, 3) && head.Get(0, 3) != j_->key_->key_id()) {
     (void)Rollback();
-    return Unavailable("this server signs with " + j_->key_->key_id() + " but the key in force is " + head.Get(0, 2) +
+    return Unavailable("this server signs with " + j_->key_->key_id() + " but the key in force is " + head.Get(0, 3) +
                            "; install the current signing key and restart",
                        "signing-key-not-in-force");
   }
   const int64_t head_seq = head.GetInt(0, 0);
+  // Fork check under the chain lock, before anything is signed: the chain must still hold the
+  // newest event this process acknowledged or read as published.
+  if (known.seq > 0) {
+    std::string what;
+    if (head_seq < known.seq) {
+      what = "the stored chain head is at seq " + std::to_string(head_seq) + ", behind seq " + std::to_string(known.seq) +
+             " that was acknowledged or published (the database lost committed events)";
+    } else if (head.IsNull(0, 4) || head.GetBytes(0, 4) != known.event_hash) {
+      what = "the stored event at seq " + std::to_string(known.seq) +
+             " differs from the one that was acknowledged or published (the chain diverged)";
+    }
+    if (!what.empty()) {
+      (void)Rollback();
+      Metrics::Get().ChainIntegrity("fork-refused");
+      guard->Close(tenant, what);
+      return Unavailable("writes to this chain are refused: " + what + " (run `oml doctor`)", "chain-fork");
+    }
+  }
   int64_t seq = head_seq;
   std::string prev = head.IsNull(0, 1) ? kZeroHash : head.GetBytes(0, 1);
+  // `time` never decreases along a chain (verify requires it), even across replicas whose clocks
+  // disagree slightly: an event is stamped no earlier than the head before it.
+  std::string prev_time = head.IsNull(0, 2) ? std::string() : head.Get(0, 2);
 
   // Round trip 2: per event, in commit-point order: journal row, fold rows, outbox row, head.
   std::vector<db::Stmt> rt2;
@@ -172,7 +204,8 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     e.seq = ++seq;
     e.prev_hash = prev;
     e.type = ev->type;
-    e.time = NowTimestamp();
+    e.time = std::max(NowTimestamp(), prev_time);  // fixed-width UTC: string order is time order
+    prev_time = e.time;
     e.key_id = j_->key_->key_id();
     e.principal = ev->principal;
     e.payload = ev->payload;
@@ -210,8 +243,8 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     if (Status st = OML_SYNC_POINT("journal.after_outbox_insert"); !st.ok()) return fail_at(st);
     out.push_back(std::move(rc));
   }
-  rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4)",
-                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev)},
+  rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4, $5)",
+                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev), db::Text(prev_time)},
                  "oml_advance_head"});
   if (commit_now) rt2.push_back({"COMMIT", {}});
   auto r2 = conn_->Pipeline(rt2);

@@ -2,10 +2,12 @@
 //
 // One PostgreSQL transaction per write (or per group of queued writes to one tenant, see
 // Append), two round trips:
-//   round trip 1  BEGIN; set_config('oml.tenant_id', T, true); oml.lock_head(T)
-//                 -> pg_advisory_xact_lock on T (held to commit) and the head (seq, hash)
-//   (client)      envelope(seq = head+1, prev = head hash) -> canonical signed bytes,
-//                 event_hash = SHA-256, Ed25519 signature
+//   round trip 1  BEGIN; set_config('oml.tenant_id', T, true); oml.lock_head(T, known seq)
+//                 -> rotation lock (shared) and pg_advisory_xact_lock on T (both held to
+//                 commit); the head (seq, hash, time), the key in force, and the stored hash at
+//                 the seq the ChainGuard knows (fork check before signing)
+//   (client)      envelope(seq = head+1, prev = head hash, time = max(now, head time)) ->
+//                 canonical signed bytes, event_hash = SHA-256, Ed25519 signature
 //   round trip 2  INSERT journal; fold rows; oml.enqueue_outbox(bronze row); oml.advance_head;
 //                 COMMIT
 // A write is durable iff that COMMIT returns; only then is a Receipt returned, and only then is
@@ -31,6 +33,7 @@
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
+#include "journal/chain_guard.h"
 #include "journal/event.h"
 
 namespace oml::journal {
@@ -58,6 +61,15 @@ class Journal {
 
   // Called after every successful COMMIT, once per event, in commit order per tenant.
   void SetCommitListener(std::function<void(const Receipt&)> fn) { listener_ = std::move(fn); }
+
+  // The fork guard (not owned; may be null, then nothing is checked). With a guard, every
+  // append (1) is refused with kUnavailable "chain-fork" while the guard has the tenant (or the
+  // provider chain) closed; (2) passes the guard's highest known (seq, hash) of the tenant to
+  // oml.lock_head and refuses, closing the tenant, when the locked head is behind that seq or the
+  // stored event at that seq has another hash — before anything is signed; (3) reports every
+  // committed receipt to the guard. Set before the first Append.
+  void SetChainGuard(ChainGuard* guard) { guard_ = guard; }
+  ChainGuard* chain_guard() const { return guard_; }
 
   // Appends one event to `tenant`'s chain; returns once it is committed.
   //
@@ -128,6 +140,7 @@ class Journal {
   db::Pool* pool_;
   const crypto::SigningKey* key_;
   std::function<void(const Receipt&)> listener_;
+  ChainGuard* guard_ = nullptr;
 };
 
 }  // namespace oml::journal

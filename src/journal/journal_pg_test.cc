@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <thread>
 
 #include "common/sync_point.h"
@@ -239,6 +240,170 @@ TEST_F(JournalPgTest, CommitNotConfirmedByStandbysIsNotAcknowledged) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnavailable);
   EXPECT_EQ(r.status().type(), "commit-not-replicated");
+}
+
+}  // namespace
+}  // namespace oml::journal
+
+namespace oml::journal {
+namespace {
+
+// The cluster's default lc_messages set to a non-English language for the lifetime of the
+// object (ALTER SYSTEM + reload), so server messages are translated unless a session overrides
+// them. `skip` says why that is impossible here (no OS locale, no PostgreSQL translation).
+class TranslatedServer {
+ public:
+  TranslatedServer() {
+    auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+    if (!su.ok()) {
+      skip = su.status().ToString();
+      return;
+    }
+    for (const char* candidate : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "es_ES.UTF-8", "it_IT.UTF-8"}) {
+      if (!su->Exec(std::string("ALTER SYSTEM SET lc_messages = '") + candidate + "'").ok()) continue;  // no OS locale
+      Reload(*su);
+      const std::string m = RawError("SELECT 1/0");
+      if (m.find("division by zero") == std::string::npos && !m.empty()) {
+        locale = candidate;
+        translated_division_by_zero = m;
+        return;
+      }
+    }
+    (void)su->Exec("ALTER SYSTEM RESET lc_messages");
+    Reload(*su);
+    skip = "no non-English locale with PostgreSQL translations is usable on this machine (`locale -a` must list one "
+           "of de_DE/fr_FR/es_ES/it_IT UTF-8: run scripts/install-deps.sh, which generates de_DE.UTF-8)";
+  }
+  ~TranslatedServer() {
+    if (locale.empty()) return;
+    auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+    if (su.ok() && su->Exec("ALTER SYSTEM RESET lc_messages").ok()) Reload(*su);
+  }
+
+  // A libpq connection of the superuser opened without oml's db::Conn (no SET, and no role
+  // default: only oml_app has one): it speaks the cluster's default language.
+  static std::string RawError(const std::string& sql) {
+    PGconn* c = PQconnectdb(db::testing::SuperuserUrl().c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    const char* m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    std::string out = m ? m : "";
+    PQclear(r);
+    PQfinish(c);
+    return out;
+  }
+  static std::string RawShow(const std::string& url) {
+    PGconn* c = PQconnectdb(url.c_str());
+    PGresult* r = PQexec(c, "SHOW lc_messages");
+    std::string out = PQresultStatus(r) == PGRES_TUPLES_OK ? PQgetvalue(r, 0, 0) : "";
+    PQclear(r);
+    PQfinish(c);
+    return out;
+  }
+
+  std::string skip;
+  std::string locale;
+  std::string translated_division_by_zero;
+
+ private:
+  static void Reload(db::Conn& su) {
+    (void)su.Exec("SELECT pg_reload_conf()");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+};
+
+#define SKIP_UNLESS_TRANSLATED(ts)                                                      \
+  if (!(ts).skip.empty()) {                                                             \
+    std::fprintf(stderr, "\n*** SKIPPED: translated server messages: %s ***\n\n", (ts).skip.c_str()); \
+    GTEST_SKIP() << (ts).skip;                                                          \
+  }
+
+// Appends one event while its COMMIT waits for a standby that does not exist, and cancels that
+// wait: the commit is then local only, and PostgreSQL says so with a WARNING.
+Result<Receipt> AppendWithCancelledSyncRepWait(Journal& j, const std::string& tenant) {
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  if (!su.ok()) return su.status();
+  if (!su->Exec("ALTER SYSTEM SET synchronous_standby_names = 'no_such_standby'").ok() ||
+      !su->Exec("SELECT pg_reload_conf()").ok())
+    return Internal("cannot configure synchronous replication");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Result<Receipt> r = Status(Code::kInternal, "unset");
+  std::thread writer([&] {
+    r = j.Append(tenant, EventSpec{"test.note", "tester", {{"text", "unreplicated"}}, nlohmann::json::object(), nullptr});
+  });
+  bool cancelled = false;
+  for (int i = 0; i < 500 && !cancelled; ++i) {
+    auto w = su->Query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
+    cancelled = w.ok() && w->size() > 0;
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  writer.join();
+  (void)su->Exec("ALTER SYSTEM RESET synchronous_standby_names");
+  (void)su->Exec("SELECT pg_reload_conf()");
+  if (!cancelled) return Internal("the commit never waited for synchronous replication");
+  return r;
+}
+
+// Issue 6 section 5: the same cancelled wait as CommitNotConfirmedByStandbysIsNotAcknowledged,
+// with the server's messages in another language.
+TEST_F(JournalPgTest, TranslatedServerCommitNotConfirmedByStandbysIsNotAcknowledged) {
+  TranslatedServer ts;
+  SKIP_UNLESS_TRANSLATED(ts);
+  auto t = CreateTenant(*journal_, "syncrep-translated");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto r = AppendWithCancelledSyncRepWait(*journal_, t->tenant_id);
+  ASSERT_FALSE(r.ok()) << "acknowledged a commit the standbys never confirmed (server language " << ts.locale << ")";
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_EQ(r.status().type(), "commit-not-replicated");
+}
+
+// The structural rule alone, on the real cancelled wait: the journal's only connection is
+// switched to the translated language on purpose (oml_app may SET lc_messages), so the WARNING
+// really arrives translated, and it is still recognised.
+TEST_F(JournalPgTest, TranslatedWarningOnOmlsOwnConnectionStillRefusesTheAcknowledgement) {
+  TranslatedServer ts;
+  SKIP_UNLESS_TRANSLATED(ts);
+  db::Pool one(db::testing::AppUrl(), 1);
+  Journal j(&one, &journal_->key());
+  auto t = CreateTenant(j, "syncrep-translated-conn");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  {
+    auto h = one.Acquire();
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE((*h)->Exec("SET lc_messages = '" + ts.locale + "'").ok());
+    auto m = (*h)->Exec("SELECT 1/0");
+    ASSERT_FALSE(m.ok());
+    ASSERT_EQ(m.status().message().find("division by zero"), std::string::npos) << m.status().message();
+  }
+  auto r = AppendWithCancelledSyncRepWait(j, t->tenant_id);
+  ASSERT_FALSE(r.ok()) << "acknowledged a commit the standbys never confirmed (connection language " << ts.locale << ")";
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_EQ(r.status().type(), "commit-not-replicated");
+}
+
+// Every connection oml opens speaks 'C', whatever the cluster's default.
+TEST_F(JournalPgTest, TranslatedServerOmlConnectionsRunWithLcMessagesC) {
+  TranslatedServer ts;
+  SKIP_UNLESS_TRANSLATED(ts);
+  // The cluster default really is translated: a connection oml did not open says so.
+  EXPECT_EQ(TranslatedServer::RawShow(db::testing::SuperuserUrl()), ts.locale)
+      << "the default speaks: " << ts.translated_division_by_zero;
+  for (const std::string& url : {db::testing::AppUrl(), db::testing::SuperuserUrl()}) {
+    auto c = db::Conn::Connect(url);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto show = c->Query("SHOW lc_messages");
+    ASSERT_TRUE(show.ok());
+    EXPECT_EQ(show->Get(0, 0), "C") << url;
+    auto err = c->Exec("SELECT 1/0");
+    EXPECT_EQ(err.status().message(), "[22012] ERROR:  division by zero") << url;
+  }
+  // A pooled connection opened before the default changed (a reload must not translate it).
+  auto h = pool_->Acquire();
+  ASSERT_TRUE(h.ok());
+  auto show = (*h)->Query("SHOW lc_messages");
+  ASSERT_TRUE(show.ok());
+  EXPECT_EQ(show->Get(0, 0), "C");
+  // oml_app's role default, for clients that are not oml (`oml migrate` sets it).
+  EXPECT_EQ(TranslatedServer::RawShow(db::testing::AppUrl()), "C");
 }
 
 }  // namespace

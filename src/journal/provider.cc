@@ -35,30 +35,46 @@ Result<bool> InitProvider(Journal& journal) {
 }
 
 Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key) {
-  std::string pub = new_key.public_key(), kid = new_key.key_id();
+  const std::string pub = new_key.public_key(), kid = new_key.key_id();
+  OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
+  // Exclusive rotation lock first: every append in flight commits before, every later append
+  // waits and then sees the new key in force. The heads read under it are exactly the events the
+  // retiring key signed on each chain.
+  OML_ASSIGN_OR_RETURN(auto rs, tx.Run({db::ScopeTo(kProviderTenant),
+                                        {"SELECT issued_seq FROM oml.signing_keys WHERE key_id = $1", {db::Text(kid)}},
+                                        {"SELECT tenant_id, seq FROM oml.begin_key_rotation()", {}}}));
+  if (rs[1].size() > 0)
+    return FailedPrecondition("signing key " + kid + " was issued before (provider seq " + rs[1].Get(0, 0) +
+                                  "); a key is issued once, and a retired key is never reinstated",
+                              "signing-key-reused");
+  nlohmann::json heads = nlohmann::json::object();
+  for (int i = 0; i < rs[2].size(); ++i) heads[rs[2].Get(i, 0)] = rs[2].GetInt(i, 1);
   EventSpec issued{"key.issued", "system",
                    {{"key_id", kid}, {"public_key", crypto::Base64(pub)}, {"algorithm", "ed25519"},
-                    {"supersedes", journal.key().key_id()}},
+                    {"supersedes", journal.key().key_id()}, {"retired_heads", heads}},
                    nlohmann::json::object(), nullptr};
   issued.fold = [pub, kid](int64_t seq) -> std::vector<db::Stmt> {
     return {{"UPDATE oml.signing_keys SET retired_at = now() WHERE retired_at IS NULL", {}},
             {"INSERT INTO oml.signing_keys (key_id, public_key, issued_seq, issued_at) VALUES ($1, $2, $3, now())",
              {db::Text(kid), db::Bytes(pub), db::Int(seq)}}};
   };
-  return journal.Append(kProviderTenant, issued);
+  OML_ASSIGN_OR_RETURN(Receipt rc, tx.Append(kProviderTenant, issued));
+  OML_RETURN_IF_ERROR(tx.Commit());
+  return rc;
 }
 
 Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key) {
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-  OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT retired_at IS NULL FROM oml.signing_keys WHERE key_id = $1",
+  // oml.key_in_force() is the one definition (lock_head uses it too).
+  OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT coalesce(oml.key_in_force(), ''), "
+                                            "EXISTS (SELECT 1 FROM oml.signing_keys WHERE key_id = $1)",
                                             {db::Text(key.key_id())}));
-  if (r.size() == 0)
+  if (r.Get(0, 0) == key.key_id()) return Status::Ok();
+  if (r.Get(0, 1) != "t")
     return FailedPrecondition("signing key " + key.key_id() + " was never issued on the provider chain (wrong key file?)",
                               "signing-key-not-in-force");
-  if (r.Get(0, 0) != "t")
-    return FailedPrecondition("signing key " + key.key_id() + " was retired by a rotation; install the current key file",
-                              "signing-key-not-in-force");
-  return Status::Ok();
+  return FailedPrecondition("signing key " + key.key_id() + " was retired by a rotation; install the current key file",
+                            "signing-key-not-in-force");
 }
 
 Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {

@@ -4,7 +4,8 @@
 //   seq 1  chain.genesis   {"deployment": "oml"}
 //   seq 2  key.issued      {"key_id", "public_key" (base64), "algorithm": "ed25519"}
 //   ...    tenant.created  {"tenant_id", "name"}
-//   ...    key.issued      (rotation; signed by the key it replaces)
+//   ...    key.issued      (rotation; signed by the key it replaces; + "supersedes" and
+//                           "retired_heads": {tenant uuid: head seq at the rotation})
 // Customer tenant chain:
 //   seq 1  chain.genesis   refs.provider = {tenant, seq, event_hash} of its tenant.created
 //   ...    api_key.created {"key_id", "principal", "role"}
@@ -36,7 +37,10 @@ Result<TenantInfo> LookupTenant(db::Pool& pool, const std::string& name_or_id);
 Result<std::vector<TenantInfo>> ListTenants(db::Pool& pool);  // provider first
 
 // Journals key.issued for new_key on the provider chain, signed by journal.key() (the key in
-// force), and retires the previous key at that event's time.
+// force), and retires the previous key. Exclusive with every append (oml.begin_key_rotation):
+// the payload's "retired_heads" records each chain's head seq at that moment, the last events
+// the retiring key may have signed. kFailedPrecondition "signing-key-reused" if new_key was ever
+// issued before (a retirement is final).
 Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key);
 
 // OK iff `key` is the signing key in force: journalled by key.issued and not retired since.

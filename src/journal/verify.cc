@@ -5,11 +5,13 @@
 #include <mutex>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "common/work_pool.h"
 #include "crypto/crypto.h"
 #include "journal/event.h"
+#include "journal/heads.h"
 #include "journal/provider.h"
 
 namespace oml::journal {
@@ -33,6 +35,14 @@ struct KeyInfo {
   int64_t issued_seq = 0;
   int64_t issued_us = 0;
   int64_t retired_us = INT64_MAX;
+  int64_t retired_seq = 0;                        // provider seq of the key.issued that retired it
+  std::map<std::string, int64_t> retired_heads;   // tenant -> last seq this key may have signed
+};
+
+struct Created {
+  int64_t seq = 0;
+  std::string event_hash;
+  std::string name;
 };
 
 // "YYYY-MM-DDTHH:MM:SS.ffffffZ" -> microseconds since the epoch; -1 if malformed.
@@ -94,27 +104,38 @@ class Verifier {
     OML_ASSIGN_OR_RETURN(auto tenants, ListTenants(pool_));
     if (tenants.empty() || tenants[0].tenant_id != kProviderTenant)
       return FailedPrecondition("no provider chain: run `oml init` first");
-    std::vector<TenantInfo> selected;
-    for (const auto& t : tenants)
-      if (opts_.only_tenant.empty() || t.name == opts_.only_tenant || t.tenant_id == opts_.only_tenant) selected.push_back(t);
-    if (selected.empty()) return NotFound("no tenant '" + opts_.only_tenant + "'", "tenant-not-found");
-    report_.tenants = static_cast<int64_t>(selected.size());
+    // The provider chain is always read first and always reported: it defines the keys and the
+    // tenants every other chain hangs on.
+    OML_RETURN_IF_ERROR(VerifyProvider(tenants[0]));
+    // The chains to walk: every tenant.created (in provider seq order), then any tenants row
+    // without one (its genesis check reports it).
+    std::vector<TenantInfo> all;
+    for (const auto& id : created_order_) all.push_back({id, created_[id].name});
+    std::map<std::string, bool> in_table;
+    for (const auto& t : tenants) {
+      in_table[t.tenant_id] = true;
+      if (t.tenant_id != kProviderTenant && !created_.count(t.tenant_id)) all.push_back(t);
+    }
+    for (const auto& t : all)
+      if (!in_table.count(t.tenant_id)) missing_row_[t.tenant_id] = true;
+    std::vector<TenantInfo> rest;
+    for (const auto& t : all)
+      if (opts_.only_tenant.empty() || t.name == opts_.only_tenant || t.tenant_id == opts_.only_tenant) rest.push_back(t);
+    const bool provider_only = !opts_.only_tenant.empty() &&
+                               (opts_.only_tenant == kProviderTenant || opts_.only_tenant == tenants[0].name);
+    if (rest.empty() && !provider_only) return NotFound("no tenant '" + opts_.only_tenant + "'", "tenant-not-found");
+    report_.tenants = static_cast<int64_t>(rest.size()) + 1;
+    if (opts_.heads && opts_.only_tenant.empty()) OML_RETURN_IF_ERROR(CheckOrphanHeads(all));
     // Progress counts events when there are few chains (one head read each), tenants otherwise.
-    by_tenants_ = selected.size() > 16;
+    by_tenants_ = rest.size() > 16;
     if (by_tenants_) {
-      total_ = static_cast<int64_t>(selected.size());
+      total_ = static_cast<int64_t>(rest.size());
     } else {
-      for (const auto& t : selected) {
+      for (const auto& t : rest) {
         OML_ASSIGN_OR_RETURN(auto h, Head(t.tenant_id));
         total_ += h.first;
       }
     }
-    // The provider chain is always read first: it defines keys and tenant references.
-    bool provider_selected = selected[0].tenant_id == kProviderTenant;
-    OML_RETURN_IF_ERROR(VerifyProvider(tenants[0], provider_selected));
-    std::vector<TenantInfo> rest;
-    for (const auto& t : selected)
-      if (t.tenant_id != kProviderTenant) rest.push_back(t);
     // Walkers fetch pages and link rows in seq order; the per-row checks (hash, canonical
     // envelope, signature), which are nearly all the CPU, go to one pool with a thread per core.
     // Walkers spend most of their time waiting on the database or on the pool, so twice as many
@@ -163,7 +184,12 @@ class Verifier {
   }
 
   // The head and the first page up to it, in one round trip (most chains fit in one page).
-  Result<std::pair<std::pair<int64_t, std::string>, std::vector<Row>>> HeadAndFirstPage(const std::string& tenant) {
+  struct FirstPage {
+    std::pair<int64_t, std::string> head;  // (0, "") if the chain has no head
+    std::vector<Row> rows;
+    int64_t above_head = 0;  // lowest journal seq above the head; 0 if none
+  };
+  Result<FirstPage> HeadAndFirstPage(const std::string& tenant) {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
         auto rs, c->Pipeline({{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}},
@@ -174,10 +200,53 @@ class Verifier {
                                "FROM oml.journal WHERE tenant_id = $1 AND seq <= "
                                "(SELECT seq FROM oml.chain_heads WHERE tenant_id = $1) ORDER BY seq LIMIT $2",
                                {db::Text(tenant), db::Int(page_)}, "verify_first_page", true},
+                              // Rows above the head (same snapshot: a commit moves both at once).
+                              {"SELECT coalesce(min(seq), 0) FROM oml.journal WHERE tenant_id = $1 AND seq > "
+                               "coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0)",
+                               {db::Text(tenant)}, "verify_above_head", true},
                               {"COMMIT", {}}}));
     std::pair<int64_t, std::string> head{0, ""};
     if (rs[2].size() > 0) head = {rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1)};
-    return std::make_pair(head, ToRows(rs[3]));
+    FirstPage out;
+    out.head = head;
+    out.rows = ToRows(rs[3]);
+    out.above_head = rs[4].GetInt(0, 0);
+    return out;
+  }
+
+  // The published head document of `tenant`, checked against the verified key chain: nullopt if
+  // none is published, kDataLoss if the document does not verify. REQUIRES: keys_ holds every
+  // key the document may be signed by (for the provider chain: after its walk).
+  Result<std::optional<SignedHead>> DecodePublished(const std::string& tenant, const std::optional<std::string>& bytes) {
+    if (!bytes) return std::optional<SignedHead>();
+    TrustedKeys keys;
+    for (const auto& [id, k] : keys_) keys[id] = k.public_key.raw();
+    auto h = DecodeSignedHead(*bytes, keys);
+    if (!h.ok()) return h.status();
+    if (h->tenant != tenant) return DataLoss("published head names tenant " + h->tenant);
+    return std::optional<SignedHead>(*h);
+  }
+
+  // The stored event_hash at `seq` (the walk checked every row up to the head already).
+  Result<std::string> HashAt(const std::string& tenant, int64_t seq) {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2",
+                                                        {db::Text(tenant), db::Int(seq)}, "verify_hash_at", true}));
+    return r.size() == 0 ? std::string() : r.GetBytes(0, 0);
+  }
+
+  // Heads published for tenants no tenant.created names.
+  Status CheckOrphanHeads(const std::vector<TenantInfo>& all) {
+    std::map<std::string, bool> ids;
+    for (const auto& t : all) ids[t.tenant_id] = true;
+    ids[kProviderTenant] = true;
+    OML_ASSIGN_OR_RETURN(auto keys, opts_.heads->List("oml-heads/"));
+    for (const auto& k : keys) {
+      const std::string id = k.substr(std::string("oml-heads/").size());
+      if (!ids.count(id))
+        Problem({id, "(unknown)"}, 0, "a head is published for a tenant that no tenant.created on the provider chain names");
+    }
+    return Status::Ok();
   }
 
   Result<std::vector<Row>> Page(const std::string& tenant, int64_t after, int64_t upto) {
@@ -218,17 +287,27 @@ class Verifier {
   // runs on this thread, in seq order. Stops at the first bad seq.
   template <typename SigCheck>
   Result<bool> Walk(const TenantInfo& t, SigCheck check_sig, std::function<Status(const Row&, const Envelope&)> seq_hook) {
+    // The published head is read before the chain's snapshot: it was published after its commit,
+    // so the snapshot holds it unless the database lost it.
+    std::optional<std::string> published_bytes;
+    if (opts_.heads) {
+      OML_ASSIGN_OR_RETURN(published_bytes, opts_.heads->Get(HeadKey(t.tenant_id)));
+    }
     // The head is read first (same snapshot as the first page) and the walk stops there: events
     // committed meanwhile are beyond it.
-    OML_ASSIGN_OR_RETURN(auto first, HeadAndFirstPage(t.tenant_id));
-    const auto head = first.first;
+    OML_ASSIGN_OR_RETURN(FirstPage first, HeadAndFirstPage(t.tenant_id));
+    const auto head = first.head;
     if (head.first == 0) {
-      Problem(t, 1, "chain has no genesis event (no chain head)");
+      Problem(t, 1, missing_row_.count(t.tenant_id)
+                        ? "chain has no genesis event (no chain head), and its tenants row is missing: the tenant was "
+                          "deleted"
+                        : "chain has no genesis event (no chain head)");
       return false;
     }
     int64_t expect = 1;
     std::string prev = kZeroHash;
-    std::vector<Row> rows = std::move(first.second);
+    std::string prev_time;
+    std::vector<Row> rows = std::move(first.rows);
     while (!rows.empty()) {
       // Queue this page's row checks, fetch the next page meanwhile, then link this page.
       std::vector<Status> st(rows.size());
@@ -265,6 +344,11 @@ class Verifier {
           Problem(t, r.seq, st[i].message());
           return false;
         }
+        if (env[i].time < prev_time) {
+          Problem(t, r.seq, "time " + env[i].time + " is before the previous event's time " + prev_time);
+          return false;
+        }
+        prev_time = env[i].time;
         if (seq_hook) {
           Status s;
           try {
@@ -293,14 +377,41 @@ class Verifier {
       Problem(t, head.first, "the chain head's hash differs from the hash of seq " + std::to_string(head.first));
       return false;
     }
+    if (first.above_head > 0) {
+      Problem(t, first.above_head, "journal row at seq " + std::to_string(first.above_head) +
+                                       " is above the chain head (seq " + std::to_string(head.first) + ")");
+      return false;
+    }
+    // Decoded only now: the provider chain's walk is what completes keys_.
+    auto decoded = DecodePublished(t.tenant_id, published_bytes);
+    if (!decoded.ok()) {
+      Problem(t, 0, "the published head does not verify: " + decoded.status().message());
+      return false;
+    }
+    const std::optional<SignedHead>& published = *decoded;
+    if (published) {
+      std::string hash_at_published;
+      if (head.first >= published->seq) {
+        OML_ASSIGN_OR_RETURN(hash_at_published, HashAt(t.tenant_id, published->seq));
+      }
+      if (head.first < published->seq) {
+        Problem(t, head.first + 1, "the chain ends at seq " + std::to_string(head.first) + " but its published head is at seq " +
+                                       std::to_string(published->seq) + ": the database lost committed events");
+        return false;
+      }
+      if (hash_at_published != published->event_hash) {
+        Problem(t, published->seq, "the event at seq " + std::to_string(published->seq) +
+                                       " differs from the published head (the chain diverged)");
+        return false;
+      }
+    }
     return true;
   }
 
-  Status VerifyProvider(const TenantInfo& t, bool report) {
+  Status VerifyProvider(const TenantInfo& t) {
     // Key timeline: the signature of seq s is checked against `current`, which a verified
     // key.issued at seq s replaces for s+1 onward. The first key.issued also covers seq 1.
     std::string current_id;
-    size_t problems_before = report_.problems.size();
     // Find the first key (by event type; the walk below checks it is signed and in place).
     OML_ASSIGN_OR_RETURN(std::vector<Row> first, FirstKeyIssued(t.tenant_id));
     bool root_mismatch = false;
@@ -337,8 +448,21 @@ class Verifier {
         if (crypto::KeyIdFor(issued.raw) != issued.key_id)
           return DataLoss("key.issued payload has a malformed public key or key id");
         int64_t at = ParseTime(e.time);
+        if (issued.key_id != last_id && keys_.count(issued.key_id))
+          return DataLoss("key.issued issues " + issued.key_id + " again; a key is issued once and a retirement is final");
         if (issued.key_id != last_id) {
-          keys_[last_id].retired_us = at;
+          // A rotation: it names the key it retires and each chain's head at that moment.
+          if (e.payload.value("supersedes", nlohmann::json()) != last_id)
+            return DataLoss("key.issued does not name the key it supersedes (" + last_id + ")");
+          const auto& heads = e.payload.value("retired_heads", nlohmann::json());
+          if (!heads.is_object()) return DataLoss("key.issued lacks retired_heads (each chain's head at the rotation)");
+          KeyInfo& old = keys_[last_id];
+          for (const auto& [tenant, seq] : heads.items()) {
+            if (!seq.is_number_integer()) return DataLoss("key.issued retired_heads has a non-integer seq");
+            old.retired_heads[tenant] = seq.get<int64_t>();
+          }
+          old.retired_us = at;
+          old.retired_seq = r.seq;
           KeyInfo k;
           k.public_key = issued.key;
           k.issued_seq = r.seq;
@@ -347,14 +471,15 @@ class Verifier {
           last_id = issued.key_id;
         }
       } else if (e.type == "tenant.created") {
-        created_[e.payload.value("tenant_id", "")] = {r.seq, r.event_hash};
+        const std::string id = e.payload.value("tenant_id", "");
+        if (!created_.count(id)) created_order_.push_back(id);
+        created_[id] = {r.seq, r.event_hash, e.payload.value("name", "")};
       }
       return Status::Ok();
     };
     if (root_mismatch) return Status::Ok();  // no key can be trusted: every tenant fails below
     OML_ASSIGN_OR_RETURN(bool ok, Walk(t, sig_ok, seq_hook));
     (void)ok;
-    if (!report) report_.problems.resize(problems_before);
     return Status::Ok();
   }
 
@@ -365,9 +490,17 @@ class Verifier {
       int64_t at = ParseTime(e.time);
       if (at < 0) return DataLoss("malformed time " + e.time);
       const KeyInfo& k = it->second;
-      if (at < k.issued_us) return DataLoss("signed by " + r.key_id + " before that key was issued");
-      if (k.retired_us != INT64_MAX && at > k.retired_us + int64_t{kRotationGraceSeconds} * 1000000)
-        return DataLoss("signed by " + r.key_id + " after that key was retired");
+      const int64_t skew = int64_t{kClockSkewSeconds} * 1000000;
+      if (at < k.issued_us - skew) return DataLoss("signed by " + r.key_id + " before that key was issued");
+      if (k.retired_us != INT64_MAX) {
+        auto h = k.retired_heads.find(t.tenant_id);
+        const int64_t last = h == k.retired_heads.end() ? 0 : h->second;
+        if (r.seq > last)
+          return DataLoss("signed by " + r.key_id + " after that key was retired: the rotation at provider seq " +
+                          std::to_string(k.retired_seq) + " recorded this chain's head at seq " + std::to_string(last));
+        if (at > k.retired_us + skew)
+          return DataLoss("signed by " + r.key_id + " at " + e.time + ", after that key was retired");
+      }
       if (!k.public_key.Verify(r.signed_bytes, r.signature))
         return DataLoss("signature does not verify under key " + r.key_id);
       return Status::Ok();
@@ -378,9 +511,9 @@ class Verifier {
       auto it = created_.find(t.tenant_id);
       if (it == created_.end()) return DataLoss("no tenant.created for this tenant on the provider chain");
       const auto& p = e.refs.value("provider", nlohmann::json::object());
-      if (p.value("tenant", "") != kProviderTenant || p.value("seq", int64_t{-1}) != it->second.first ||
-          p.value("event_hash", "") != crypto::Hex(it->second.second))
-        return DataLoss("genesis does not reference provider tenant.created at seq " + std::to_string(it->second.first));
+      if (p.value("tenant", "") != kProviderTenant || p.value("seq", int64_t{-1}) != it->second.seq ||
+          p.value("event_hash", "") != crypto::Hex(it->second.event_hash))
+        return DataLoss("genesis does not reference provider tenant.created at seq " + std::to_string(it->second.seq));
       return Status::Ok();
     };
     return Walk(t, sig_ok, seq_hook).status();
@@ -397,7 +530,9 @@ class Verifier {
   int64_t total_ = 0;
   VerifyReport report_;
   std::map<std::string, KeyInfo> keys_;
-  std::map<std::string, std::pair<int64_t, std::string>> created_;
+  std::map<std::string, Created> created_;       // tenant.created by tenant id
+  std::vector<std::string> created_order_;        // tenant ids in provider seq order
+  std::map<std::string, bool> missing_row_;       // tenant.created without a tenants row
 };
 
 }  // namespace

@@ -7,11 +7,28 @@
 // customer tenant's genesis references its tenant.created event on the provider chain by
 // tenant, seq and event_hash; the chain_heads row equals the last event.
 //
-// Key in force: keys come only from key.issued events of the provider chain. On the provider
-// chain, seq s is signed by the key of the latest key.issued with seq < s (the first key also
-// covers the genesis before it). On customer chains, an event at time t must be signed by a key
-// issued at or before t and not retired before t - kRotationGrace (replicas pick up a rotated
-// key within that grace).
+// Every chain: `time` never decreases from one event to the next.
+//
+// Which chains: every tenant.created on the provider chain must have a chain (a tenant whose rows
+// were all deleted, its `tenants` row too, is reported under the name tenant.created gave it),
+// and every `tenants` row must have a tenant.created. The provider chain is always verified and
+// its problems always reported, also with `only_tenant`: every chain hangs on its keys.
+//
+// Published heads (when `heads` is set): each chain is compared with its published signed head,
+// checked against the key chain verified here (anchored in the root key, never the
+// signing_keys table). A chain that ends before the published seq (a cut tail), or holds another
+// event there, is reported; so is a head document that does not verify, and a head published
+// for a tenant the provider chain never created. The published head is read before the chain's
+// snapshot, so commits racing with verify never look like a cut tail. Journal rows above the
+// chain head are reported too.
+//
+// Key in force: keys come only from key.issued events of the provider chain, each signed by the
+// key it supersedes; a key is issued once. On the provider chain, seq s is signed by the key of
+// the latest key.issued with seq < s (the first key also covers the genesis before it). On
+// customer chains, an event signed by key K must have seq <= the chain's head recorded in the
+// key.issued that retired K ("retired_heads": rotation is exclusive with appends, so that is
+// exactly what K signed), and a time within kClockSkewSeconds of K's issue and retirement.
+#pragma once
 #pragma once
 
 #include <functional>
@@ -19,11 +36,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "blob/object_store.h"
 #include "db/conn.h"
 
 namespace oml::journal {
 
-inline constexpr int kRotationGraceSeconds = 300;
+// How far an event's signed `time` may lie outside its key's [issued, retired] interval. Rotation
+// is exclusive with appends (no append is in flight while a key is retired), so the only slack
+// needed is the disagreement between the clocks of replicas (NTP keeps it well under a second),
+// plus the time clamp that keeps `time` non-decreasing along a chain. The exact bound is the
+// seq recorded in "retired_heads"; this is the second, time-based check.
+inline constexpr int kClockSkewSeconds = 10;
 
 struct VerifyProblem {
   std::string tenant_id;
@@ -39,6 +62,8 @@ struct VerifyOptions {
   // Raw Ed25519 public key of the deployment's first signing key (keys/signing.key.root.pub).
   // When set, the provider chain's first key.issued must carry exactly this key.
   std::string root_public_key;
+  // The signed-heads store (oml-heads/<tenant>); null: chains are not compared with it.
+  blob::ObjectStore* heads = nullptr;
   // Called now and then with (done, total): events, or tenants when there are more than 16
   // chains. May be called from several threads, never concurrently.
   std::function<void(int64_t, int64_t)> progress;

@@ -1,0 +1,24 @@
+-- 0004_durability: durability signals that do not depend on the server's language (issue 6,
+-- section 5). No object of the oml schema changes; this version exists so that a binary which
+-- relies on the grants below refuses a database that was not migrated since (`oml serve` and
+-- every DB command require the schema version to equal the binary's: "run `oml migrate`").
+--
+-- What `oml migrate` does for it, in db::Migrate()'s roles block, on every run:
+--
+--   GRANT SET ON PARAMETER lc_messages TO oml_app;   -- PostgreSQL 15+: lc_messages is PGC_SUSET
+--   ALTER ROLE oml_app SET lc_messages = 'C';        -- the role's default, for any client
+--
+-- and every connection oml opens runs `SET lc_messages = 'C'` (db::Conn::Connect). Those
+-- statements cannot live here: a migration runs with SET LOCAL ROLE oml_owner, which may not
+-- grant privileges on a parameter (superuser, or SET WITH GRANT OPTION on it) and may not
+-- ALTER another role. An administrator without that privilege (CREATEROLE only) skips them with
+-- a warning rather than fail the migration: English messages are the belt, not the braces.
+--
+-- The braces: oml never reads message text to decide anything about durability. A COMMIT
+-- whose wait for synchronous standbys was cancelled commits locally and answers COMMIT with a
+-- WARNING (SQLSTATE 01000; 57P01 when the backend is being terminated). db::Conn marks any
+-- WARNING that arrives while a COMMIT is processed (by PG_DIAG_SEVERITY_NONLOCALIZED, which is
+-- never translated), and the journal then refuses the acknowledgement: 503
+-- commit-not-replicated (src/journal/journal.cc, CommitVerdict).
+
+SET LOCAL search_path = oml, pg_catalog;
