@@ -56,6 +56,10 @@ def test_restore_under_a_running_server_never_acknowledges_a_seq_twice(served, t
     assert "chain fork detected" in d.log_text()
     # Reads are still served; another tenant still writes.
     assert d.get("/v1/chain/head", d.writer).json()["seq"] == 5
+    d.tenant("other")
+    other = d.api_key("other", "writer", "olga")
+    ow = d.submit(other, body="other tenant")
+    assert ow.status_code == 201, ow.text
     # The published head was never overwritten ...
     doc = json.loads((d.home / "objects" / "oml-heads" / d.tenant_id).read_text())
     assert doc["head"]["seq"] == 8 and doc["head"]["event_hash"] == acked[8]
@@ -241,4 +245,15 @@ def test_planted_head_documents_are_reported_then_repaired_at_startup(served):
         d.wait_published(d.tenant_id, w.json()["receipt"]["seq"])
         assert "published head is invalid" in d.log_text()
         d.stop_server()
+        # Repaired, but not forgotten: the replaced document is kept and reported until removed.
+        kept = list((d.home / "objects" / "oml-heads-invalid" / d.tenant_id).iterdir())
+        assert len(kept) == 1 and kept[0].read_text() == doc, what
+        doctor = d.run("doctor", check=False)
+        assert doctor.returncode == 3, what
+        assert f"REPLACED HEAD oml-heads-invalid/{d.tenant_id}/{kept[0].name}" in doctor.stdout, what
+        verify = d.run("verify", check=False)
+        assert verify.returncode == 3, what
+        assert f"FAIL tenant acme ({d.tenant_id}) seq 0: a published head that did not verify was replaced" in verify.stdout
+        kept[0].unlink()
         assert d.run("doctor").returncode == 0, what
+        assert d.run("verify").returncode == 0, what

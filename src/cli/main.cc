@@ -138,6 +138,10 @@ struct Runtime {
                                                                rt->pool.get(), rt->guard.get(), std::move(publisher_keys),
                                                                rt->root_public_key);
       rt->journal->SetCommitListener([p = rt->publisher.get()](const journal::Receipt& r) { p->OnCommit(r); });
+      // What other replicas acknowledged reaches this one through their published heads: read a
+      // tenant's head before writing to it, at most once a second (or once a publish interval).
+      rt->guard->SetRefresher([p = rt->publisher.get()](const std::string& t) { p->RefreshGuard(t); },
+                              std::chrono::milliseconds(std::max(1000, c.head_publish_ms)));
     }
     return rt;
   }
@@ -153,6 +157,17 @@ struct Runtime {
                 {{"file", root_file}});
     }
     OML_ASSIGN_OR_RETURN(trusted, journal::LoadTrustedKeys(*pool, root_public_key));
+    return Status::Ok();
+  }
+
+  // REQUIRES: LoadKeyChain. A process that signs must hold a key of the anchored key chain: its
+  // heads are checked against that chain, and a partial chain must not be taken for the whole.
+  Status RequireOwnKeyTrusted() const {
+    auto it = trusted.find(key->key_id());
+    if (it == trusted.end() || it->second != key->public_key())
+      return FailedPrecondition("signing key " + key->key_id() +
+                                    " is not in the key chain anchored in the root key (run `oml verify`)",
+                                "signing-key-not-in-force");
     return Status::Ok();
   }
 
@@ -219,6 +234,7 @@ sigset_t BlockStopSignals() {
 Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_profile = false) {
   OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size));
   OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*rt->pool, *rt->key));
+  OML_RETURN_IF_ERROR(rt->RequireOwnKeyTrusted());
   OML_ASSIGN_OR_RETURN(auto kek, crypto::FileKekProvider::Load(c.kek_file));
   // Startup fork check: forked tenants are closed in the guard (writes 503 chain-fork), invalid
   // head documents are repaired. While serving, the journal and the publisher keep checking.
@@ -506,6 +522,7 @@ int Main(int argc, char** argv) {
   }
   if (need_key) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
+    if (Status s = R.RequireOwnKeyTrusted(); !s.ok()) return Fail(s);
     // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
     const std::vector<std::string> chains = {target ? target->tenant_id : std::string(journal::kProviderTenant)};
     auto forks = R.CheckForks(chains, /*repair=*/false);
@@ -560,6 +577,15 @@ int Main(int argc, char** argv) {
     if (Status s = nk->SaveFile(staged); !s.ok()) return Fail(s);
     auto rc = journal::IssueKey(*R.journal, *nk);
     if (!rc.ok()) {
+      // kUnavailable: the COMMIT may have happened (connection lost, or committed without the
+      // standbys' confirmation). The new key may then be the only key in force: keep it.
+      if (rc.status().code() == Code::kUnavailable) {
+        std::cerr << "oml: the rotation's outcome is unknown (" << rc.status().message() << ").\n"
+                  << "  The new key is kept at " << staged << ". If `SELECT oml.key_in_force()` answers "
+                  << nk->key_id() << ",\n  move it to " << cfg.signing_key_file
+                  << "; otherwise delete it and rotate again.\n";
+        return Fail(rc.status());
+      }
       fs::remove(staged);
       return Fail(rc.status());
     }
@@ -603,6 +629,9 @@ int Main(int argc, char** argv) {
     if (!heads_store.ok()) return Fail(heads_store.status());
     vo.heads = heads_store->get();
     vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
+    // One worker pool for the chain pass's row checks and the folds pass.
+    WorkPool checks(verify_threads > 0 ? verify_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    vo.checks = &checks;
     auto t0 = std::chrono::steady_clock::now();
     auto rep = journal::VerifyChains(*R.pool, vo);
     bar.Done();
@@ -615,11 +644,10 @@ int Main(int argc, char** argv) {
               << " events/s)\n";
     if (!verify_folds) return rep->problems.empty() ? 0 : kExitVerifyFailed;
     // The folds pass (journal/folds.h): artifacts, api_keys, tenants, signing_keys against the chains.
-    WorkPool fold_pool(verify_threads > 0 ? verify_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     journal::FoldOptions fo;
     fo.only_tenant = verify_tenant;
     auto f0 = std::chrono::steady_clock::now();
-    auto folds = journal::VerifyFolds(*R.pool, fold_pool, fo);
+    auto folds = journal::VerifyFolds(*R.pool, checks, fo);
     if (!folds.ok()) return Fail(folds.status());
     double fsecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
     for (const auto& d : folds->diffs) std::cout << journal::FormatFoldDiff(d) << "\n";
@@ -668,6 +696,14 @@ int Main(int argc, char** argv) {
     if (!f.ok()) return Fail(f.status());
     if (f->findings.empty()) {
       std::cout << "fork check: every stored chain head agrees with its published signed head\n";
+    }
+    // Head documents that did not verify and were replaced: kept until an operator looks.
+    auto replaced = (*store)->List(journal::kInvalidHeadsPrefix);
+    if (!replaced.ok()) return Fail(replaced.status());
+    for (const auto& k : *replaced) {
+      ++problems;
+      std::cout << "REPLACED HEAD " << k << ": a published head that did not verify was replaced by `oml serve`.\n"
+                << "  It may have been damaged to hide a cut tail: run `oml verify`, inspect the object, then delete it.\n";
     }
     for (const auto& x : f->findings) {
       ++problems;

@@ -115,7 +115,10 @@ Result<Config> LoadConfig() {
   if (c.idempotency_ttl_s < 1) return InvalidArgument("setting idempotency_ttl_s: must be at least 1");
   if (!get("reduced_durability").empty())
     OML_RETURN_IF_ERROR(ParseBool("reduced_durability", get("reduced_durability"), &c.reduced_durability));
-  if (!get("durability_check_ms").empty()) { OML_RETURN_IF_ERROR(ParseInt("durability_check_ms", get("durability_check_ms"), &v)); c.durability_check_ms = static_cast<int>(std::min<int64_t>(v, 86400000)); }
+  if (!get("durability_check_ms").empty()) {
+    OML_RETURN_IF_ERROR(ParseInt("durability_check_ms", get("durability_check_ms"), &v));
+    c.durability_check_ms = static_cast<int>(std::min<int64_t>(v, 86400000));  // a day at most: fits an int
+  }
   if (c.durability_check_ms < 100) return InvalidArgument("setting durability_check_ms: must be at least 100");
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");

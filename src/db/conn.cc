@@ -130,8 +130,8 @@ bool CommitNoticeRefusesAck(const char* severity_nonlocalized, const char* sqlst
 void Conn::OnNotice(void* arg, const PGresult* r) {
   auto* n = static_cast<Notices*>(arg);
   if (!n->in_commit) return;
-  if (CommitNoticeRefusesAck(PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED), PQresultErrorField(r, PG_DIAG_SQLSTATE)))
-    n->sync_rep_canceled = true;
+  const char* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (CommitNoticeRefusesAck(severity, PQresultErrorField(r, PG_DIAG_SQLSTATE))) n->sync_rep_canceled = true;
 }
 
 Result<Conn> Conn::Connect(const std::string& url) {

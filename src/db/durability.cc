@@ -138,7 +138,8 @@ Result<SyncStandbys> ParseSyncStandbyNames(std::string_view value) {
   if (with_count) OML_RETURN_IF_ERROR(expect(Tok::kClose, "')'"));
   if (i != t.size()) return SyntaxError("unexpected text after the standby list");
   if (out.num_sync < 1)
-    return SyntaxError("number of synchronous standbys (" + std::to_string(out.num_sync) + ") must be greater than zero");
+    return SyntaxError("number of synchronous standbys (" + std::to_string(out.num_sync) +
+                       ") must be greater than zero");
   return out;
 }
 

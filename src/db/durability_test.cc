@@ -73,12 +73,16 @@ TEST(EvaluateDurabilityTest, QuorumNeedsAnyKAndACommitThatWaits) {
     const char* detail;
   };
   const Case cases[] = {
-      {"remote_apply", "ANY 1 (s1)", true, "synchronous_commit=remote_apply; synchronous_standby_names is a quorum (ANY 1 of 1 standby)"},
-      {"remote_write", "ANY 2 (s1, s2, s3)", true, "synchronous_commit=remote_write; synchronous_standby_names is a quorum (ANY 2 of 3 standbys)"},
-      {"on", "any 1 (*)", true, "synchronous_commit=on; synchronous_standby_names is a quorum (ANY 1 of any standby (*))"},
+      {"remote_apply", "ANY 1 (s1)", true,
+       "synchronous_commit=remote_apply; synchronous_standby_names is a quorum (ANY 1 of 1 standby)"},
+      {"remote_write", "ANY 2 (s1, s2, s3)", true,
+       "synchronous_commit=remote_write; synchronous_standby_names is a quorum (ANY 2 of 3 standbys)"},
+      {"on", "any 1 (*)", true,
+       "synchronous_commit=on; synchronous_standby_names is a quorum (ANY 1 of any standby (*))"},
       {"on", "", false, "synchronous_commit=on; synchronous_standby_names is empty: no synchronous standbys"},
       {"on", "FIRST 1 (s1)", false,
-       "synchronous_commit=on; synchronous_standby_names is priority-based (FIRST 1 of 1 standby), not a quorum (ANY k)"},
+       "synchronous_commit=on; synchronous_standby_names is priority-based (FIRST 1 of 1 standby), not a quorum "
+       "(ANY k)"},
       {"remote_apply", "s1, s2", false,
        "synchronous_commit=remote_apply; synchronous_standby_names is priority-based (FIRST 1 of 2 standbys), not a "
        "quorum (ANY k)"},
@@ -117,7 +121,8 @@ class CommitNoticeTest : public ::testing::Test {
     auto c = Conn::Connect(testing::SuperuserUrl());
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE(c->Exec("CREATE TABLE IF NOT EXISTS public.commit_notice (level text NOT NULL); "
-                        "CREATE OR REPLACE FUNCTION public.commit_notice_raise() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                        "CREATE OR REPLACE FUNCTION public.commit_notice_raise() RETURNS trigger "
+                        "LANGUAGE plpgsql AS $$ "
                         "BEGIN IF NEW.level = 'warning' THEN RAISE WARNING 'nicht repliziert'; "
                         "ELSE RAISE NOTICE 'nur zur Info'; END IF; RETURN NULL; END $$; "
                         "CREATE OR REPLACE FUNCTION public.warn_now() RETURNS int LANGUAGE plpgsql AS $$ "

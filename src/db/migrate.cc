@@ -64,10 +64,12 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
   // English server messages for oml_app (sql/0004_durability.sql says why they are here, not
   // in a migration): lc_messages is superuser-only, so oml_app may SET it only when granted,
   // and granting it takes a superuser (or a holder of SET WITH GRANT OPTION on it).
-  OML_ASSIGN_OR_RETURN(Rows may_grant, admin.Query("SELECT has_parameter_privilege('lc_messages', 'SET WITH GRANT OPTION')"));
+  OML_ASSIGN_OR_RETURN(Rows may_grant,
+                       admin.Query("SELECT has_parameter_privilege('lc_messages', 'SET WITH GRANT OPTION')"));
   if (may_grant.Get(0, 0) == "t") {
-    OML_RETURN_IF_ERROR(
-        admin.Exec("GRANT SET ON PARAMETER lc_messages TO oml_app; ALTER ROLE oml_app SET lc_messages = 'C';").status());
+    OML_RETURN_IF_ERROR(admin.Exec("GRANT SET ON PARAMETER lc_messages TO oml_app; "
+                                   "ALTER ROLE oml_app SET lc_messages = 'C';")
+                            .status());
   } else {
     log::Warn("this administrator cannot grant SET on lc_messages to oml_app: its server messages follow the "
               "server's language (oml does not depend on them; run oml migrate once as a superuser to fix)");

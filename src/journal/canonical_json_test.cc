@@ -74,7 +74,8 @@ TEST(CanonicalJsonTest, EscapesEveryControlCharacter) {
   }
   want += "\"";
   EXPECT_EQ(RfcOf(json(in)), want);
-  EXPECT_EQ(RfcOf(json(std::string("\x1f\x7f\xc2\x80\xc2\x9f"))), "\"\\u001f\x7f\xc2\x80\xc2\x9f\"");  // only C0 is escaped
+  // Only C0 is escaped: U+007F and the C1 controls U+0080..U+009F stay literal.
+  EXPECT_EQ(RfcOf(json(std::string("\x1f\x7f\xc2\x80\xc2\x9f"))), "\"\\u001f\x7f\xc2\x80\xc2\x9f\"");
 }
 
 // RFC 8785 §3.2.3, the sorting example in full: all seven names, the output in the RFC's order.
@@ -167,7 +168,8 @@ TEST(CanonicalJsonTest, Rfc8785AppendixBNumberSerialization) {
       EXPECT_EQ(RfcOf(json(d)), row.want);
       EXPECT_EQ(RfcOf(json::array({d})), std::string("[") + row.want + "]");
     } else {
-      EXPECT_EQ(RfcOf(json(d)), std::isnan(d) ? "error: NaN is not a JSON number" : "error: Infinity is not a JSON number");
+      EXPECT_EQ(RfcOf(json(d)),
+                std::isnan(d) ? "error: NaN is not a JSON number" : "error: Infinity is not a JSON number");
     }
   }
   EXPECT_EQ(RfcOf(json(-std::numeric_limits<double>::infinity())), "error: Infinity is not a JSON number");
@@ -213,7 +215,9 @@ TEST(CanonicalJsonTest, ReferenceImplementationVectors) {
   "pêche": "but canonicalization MUST",
   "sin":   "ignore locale"
 })json",
-     "7b227065616368223a225468697320736f7274696e67206f72646572222c2270c3a96368c3a9223a2269732077726f6e67206163636f7264696e6720746f204672656e6368222c2270c3aa636865223a226275742063616e6f6e6963616c697a6174696f6e204d555354222c2273696e223a2269676e6f7265206c6f63616c65227d"},
+     "7b227065616368223a225468697320736f7274696e67206f72646572222c2270c3a96368c3a9223a2269732077726f6e"
+     "67206163636f7264696e6720746f204672656e6368222c2270c3aa636865223a226275742063616e6f6e6963616c697a"
+     "6174696f6e204d555354222c2273696e223a2269676e6f7265206c6f63616c65227d"},
     {"structures", R"json({
   "1": {"f": {"f": "hi","F": 5} ,"\n": 56.0},
   "10": { },
@@ -222,7 +226,9 @@ TEST(CanonicalJsonTest, ReferenceImplementationVectors) {
   "111": [ {"e": "yes","E": "no" } ],
   "A": { }
 })json",
-     "7b22223a22656d707479222c2231223a7b225c6e223a35362c2266223a7b2246223a352c2266223a226869227d7d2c223130223a7b7d2c22313131223a5b7b2245223a226e6f222c2265223a22796573227d5d2c2241223a7b7d2c2261223a7b7d7d"},
+     "7b22223a22656d707479222c2231223a7b225c6e223a35362c2266223a7b2246223a352c2266223a226869227d7d2c22"
+     "3130223a7b7d2c22313131223a5b7b2245223a226e6f222c2265223a22796573227d5d2c2241223a7b7d2c2261223a7b"
+     "7d7d"},
     {"unicode", R"json({
   "Unnormalized Unicode":"A\u030a"
 })json",
@@ -232,7 +238,9 @@ TEST(CanonicalJsonTest, ReferenceImplementationVectors) {
   "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
   "literals": [null, true, false]
 })json",
-     "7b226c69746572616c73223a5b6e756c6c2c747275652c66616c73655d2c226e756d62657273223a5b3333333333333333332e333333333333332c31652b33302c342e352c302e3030322c31652d32375d2c22737472696e67223a22e282ac245c75303030665c6e4127425c225c5c5c5c5c222f227d"},
+     "7b226c69746572616c73223a5b6e756c6c2c747275652c66616c73655d2c226e756d62657273223a5b33333333333333"
+     "33332e333333333333332c31652b33302c342e352c302e3030322c31652d32375d2c22737472696e67223a22e282ac24"
+     "5c75303030665c6e4127425c225c5c5c5c5c222f227d"},
     {"weird", R"json({
   "\u20ac": "Euro Sign",
   "\r": "Carriage Return",
@@ -244,7 +252,11 @@ TEST(CanonicalJsonTest, ReferenceImplementationVectors) {
   "\ufb33": "Hebrew Letter Dalet With Dagesh",
   "</script>": "Browser Challenge"
 })json",
-     "7b225c6e223a224e65776c696e65222c225c72223a2243617272696167652052657475726e222c2231223a224f6e65222c223c2f7363726970743e223a2242726f77736572204368616c6c656e6765222c22c280223a22436f6e74726f6c7f222c22c3b6223a224c6174696e20536d616c6c204c6574746572204f205769746820446961657265736973222c22e282ac223a224575726f205369676e222c22f09f9882223a22536d696c6579222c22efacb3223a22486562726577204c65747465722044616c6574205769746820446167657368227d"},
+     "7b225c6e223a224e65776c696e65222c225c72223a2243617272696167652052657475726e222c2231223a224f6e6522"
+     "2c223c2f7363726970743e223a2242726f77736572204368616c6c656e6765222c22c280223a22436f6e74726f6c7f22"
+     "2c22c3b6223a224c6174696e20536d616c6c204c6574746572204f205769746820446961657265736973222c22e282ac"
+     "223a224575726f205369676e222c22f09f9882223a22536d696c6579222c22efacb3223a22486562726577204c657474"
+     "65722044616c6574205769746820446167657368227d"},
   };
   for (const Vector& v : vectors) {
     SCOPED_TRACE(v.name);
@@ -320,7 +332,8 @@ TEST(CanonicalJsonTest, RefusesInvalidUtf8) {
     EXPECT_EQ(RfcOf(json{{s, 1}}), "error: string is not valid UTF-8 at byte " + at);  // as a member name
   }
   // The edges that are valid: U+007F, U+0080, U+07FF, U+0800, U+D7FF, U+E000, U+FFFF, U+10000, U+10FFFF.
-  const std::string edges = "\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf";
+  const std::string edges =
+      "\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf";
   EXPECT_EQ(RfcOf(json(edges)), "\"" + edges + "\"");
 }
 

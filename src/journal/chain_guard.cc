@@ -30,6 +30,23 @@ ChainGuard::Head ChainGuard::Known(const std::string& tenant) const {
   return it == known_.end() ? Head{} : it->second;
 }
 
+void ChainGuard::SetRefresher(std::function<void(const std::string&)> fn, std::chrono::milliseconds every) {
+  refresh_ = std::move(fn);
+  refresh_every_ = every;
+}
+
+void ChainGuard::MaybeRefresh(const std::string& tenant) {
+  if (!refresh_) return;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = refreshed_.find(tenant);
+    if (it != refreshed_.end() && now - it->second < refresh_every_) return;
+    refreshed_[tenant] = now;
+  }
+  refresh_(tenant);
+}
+
 void ChainGuard::Close(const std::string& tenant, const std::string& what) {
   {
     std::lock_guard<std::mutex> l(mu_);

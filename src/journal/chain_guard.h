@@ -14,7 +14,9 @@
 // Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -36,6 +38,13 @@ class ChainGuard {
   // The highest known head of `tenant` (seq 0 if none).
   Head Known(const std::string& tenant) const;
 
+  // Several replicas: what another replica acknowledged reaches this one through the heads it
+  // publishes. With a refresher, MaybeRefresh(t) calls fn(t) (which reads t's published head and
+  // Observes it) when t was last refreshed more than `every` ago. Set before the first write.
+  void SetRefresher(std::function<void(const std::string&)> fn, std::chrono::milliseconds every);
+  // Called by the writer before it reads Known(tenant). Thread-safe; fn runs without the lock.
+  void MaybeRefresh(const std::string& tenant);
+
   // Closes the write gate of `tenant` with a reason; logs a JSON line and counts it once.
   void Close(const std::string& tenant, const std::string& what);
   // The reason `tenant` (or the provider chain, which closes every tenant) is closed, if it is.
@@ -46,6 +55,9 @@ class ChainGuard {
  private:
   mutable std::mutex mu_;
   std::map<std::string, Head> known_;           // GUARDED_BY(mu_)
+  std::map<std::string, std::chrono::steady_clock::time_point> refreshed_;  // GUARDED_BY(mu_)
+  std::function<void(const std::string&)> refresh_;  // set once, before use
+  std::chrono::milliseconds refresh_every_{0};
   std::map<std::string, std::string> closed_;   // GUARDED_BY(mu_)
 };
 

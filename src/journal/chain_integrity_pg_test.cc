@@ -168,6 +168,30 @@ TEST_F(ChainIntegrityTest, AWriterWithoutAGuardIsWhatTheGuardPrevents) {
   EXPECT_EQ(first3.seq, 2);
 }
 
+TEST_F(ChainIntegrityTest, AReplicaLearnsWhatAnotherAcknowledgedFromThePublishedHeads) {
+  // Replica A acknowledges and publishes seqs 2..4; a failover loses 3 and 4; the next write
+  // lands on replica B, which never wrote to this tenant. B reads A's published head before
+  // signing and refuses, instead of handing out seq 3 a second time.
+  const std::string t = NewTenant("two-replicas");
+  Append(t, "a");
+  Append(t, "b");
+  Append(t, "c");
+  ASSERT_TRUE(publisher_->Flush().ok());  // A's head: seq 4
+  CutTo(t, 2);
+  ChainGuard b_guard;
+  Journal b(&tj_->pool, &tj_->key);
+  b.SetChainGuard(&b_guard);
+  HeadPublisher b_publisher(store_.get(), &tj_->key, 1000000, &tj_->pool, &b_guard,
+                            {{tj_->key.key_id(), tj_->key.public_key()}}, "");
+  b_guard.SetRefresher([&](const std::string& tenant) { b_publisher.RefreshGuard(tenant); }, std::chrono::milliseconds(0));
+  auto r = b.Append(t, Note("on replica B"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().type(), "chain-fork");
+  EXPECT_NE(r.status().message().find("the stored chain head is at seq 2, behind seq 4"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(Rows(t), 2);
+}
+
 TEST_F(ChainIntegrityTest, PublisherNeverOverwritesAHeadTheNewChainDoesNotExtend) {
   const std::string t = NewTenant("publish-fork");
   Append(t, "a");
@@ -259,6 +283,43 @@ TEST_F(ChainIntegrityTest, LoadTrustedKeysRefusesAProviderChainNotAnchoredInTheR
   ASSERT_FALSE(keys.ok());
   EXPECT_EQ(keys.status().code(), Code::kDataLoss);
   EXPECT_NE(keys.status().message().find("is not the deployment's root key"), std::string::npos);
+}
+
+TEST_F(ChainIntegrityTest, TheKeyChainIsReadFromSignedEnvelopesNotFromColumns) {
+  NewTenant("keychain-neighbour");  // provider seq 3 exists after this
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  auto row = su->Query("SELECT seq, event_hash, signed_bytes FROM oml.journal WHERE tenant_id = $1 AND seq = 2",
+                       {db::Text(kProviderTenant)});
+  ASSERT_TRUE(row.ok());
+  const std::string hash = row->GetBytes(0, 1), bytes = row->GetBytes(0, 2);
+  // Relabelling the key.issued row hides nothing: the key is found by its signed envelope.
+  Tamper("UPDATE oml.journal SET event_type = 'test.note' WHERE tenant_id = $1 AND seq = 2", {db::Text(kProviderTenant)});
+  auto keys = LoadTrustedKeys(tj_->pool, tj_->key.public_key());
+  Tamper("UPDATE oml.journal SET event_type = 'key.issued' WHERE tenant_id = $1 AND seq = 2", {db::Text(kProviderTenant)});
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(keys->count(tj_->key.key_id()), 1u);
+  // A key.issued whose payload is not an object (rehashed, so only the links can tell): an
+  // error naming the seq, never an exception.
+  auto env = Envelope::FromSignedBytes(bytes);
+  ASSERT_TRUE(env.ok());
+  Envelope bad = *env;
+  bad.payload = nlohmann::json::array();
+  const std::string bad_bytes = *bad.SignedBytes();
+  Tamper("UPDATE oml.journal SET signed_bytes = $2, event_hash = $3 WHERE tenant_id = $1 AND seq = 2",
+         {db::Text(kProviderTenant), db::Bytes(bad_bytes), db::Bytes(crypto::Sha256(bad_bytes))});
+  auto broken = LoadTrustedKeys(tj_->pool, tj_->key.public_key());
+  Tamper("UPDATE oml.journal SET signed_bytes = $2, event_hash = $3 WHERE tenant_id = $1 AND seq = 2",
+         {db::Text(kProviderTenant), db::Bytes(bytes), db::Bytes(hash)});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().code(), Code::kDataLoss);
+  EXPECT_EQ(broken.status().message(), "key chain: provider seq 2 carries a malformed key (run `oml verify`)");
+  // A row cut out of the provider chain: the key chain is refused, not cut short.
+  Tamper("UPDATE oml.journal SET prev_hash = sha256(prev_hash) WHERE tenant_id = $1 AND seq = 3", {db::Text(kProviderTenant)});
+  auto unlinked = LoadTrustedKeys(tj_->pool, tj_->key.public_key());
+  Tamper("UPDATE oml.journal SET prev_hash = $2 WHERE tenant_id = $1 AND seq = 3", {db::Text(kProviderTenant), db::Bytes(hash)});
+  ASSERT_FALSE(unlinked.ok());
+  EXPECT_EQ(unlinked.status().message(), "key chain: provider seq 3 does not link to the previous event (run `oml verify`)");
+  EXPECT_TRUE(LoadTrustedKeys(tj_->pool, tj_->key.public_key()).ok());
 }
 
 TEST_F(ChainIntegrityTest, VerifyNamesATenantWhoseRowsWereAllDeleted) {
@@ -369,16 +430,24 @@ TEST_F(ChainIntegrityTest, VerifyRequiresTimeNeverToDecreaseAlongAChain) {
 }
 
 TEST_F(ChainIntegrityTest, TheWriterKeepsTimeNonDecreasingAgainstAClockBehindTheChain) {
-  // A head stamped in the future (a replica whose clock runs ahead): the next event is stamped
-  // no earlier than it.
+  // A head stamped a little ahead (a replica whose clock runs 30 s fast): the next event is
+  // stamped no earlier than it.
   const std::string t = NewTenant("clamp");
   Append(t, "a");
   auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  const std::string ahead = TimestampFromNow(30);
+  ASSERT_TRUE(su->Query("UPDATE oml.chain_heads SET event_time = $2 WHERE tenant_id = $1", {db::Text(t), db::Text(ahead)})
+                  .ok());
+  Receipt r = Append(t, "b");
+  EXPECT_EQ(Envelope::FromSignedBytes(r.signed_bytes)->time, ahead);
+  // Far ahead (a broken clock, or a tampered chain_heads.event_time): refused, nothing signed.
   ASSERT_TRUE(su->Query("UPDATE oml.chain_heads SET event_time = '2999-01-01T00:00:00.000000Z' WHERE tenant_id = $1",
                         {db::Text(t)})
                   .ok());
-  Receipt r = Append(t, "b");
-  EXPECT_EQ(Envelope::FromSignedBytes(r.signed_bytes)->time, "2999-01-01T00:00:00.000000Z");
+  auto far = journal_->Append(t, Note("c"));
+  ASSERT_FALSE(far.ok());
+  EXPECT_EQ(far.status().type(), "clock-skew");
+  EXPECT_EQ(Rows(t), 3);
 }
 
 TEST_F(ChainIntegrityTest, TheOutboxIsWrittenOnlyThroughEnqueueOutbox) {

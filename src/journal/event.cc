@@ -84,8 +84,10 @@ Status VerifyReceipt(const Receipt& r, const std::string& public_key_raw) {
   return Status::Ok();
 }
 
-std::string NowTimestamp() {
-  auto now = std::chrono::system_clock::now();
+std::string NowTimestamp() { return TimestampFromNow(0); }
+
+std::string TimestampFromNow(int64_t offset_seconds) {
+  auto now = std::chrono::system_clock::now() + std::chrono::seconds(offset_seconds);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
   std::time_t secs = us / 1000000;
   std::tm tm{};

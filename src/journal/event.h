@@ -75,5 +75,7 @@ Status VerifyReceipt(const Receipt& r, const std::string& public_key_raw);
 
 // UTC now as "YYYY-MM-DDTHH:MM:SS.ffffffZ".
 std::string NowTimestamp();
+// UTC now + `offset_seconds`, in the same format.
+std::string TimestampFromNow(int64_t offset_seconds);
 
 }  // namespace oml::journal

@@ -64,7 +64,8 @@ TEST(EnvelopeTest, WorkedEventMatchesTheCatalog) {
   EXPECT_EQ(crypto::Hex(sig),
             "8a90376e79515432537960f29d636800ebcea8f2150f11ba852c24c707040653"
             "fcdae3d9fb01f78413df62bf67d92d44b4a1bc39fca4eabe762346e18814cf0e");
-  EXPECT_EQ(crypto::Base64(sig), "ipA3bnlRVDJTeWDynWNoAOvOqPIVDxG6hSwkxwcEBlP82uPZ+wH3hBPfYr9n2S1EtKG8Ofyk6r52I0bhiBTPDg==");
+  EXPECT_EQ(crypto::Base64(sig),
+            "ipA3bnlRVDJTeWDynWNoAOvOqPIVDxG6hSwkxwcEBlP82uPZ+wH3hBPfYr9n2S1EtKG8Ofyk6r52I0bhiBTPDg==");
 
   // The catalog's end-to-end receipt: the same envelope under the key's real id.
   Envelope e = Sample(key->key_id());

@@ -1,5 +1,7 @@
 #include "journal/heads.h"
 
+#include <optional>
+
 #include "common/log.h"
 #include "common/metrics.h"
 #include "journal/canonical_json.h"
@@ -36,63 +38,67 @@ Status CheckHeadShape(const std::string& bytes) {
 }  // namespace
 
 Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_public_key) {
+  // Every provider row, not only those whose (unsigned) event_type column says key.issued: the
+  // rows are linked by hash first, so a key.issued cannot be hidden by relabelling or rewriting a
+  // row without breaking the links or a later key.issued's signature.
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
   OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(kProviderTenant,
-                                             {"SELECT seq, event_hash, signed_bytes, signature FROM oml.journal "
-                                              "WHERE tenant_id = $1 AND event_type = 'key.issued' ORDER BY seq",
+                                             {"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
+                                              "WHERE tenant_id = $1 ORDER BY seq",
                                               {db::Text(kProviderTenant)}, "", true}));
   TrustedKeys keys;
-  std::string prev_id, prev_raw;
+  std::string prev_id, prev_raw, prev_hash = kZeroHash;
   for (int i = 0; i < r.size(); ++i) {
     const int64_t seq = r.GetInt(i, 0);
-    const std::string hash = r.GetBytes(i, 1), bytes = r.GetBytes(i, 2), sig = r.GetBytes(i, 3);
+    const std::string row_prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), bytes = r.GetBytes(i, 3),
+                      sig = r.GetBytes(i, 4);
     auto fail = [&](const std::string& what) -> Status {
-      return DataLoss("key chain: provider key.issued at seq " + std::to_string(seq) + " " + what);
+      return DataLoss("key chain: provider seq " + std::to_string(seq) + " " + what + " (run `oml verify`)");
     };
-    Status st;
-    Envelope e;
-    std::string raw, kid;
-    if (crypto::Sha256(bytes) != hash) {
-      st = fail("does not hash to its event_hash");
-    } else if (auto env = Envelope::FromSignedBytes(bytes); !env.ok()) {
-      st = fail("is not a canonical envelope");
+    if (seq != i + 1) return fail("is out of place (seq " + std::to_string(i + 1) + " is missing)");
+    if (crypto::Sha256(bytes) != hash) return fail("does not hash to its event_hash");
+    if (row_prev != prev_hash) return fail("does not link to the previous event");
+    prev_hash = hash;
+    auto env = Envelope::FromSignedBytes(bytes);
+    if (!env.ok()) return fail("is not a canonical envelope");
+    if (env->tenant != kProviderTenant || env->seq != seq || env->prev_hash != row_prev)
+      return fail("does not match its row");
+    if (env->type != "key.issued") continue;
+    std::string raw, kid, supersedes;
+    try {
+      const auto& p = env->payload;
+      if (!p.is_object() || !p.value("public_key", nlohmann::json()).is_string() ||
+          !p.value("key_id", nlohmann::json()).is_string())
+        return fail("carries a malformed key");
+      kid = p["key_id"].get<std::string>();
+      auto decoded = crypto::FromBase64(p["public_key"].get<std::string>());
+      if (!decoded.ok() || decoded->size() != 32 || crypto::KeyIdFor(*decoded) != kid) return fail("carries a malformed key");
+      raw = *decoded;
+      supersedes = p.value("supersedes", nlohmann::json()).is_string() ? p["supersedes"].get<std::string>() : "";
+    } catch (const nlohmann::json::exception& e) {
+      return fail(std::string("carries a malformed payload: ") + e.what());
+    }
+    if (keys.empty()) {
+      if (!root_public_key.empty() && raw != root_public_key)
+        return DataLoss("key chain: the provider chain's first key.issued (seq " + std::to_string(seq) +
+                        ") is not the deployment's root key");
+      // The first key signs its own issue (and the genesis before it).
+      if (env->key_id != kid || !crypto::Ed25519Verify(raw, bytes, sig)) return fail("is not signed by the key it issues");
     } else {
-      e = *env;
-      const auto& p = e.payload;
-      auto decoded = p.value("public_key", nlohmann::json()).is_string()
-                         ? crypto::FromBase64(p["public_key"].get<std::string>())
-                         : Result<std::string>(DataLoss("no public key"));
-      kid = p.value("key_id", nlohmann::json()).is_string() ? p["key_id"].get<std::string>() : "";
-      if (e.tenant != kProviderTenant || e.seq != seq || e.type != "key.issued") st = fail("does not match its row");
-      else if (!decoded.ok() || decoded->size() != 32 || crypto::KeyIdFor(*decoded) != kid) st = fail("carries a malformed key");
-      else raw = *decoded;
-    }
-    if (st.ok()) {
-      if (i == 0) {
-        if (!root_public_key.empty() && raw != root_public_key)
-          return DataLoss("key chain: the provider chain's first key.issued (seq " + std::to_string(seq) +
-                          ") is not the deployment's root key");
-        // The first key signs its own issue (and the genesis before it).
-        if (e.key_id != kid || !crypto::Ed25519Verify(raw, bytes, sig)) st = fail("is not signed by the key it issues");
-      } else if (keys.count(kid)) {
-        st = fail("issues key " + kid + " a second time");
-      } else if (e.key_id != prev_id || !crypto::Ed25519Verify(prev_raw, bytes, sig)) {
-        st = fail("is not signed by the key it supersedes (" + prev_id + ")");
-      }
-    }
-    if (!st.ok()) {
-      if (i == 0) return st;
-      log::Error("key chain broken; later keys are not trusted", {{"error", st.message()}});
-      break;
+      if (keys.count(kid)) return fail("issues key " + kid + " a second time");
+      if (supersedes != prev_id || env->key_id != prev_id || !crypto::Ed25519Verify(prev_raw, bytes, sig))
+        return fail("is not signed by the key it supersedes (" + prev_id + ")");
     }
     keys[kid] = raw;
     prev_id = kid;
     prev_raw = raw;
   }
+  if (r.size() > 0 && keys.empty()) return DataLoss("key chain: the provider chain has no key.issued (run `oml verify`)");
   return keys;
 }
 
 std::string HeadKey(const std::string& tenant) { return "oml-heads/" + tenant; }
+std::string InvalidHeadKey(const std::string& tenant, const std::string& at) { return "oml-heads-invalid/" + tenant + "/" + at; }
 
 Result<std::string> EncodeSignedHead(const SignedHead& h, const crypto::SigningKey& key) {
   nlohmann::json head = {{"v", 1},         {"tenant", h.tenant}, {"seq", h.seq}, {"event_hash", crypto::Hex(h.event_hash)},
@@ -140,8 +146,7 @@ HeadPublisher::HeadPublisher(blob::ObjectStore* store, const crypto::SigningKey*
       pool_(pool),
       guard_(guard),
       keys_(std::move(keys)),
-      root_(std::move(root_public_key)),
-      keys_loaded_(std::chrono::steady_clock::now()) {}
+      root_(std::move(root_public_key)) {}
 
 HeadPublisher::~HeadPublisher() {
   {
@@ -161,19 +166,32 @@ void HeadPublisher::OnCommit(const Receipt& r) {
   if (r.seq > p.first) p = {r.seq, r.event_hash};
 }
 
+void HeadPublisher::RefreshGuard(const std::string& tenant) {
+  if (!guard_) return;
+  auto bytes = store_->Get(HeadKey(tenant));
+  if (!bytes.ok() || !bytes->has_value()) return;
+  std::optional<SignedHead> h;
+  {
+    std::lock_guard<std::mutex> l(keys_mu_);
+    auto decoded = DecodeSignedHead(**bytes, keys_);
+    if (decoded.ok()) h = *decoded;
+  }
+  if (h && h->tenant == tenant) guard_->Observe(tenant, h->seq, h->event_hash);
+}
+
 Result<SignedHead> HeadPublisher::Decode(const std::string& bytes) {
+  std::lock_guard<std::mutex> l(keys_mu_);
   auto h = DecodeSignedHead(bytes, keys_);
   // A key issued after this process loaded the key chain (a rotation by another replica or the
-  // CLI): reload once, at most every 5 s, before calling the document invalid.
+  // CLI): reload (at most once per flush) before calling the document invalid, so a valid head
+  // signed by a newer key is never "repaired" with an older one.
   if (!h.ok() && h.status().message().find("which the key chain does not hold") != std::string::npos &&
-      std::chrono::steady_clock::now() - keys_loaded_ > std::chrono::seconds(5)) {
-    auto reloaded = LoadTrustedKeys(*pool_, root_);
-    keys_loaded_ = std::chrono::steady_clock::now();
-    if (reloaded.ok()) {
-      keys_ = std::move(reloaded).value();
-      keys_[key_->key_id()] = key_->public_key();
-      h = DecodeSignedHead(bytes, keys_);
-    }
+      !reloaded_this_flush_) {
+    reloaded_this_flush_ = true;
+    OML_ASSIGN_OR_RETURN(TrustedKeys reloaded, LoadTrustedKeys(*pool_, root_));
+    keys_ = std::move(reloaded);
+    keys_[key_->key_id()] = key_->public_key();
+    h = DecodeSignedHead(bytes, keys_);
   }
   return h;
 }
@@ -193,15 +211,26 @@ Status HeadPublisher::Put(const std::string& tenant, int64_t seq, const std::str
   return Status::Ok();
 }
 
+Status HeadPublisher::Quarantine(const std::string& tenant, const std::string& bytes) {
+  const std::string key = InvalidHeadKey(tenant, NowTimestamp());
+  OML_RETURN_IF_ERROR(store_->Put(key, bytes));
+  log::Error("invalid published head kept for inspection", {{"tenant", tenant}, {"object", key}});
+  return Status::Ok();
+}
+
 Status HeadPublisher::PublishOne(const std::string& tenant, int64_t seq, const std::string& hash) {
   OML_ASSIGN_OR_RETURN(auto existing, store_->Get(HeadKey(tenant)));
   if (!existing.has_value()) return Put(tenant, seq, hash);
   auto pub = Decode(*existing);
+  if (!pub.ok() && pub.status().code() != Code::kDataLoss) return pub.status();  // key chain unreadable: retry
   if (!pub.ok() || pub->tenant != tenant) {
     const std::string why = pub.ok() ? "published head names tenant " + pub->tenant : pub.status().message();
     Metrics::Get().ChainIntegrity("head-invalid");
     log::Error("published head is invalid; repairing it with the current head",
                {{"tenant", tenant}, {"error", why}, {"seq", seq}});
+    // The damaged document is kept, and reported by `oml verify` and `oml doctor` until an
+    // operator removes it: it may have been damaged to hide a cut tail.
+    OML_RETURN_IF_ERROR(Quarantine(tenant, *existing));
     return Put(tenant, seq, hash);
   }
   if (guard_ && !guard_->Observe(tenant, pub->seq, pub->event_hash)) return Status::Ok();
@@ -234,6 +263,8 @@ Status HeadPublisher::PublishOne(const std::string& tenant, int64_t seq, const s
 
 Status HeadPublisher::Repair(const std::string& tenant, int64_t seq, const std::string& event_hash) {
   std::lock_guard<std::mutex> fl(flush_mu_);
+  OML_ASSIGN_OR_RETURN(auto existing, store_->Get(HeadKey(tenant)));
+  if (existing.has_value()) OML_RETURN_IF_ERROR(Quarantine(tenant, *existing));
   return Put(tenant, seq, event_hash);
 }
 
@@ -244,6 +275,7 @@ Status HeadPublisher::Flush() {
     std::lock_guard<std::mutex> l(mu_);
     batch.swap(pending_);
   }
+  reloaded_this_flush_ = false;
   Status first;
   for (const auto& [tenant, head] : batch) {
     if (published_[tenant] >= head.first) continue;

@@ -57,13 +57,18 @@ struct SignedHead {
 // key_id -> raw Ed25519 public key, for every key of the anchored key chain.
 using TrustedKeys = std::map<std::string, std::string>;
 
-// Walks the provider chain's key.issued events (the key chain) from the root key. root_public_key
-// empty: anchor on the first key.issued as stored (weaker; callers warn). kDataLoss if the first
-// key.issued is not the root key; a later link that does not verify ends the chain there (the
-// keys after it are not trusted, and is logged).
+// Walks the provider chain from genesis: every row must be in place and hash-linked to the one
+// before, and each key.issued must be signed by the key it supersedes (the first: by itself, and
+// carry root_public_key). root_public_key empty: anchor on the first key.issued as stored
+// (weaker; callers warn). Any break is kDataLoss: nothing after it could be trusted, and callers
+// must not serve or repair heads on a partial key chain. An empty provider chain gives no keys.
 Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_public_key);
 
 std::string HeadKey(const std::string& tenant);
+// Where a head document that did not verify is kept when it is replaced: reported by `oml verify`
+// and `oml doctor` until an operator inspects and deletes it.
+std::string InvalidHeadKey(const std::string& tenant, const std::string& at);
+inline const std::string kInvalidHeadsPrefix = "oml-heads-invalid/";
 Result<std::string> EncodeSignedHead(const SignedHead& h, const crypto::SigningKey& key);
 // Parses and checks the signature with the public key for h.key_id from `keys`. kDataLoss naming
 // what is wrong; never throws, whatever the bytes.
@@ -80,7 +85,11 @@ class HeadPublisher {
   void OnCommit(const Receipt& r);
   // Publishes every pending head now (also used at shutdown). Returns the first error.
   Status Flush();
-  // Publishes `head` over an invalid published document of its tenant (startup repair).
+  // Reads `tenant`'s published head and records it in the guard (ChainGuard refresher). A head
+  // that is missing, unreadable or does not verify is left to the publisher. Thread-safe.
+  void RefreshGuard(const std::string& tenant);
+  // Publishes `head` over an invalid published document of its tenant (startup repair); the
+  // invalid document is kept under kInvalidHeadsPrefix.
   Status Repair(const std::string& tenant, int64_t seq, const std::string& event_hash);
 
  private:
@@ -91,15 +100,17 @@ class HeadPublisher {
   // The stored event hash at `seq` ("" if there is none).
   Result<std::string> StoredHash(const std::string& tenant, int64_t seq);
   Status Put(const std::string& tenant, int64_t seq, const std::string& hash);
+  Status Quarantine(const std::string& tenant, const std::string& bytes);
 
   blob::ObjectStore* store_;
   const crypto::SigningKey* key_;
   const int interval_ms_;
   db::Pool* pool_;
   ChainGuard* guard_;
-  TrustedKeys keys_;  // flush thread only (Flush is serialized by flush_mu_)
+  std::mutex keys_mu_;  // keys_ is read by writers (RefreshGuard) and replaced by Flush
+  TrustedKeys keys_;    // GUARDED_BY(keys_mu_)
   const std::string root_;
-  std::chrono::steady_clock::time_point keys_loaded_;
+  bool reloaded_this_flush_ = false;  // GUARDED_BY(flush_mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::pair<int64_t, std::string>> pending_;  // GUARDED_BY(mu_)

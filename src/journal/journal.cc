@@ -13,6 +13,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// How far ahead of this server's clock a chain head's time may be before writes are refused.
+constexpr int64_t kMaxHeadAheadSeconds = 60;
+
 nlohmann::json BronzeRow(const Envelope& e, const std::string& hash, const std::string& signed_bytes,
                          const std::string& sig) {
   return {{"tenant_id", e.tenant},          {"seq", e.seq},
@@ -140,6 +143,7 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
       return Unavailable("writes to this chain are refused: " + *why + " (run `oml doctor`)", "chain-fork");
     }
   }
+  if (guard) guard->MaybeRefresh(tenant);  // what other replicas published
   const ChainGuard::Head known = guard ? guard->Known(tenant) : ChainGuard::Head{};
   // Round trip 1: scope, lock, head.
   std::vector<db::Stmt> rt1;
@@ -186,6 +190,15 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   // `time` never decreases along a chain (verify requires it), even across replicas whose clocks
   // disagree slightly: an event is stamped no earlier than the head before it.
   std::string prev_time = head.IsNull(0, 2) ? std::string() : head.Get(0, 2);
+  // ... but never far into the future: a head stamped more than kMaxHeadAheadSeconds ahead of
+  // this clock means a replica's clock (or the unsigned chain_heads.event_time) is wrong, and
+  // following it would sign future times into the chain for ever.
+  if (!prev_time.empty() && prev_time > TimestampFromNow(kMaxHeadAheadSeconds)) {
+    (void)Rollback();
+    return Unavailable("the chain's head is stamped " + prev_time + ", more than " +
+                           std::to_string(kMaxHeadAheadSeconds) + " s ahead of this server's clock; check NTP",
+                       "clock-skew");
+  }
 
   // Round trip 2: per event, in commit-point order: journal row, fold rows, outbox row, head.
   std::vector<db::Stmt> rt2;

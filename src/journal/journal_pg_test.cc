@@ -328,7 +328,8 @@ Result<Receipt> AppendWithCancelledSyncRepWait(Journal& j, const std::string& te
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Result<Receipt> r = Status(Code::kInternal, "unset");
   std::thread writer([&] {
-    r = j.Append(tenant, EventSpec{"test.note", "tester", {{"text", "unreplicated"}}, nlohmann::json::object(), nullptr});
+    r = j.Append(tenant,
+                 EventSpec{"test.note", "tester", {{"text", "unreplicated"}}, nlohmann::json::object(), nullptr});
   });
   bool cancelled = false;
   for (int i = 0; i < 500 && !cancelled; ++i) {
@@ -375,7 +376,8 @@ TEST_F(JournalPgTest, TranslatedWarningOnOmlsOwnConnectionStillRefusesTheAcknowl
     ASSERT_EQ(m.status().message().find("division by zero"), std::string::npos) << m.status().message();
   }
   auto r = AppendWithCancelledSyncRepWait(j, t->tenant_id);
-  ASSERT_FALSE(r.ok()) << "acknowledged a commit the standbys never confirmed (connection language " << ts.locale << ")";
+  ASSERT_FALSE(r.ok()) << "acknowledged a commit the standbys never confirmed (connection language " << ts.locale
+                       << ")";
   EXPECT_EQ(r.status().code(), Code::kUnavailable);
   EXPECT_EQ(r.status().type(), "commit-not-replicated");
 }

@@ -104,6 +104,33 @@ TEST_F(KeyRotationTest, RotationWaitsForAppendsInFlightAndRecordsEachChainsHead)
   EXPECT_TRUE(rep->problems.empty()) << rep->problems[0].what;
 }
 
+TEST_F(KeyRotationTest, ARotationAndANewTenantWhileVerifyRunsAreNotFindings) {
+  // verify reads every chain in one snapshot: a rotation committed after the provider chain was
+  // walked, and the events signed by the new key after it, are simply not seen.
+  auto t = CreateTenant(*current_, Unique("busy"));
+  ASSERT_TRUE(t.ok());
+  bool fired = false;
+  SyncPoints::Set("verify.after_provider", [&] {
+    if (fired) return Status::Ok();
+    fired = true;
+    auto rot = Rotate();
+    EXPECT_TRUE(rot.ok()) << rot.status().ToString();
+    EXPECT_TRUE(current_->Append(t->tenant_id, Note("signed by the new key")).ok());
+    EXPECT_TRUE(CreateTenant(*current_, Unique("born-during-verify")).ok());
+    return Status::Ok();
+  });
+  auto rep = VerifyChains(tj_->pool, VerifyOptions{});
+  SyncPoints::Clear("verify.after_provider");
+  ASSERT_TRUE(fired);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->problems.empty()) << rep->problems[0].tenant_name << ": " << rep->problems[0].what;
+  // The next verify sees all of it, and it is all fine.
+  auto after = VerifyChains(tj_->pool, VerifyOptions{});
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->problems.empty()) << after->problems[0].what;
+  EXPECT_EQ(after->tenants, rep->tenants + 1);
+}
+
 TEST_F(KeyRotationTest, ARetiredKeyCannotAppendABackdatedEventThatVerifies) {
   // Whoever kept the retired private key and can write the database appends to a chain that has
   // not moved since the rotation, with a time after that chain's last event and before the

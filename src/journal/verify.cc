@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/sync_point.h"
 #include "common/work_pool.h"
 #include "crypto/crypto.h"
 #include "journal/event.h"
@@ -37,6 +38,7 @@ struct KeyInfo {
   int64_t retired_us = INT64_MAX;
   int64_t retired_seq = 0;                        // provider seq of the key.issued that retired it
   std::map<std::string, int64_t> retired_heads;   // tenant -> last seq this key may have signed
+  std::map<std::string, int64_t> issued_heads;    // tenant -> last seq before this key may sign
 };
 
 struct Created {
@@ -100,13 +102,24 @@ class Verifier {
   }
 
   Result<VerifyReport> Run() {
-    checks_ = std::make_unique<WorkPool>(threads_);
-    OML_ASSIGN_OR_RETURN(auto tenants, ListTenants(pool_));
+    if (opts_.checks != nullptr) {
+      checks_ = opts_.checks;
+    } else {
+      owned_checks_ = std::make_unique<WorkPool>(threads_);
+      checks_ = owned_checks_.get();
+    }
+    // The heads store is read first, then one snapshot is exported and every chain is read in
+    // it: heads are published after their commit, so each one read here is covered by the
+    // snapshot, and a tenant created or a key rotated while verify runs is simply not seen.
+    if (opts_.heads) OML_RETURN_IF_ERROR(ReadHeadsStore());
+    OML_RETURN_IF_ERROR(ExportSnapshot());
+    OML_ASSIGN_OR_RETURN(auto tenants, ListTenantsInSnapshot());
     if (tenants.empty() || tenants[0].tenant_id != kProviderTenant)
       return FailedPrecondition("no provider chain: run `oml init` first");
     // The provider chain is always read first and always reported: it defines the keys and the
     // tenants every other chain hangs on.
     OML_RETURN_IF_ERROR(VerifyProvider(tenants[0]));
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT("verify.after_provider"));  // tests commit a rotation here
     // The chains to walk: every tenant.created (in provider seq order), then any tenants row
     // without one (its genesis check reports it).
     std::vector<TenantInfo> all;
@@ -125,7 +138,7 @@ class Verifier {
                                (opts_.only_tenant == kProviderTenant || opts_.only_tenant == tenants[0].name);
     if (rest.empty() && !provider_only) return NotFound("no tenant '" + opts_.only_tenant + "'", "tenant-not-found");
     report_.tenants = static_cast<int64_t>(rest.size()) + 1;
-    if (opts_.heads && opts_.only_tenant.empty()) OML_RETURN_IF_ERROR(CheckOrphanHeads(all));
+    if (opts_.heads) OML_RETURN_IF_ERROR(CheckHeadsStore(all, rest));
     // Progress counts events when there are few chains (one head read each), tenants otherwise.
     by_tenants_ = rest.size() > 16;
     if (by_tenants_) {
@@ -165,10 +178,53 @@ class Verifier {
   }
 
  private:
-  Result<std::pair<int64_t, std::string>> Head(const std::string& tenant) {
+  // Opens the transaction whose snapshot every read shares (held until the Verifier ends).
+  Status ExportSnapshot() {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
-                                                        {db::Text(tenant)}}));
+    OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}},
+                                               {"SELECT pg_export_snapshot()", {}}}));
+    snapshot_id_ = rs[1].Get(0, 0);
+    snapshot_conn_.emplace(std::move(c));
+    return Status::Ok();
+  }
+
+  // Runs `stmts` scoped to `tenant` in the exported snapshot, in one round trip; their rows.
+  Result<std::vector<db::Rows>> InSnapshot(const std::string& tenant, std::vector<db::Stmt> stmts) {
+    std::vector<db::Stmt> all = {{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}},
+                                 {"SET TRANSACTION SNAPSHOT '" + snapshot_id_ + "'", {}},
+                                 db::ScopeTo(tenant)};
+    for (auto& st : stmts) all.push_back(std::move(st));
+    all.push_back({"COMMIT", {}});
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
+    OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline(all));
+    return std::vector<db::Rows>(std::make_move_iterator(rs.begin() + 3), std::make_move_iterator(rs.end() - 1));
+  }
+
+  // The tenants table as ListTenants orders it (provider first), in the snapshot.
+  Result<std::vector<TenantInfo>> ListTenantsInSnapshot() {
+    OML_ASSIGN_OR_RETURN(auto rs, InSnapshot(kProviderTenant, {{"SELECT tenant_id, name FROM oml.tenants "
+                                                                "ORDER BY created_seq NULLS FIRST, name",
+                                                                {}}}));
+    std::vector<TenantInfo> out;
+    for (int i = 0; i < rs[0].size(); ++i) out.push_back({rs[0].Get(i, 0), rs[0].Get(i, 1)});
+    return out;
+  }
+
+  // Every published head document and every replaced one, before the snapshot.
+  Status ReadHeadsStore() {
+    OML_ASSIGN_OR_RETURN(auto keys, opts_.heads->List("oml-heads/"));
+    for (const auto& k : keys) {
+      OML_ASSIGN_OR_RETURN(auto bytes, opts_.heads->Get(k));
+      if (bytes) published_[k.substr(std::string("oml-heads/").size())] = std::move(*bytes);
+    }
+    OML_ASSIGN_OR_RETURN(replaced_, opts_.heads->List(kInvalidHeadsPrefix));
+    return Status::Ok();
+  }
+
+  Result<std::pair<int64_t, std::string>> Head(const std::string& tenant) {
+    OML_ASSIGN_OR_RETURN(auto rs, InSnapshot(tenant, {{"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
+                                                       {db::Text(tenant)}}}));
+    const db::Rows& r = rs[0];
     if (r.size() == 0) return std::make_pair<int64_t, std::string>(0, "");
     return std::make_pair(r.GetInt(0, 0), r.GetBytes(0, 1));
   }
@@ -190,10 +246,8 @@ class Verifier {
     int64_t above_head = 0;  // lowest journal seq above the head; 0 if none
   };
   Result<FirstPage> HeadAndFirstPage(const std::string& tenant) {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
-        auto rs, c->Pipeline({{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}},
-                              db::ScopeTo(tenant),
+        auto rs, InSnapshot(tenant, {
                               {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
                                {db::Text(tenant)}, "verify_head", true},
                               {"SELECT " OML_VERIFY_ROW_COLUMNS " "
@@ -203,14 +257,13 @@ class Verifier {
                               // Rows above the head (same snapshot: a commit moves both at once).
                               {"SELECT coalesce(min(seq), 0) FROM oml.journal WHERE tenant_id = $1 AND seq > "
                                "coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0)",
-                               {db::Text(tenant)}, "verify_above_head", true},
-                              {"COMMIT", {}}}));
+                               {db::Text(tenant)}, "verify_above_head", true}}));
     std::pair<int64_t, std::string> head{0, ""};
-    if (rs[2].size() > 0) head = {rs[2].GetInt(0, 0), rs[2].GetBytes(0, 1)};
+    if (rs[0].size() > 0) head = {rs[0].GetInt(0, 0), rs[0].GetBytes(0, 1)};
     FirstPage out;
     out.head = head;
-    out.rows = ToRows(rs[3]);
-    out.above_head = rs[4].GetInt(0, 0);
+    out.rows = ToRows(rs[1]);
+    out.above_head = rs[2].GetInt(0, 0);
     return out;
   }
 
@@ -229,43 +282,51 @@ class Verifier {
 
   // The stored event_hash at `seq` (the walk checked every row up to the head already).
   Result<std::string> HashAt(const std::string& tenant, int64_t seq) {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2",
-                                                        {db::Text(tenant), db::Int(seq)}, "verify_hash_at", true}));
-    return r.size() == 0 ? std::string() : r.GetBytes(0, 0);
+    OML_ASSIGN_OR_RETURN(auto rs, InSnapshot(tenant, {{"SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2",
+                                                       {db::Text(tenant), db::Int(seq)}, "verify_hash_at", true}}));
+    return rs[0].size() == 0 ? std::string() : rs[0].GetBytes(0, 0);
   }
 
-  // Heads published for tenants no tenant.created names.
-  Status CheckOrphanHeads(const std::vector<TenantInfo>& all) {
-    std::map<std::string, bool> ids;
-    for (const auto& t : all) ids[t.tenant_id] = true;
-    ids[kProviderTenant] = true;
-    OML_ASSIGN_OR_RETURN(auto keys, opts_.heads->List("oml-heads/"));
-    for (const auto& k : keys) {
-      const std::string id = k.substr(std::string("oml-heads/").size());
-      if (!ids.count(id))
-        Problem({id, "(unknown)"}, 0, "a head is published for a tenant that no tenant.created on the provider chain names");
+  // The heads store beyond each chain's own head: heads published for tenants no tenant.created
+  // names (unless one tenant is selected), and replaced head documents kept for inspection (of
+  // the selected tenants).
+  Status CheckHeadsStore(const std::vector<TenantInfo>& all, const std::vector<TenantInfo>& selected) {
+    std::map<std::string, std::string> names;
+    for (const auto& t : all) names[t.tenant_id] = t.name;
+    names[kProviderTenant] = "provider";
+    if (opts_.only_tenant.empty()) {
+      for (const auto& [id, bytes] : published_)
+        if (!names.count(id))
+          Problem({id, "(unknown)"}, 0, "a head is published for a tenant that no tenant.created on the provider chain names");
+    }
+    std::map<std::string, bool> wanted;
+    for (const auto& t : selected) wanted[t.tenant_id] = true;
+    for (const auto& k : replaced_) {
+      const std::string rest = k.substr(kInvalidHeadsPrefix.size());
+      const std::string id = rest.substr(0, rest.find('/'));
+      if (!opts_.only_tenant.empty() && !wanted.count(id)) continue;
+      Problem({id, names.count(id) ? names[id] : "(unknown)"}, 0,
+              "a published head that did not verify was replaced; it is kept at " + k +
+                  ": it may have been damaged to hide a cut tail. Inspect it, then delete it");
     }
     return Status::Ok();
   }
 
   Result<std::vector<Row>> Page(const std::string& tenant, int64_t after, int64_t upto) {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
-        db::Rows r, c->Scoped(tenant, {"SELECT " OML_VERIFY_ROW_COLUMNS " "
-                                       "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-                                       {db::Text(tenant), db::Int(after), db::Int(upto), db::Int(page_)}, "verify_page", true}));
-    return ToRows(r);
+        auto rs, InSnapshot(tenant, {{"SELECT " OML_VERIFY_ROW_COLUMNS " "
+                                      "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+                                      {db::Text(tenant), db::Int(after), db::Int(upto), db::Int(page_)}, "verify_page", true}}));
+    return ToRows(rs[0]);
   }
 
   // The provider chain's first key.issued row (none if there is none).
   Result<std::vector<Row>> FirstKeyIssued(const std::string& tenant) {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_.Acquire());
     OML_ASSIGN_OR_RETURN(
-        db::Rows r, c->Scoped(tenant, {"SELECT " OML_VERIFY_ROW_COLUMNS " "
-                                       "FROM oml.journal WHERE tenant_id = $1 AND event_type = 'key.issued' ORDER BY seq LIMIT 1",
-                                       {db::Text(tenant)}, "", true}));
-    return ToRows(r);
+        auto rs, InSnapshot(tenant, {{"SELECT " OML_VERIFY_ROW_COLUMNS " "
+                                      "FROM oml.journal WHERE tenant_id = $1 AND event_type = 'key.issued' ORDER BY seq LIMIT 1",
+                                      {db::Text(tenant)}, "", true}}));
+    return ToRows(rs[0]);
   }
 
   void Problem(const TenantInfo& t, int64_t seq, const std::string& what) {
@@ -287,12 +348,10 @@ class Verifier {
   // runs on this thread, in seq order. Stops at the first bad seq.
   template <typename SigCheck>
   Result<bool> Walk(const TenantInfo& t, SigCheck check_sig, std::function<Status(const Row&, const Envelope&)> seq_hook) {
-    // The published head is read before the chain's snapshot: it was published after its commit,
-    // so the snapshot holds it unless the database lost it.
+    // The published head was read before the snapshot: it was published after its commit, so the
+    // snapshot holds it unless the database lost it.
     std::optional<std::string> published_bytes;
-    if (opts_.heads) {
-      OML_ASSIGN_OR_RETURN(published_bytes, opts_.heads->Get(HeadKey(t.tenant_id)));
-    }
+    if (auto it = published_.find(t.tenant_id); it != published_.end()) published_bytes = it->second;
     // The head is read first (same snapshot as the first page) and the walk stops there: events
     // committed meanwhile are beyond it.
     OML_ASSIGN_OR_RETURN(FirstPage first, HeadAndFirstPage(t.tenant_id));
@@ -464,6 +523,7 @@ class Verifier {
           old.retired_us = at;
           old.retired_seq = r.seq;
           KeyInfo k;
+          k.issued_heads = old.retired_heads;  // the new key signs only after them
           k.public_key = issued.key;
           k.issued_seq = r.seq;
           k.issued_us = at;
@@ -487,19 +547,19 @@ class Verifier {
     auto sig_ok = [&](const Row& r, const Envelope& e) -> Status {
       auto it = keys_.find(r.key_id);
       if (it == keys_.end()) return DataLoss("signed by " + r.key_id + ", which no key.issued on the provider chain issued");
-      int64_t at = ParseTime(e.time);
-      if (at < 0) return DataLoss("malformed time " + e.time);
+      if (ParseTime(e.time) < 0) return DataLoss("malformed time " + e.time);
       const KeyInfo& k = it->second;
-      const int64_t skew = int64_t{kClockSkewSeconds} * 1000000;
-      if (at < k.issued_us - skew) return DataLoss("signed by " + r.key_id + " before that key was issued");
+      // Key validity is ordered by seq, not by clocks: rotation is exclusive with appends, so the
+      // heads it records are exactly where one key's events end and the next key's begin.
+      if (auto h = k.issued_heads.find(t.tenant_id); h != k.issued_heads.end() && r.seq <= h->second)
+        return DataLoss("signed by " + r.key_id + " before that key was issued: the rotation at provider seq " +
+                        std::to_string(k.issued_seq) + " recorded this chain's head at seq " + std::to_string(h->second));
       if (k.retired_us != INT64_MAX) {
         auto h = k.retired_heads.find(t.tenant_id);
         const int64_t last = h == k.retired_heads.end() ? 0 : h->second;
         if (r.seq > last)
           return DataLoss("signed by " + r.key_id + " after that key was retired: the rotation at provider seq " +
                           std::to_string(k.retired_seq) + " recorded this chain's head at seq " + std::to_string(last));
-        if (at > k.retired_us + skew)
-          return DataLoss("signed by " + r.key_id + " at " + e.time + ", after that key was retired");
       }
       if (!k.public_key.Verify(r.signed_bytes, r.signature))
         return DataLoss("signature does not verify under key " + r.key_id);
@@ -523,7 +583,12 @@ class Verifier {
   VerifyOptions opts_;
   int threads_ = 1;
   int page_ = kDefaultPage;
-  std::unique_ptr<WorkPool> checks_;  // per-row checks for every walker
+  WorkPool* checks_ = nullptr;              // per-row checks for every walker
+  std::string snapshot_id_;                 // pg_export_snapshot() of snapshot_conn_
+  std::optional<db::Pool::Handle> snapshot_conn_;  // holds the snapshot open (rolled back at the end)
+  std::map<std::string, std::string> published_;   // tenant -> head document, read before the snapshot
+  std::vector<std::string> replaced_;              // kInvalidHeadsPrefix objects
+  std::unique_ptr<WorkPool> owned_checks_;  // when the caller gave none
   bool by_tenants_ = false;
   int64_t tenants_done_ = 0;  // GUARDED_BY(mu_)
   std::mutex mu_;             // guards report_ and progress while workers run

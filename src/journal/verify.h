@@ -25,9 +25,10 @@
 // Key in force: keys come only from key.issued events of the provider chain, each signed by the
 // key it supersedes; a key is issued once. On the provider chain, seq s is signed by the key of
 // the latest key.issued with seq < s (the first key also covers the genesis before it). On
-// customer chains, an event signed by key K must have seq <= the chain's head recorded in the
-// key.issued that retired K ("retired_heads": rotation is exclusive with appends, so that is
-// exactly what K signed), and a time within kClockSkewSeconds of K's issue and retirement.
+// customer chains, an event signed by key K must have a seq above the chain's head recorded in
+// the key.issued that issued K and at most the one recorded in the key.issued that retired K
+// ("retired_heads": rotation is exclusive with appends, so those are exactly the bounds of what
+// K signed). No clock takes part, so no clock skew needs allowing.
 #pragma once
 #pragma once
 
@@ -37,16 +38,10 @@
 
 #include "common/status.h"
 #include "blob/object_store.h"
+#include "common/work_pool.h"
 #include "db/conn.h"
 
 namespace oml::journal {
-
-// How far an event's signed `time` may lie outside its key's [issued, retired] interval. Rotation
-// is exclusive with appends (no append is in flight while a key is retired), so the only slack
-// needed is the disagreement between the clocks of replicas (NTP keeps it well under a second),
-// plus the time clamp that keeps `time` non-decreasing along a chain. The exact bound is the
-// seq recorded in "retired_heads"; this is the second, time-based check.
-inline constexpr int kClockSkewSeconds = 10;
 
 struct VerifyProblem {
   std::string tenant_id;
@@ -64,6 +59,9 @@ struct VerifyOptions {
   std::string root_public_key;
   // The signed-heads store (oml-heads/<tenant>); null: chains are not compared with it.
   blob::ObjectStore* heads = nullptr;
+  // The pool the row checks run on (not owned; `oml verify --folds` runs its folds pass on the
+  // same one). Null: a pool of `threads` threads for this call.
+  WorkPool* checks = nullptr;
   // Called now and then with (done, total): events, or tenants when there are more than 16
   // chains. May be called from several threads, never concurrently.
   std::function<void(int64_t, int64_t)> progress;
