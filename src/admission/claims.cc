@@ -298,8 +298,13 @@ Result<WriteResponse> Claims::Once(const Caller& c, const IdempotencyKey& idem, 
     body["receipt"] = out->second.ToJson();
     return WriteResponse{status, std::move(body), std::move(out->second), false};
   }
-  // The write failed and its transaction left nothing. If a request with the same key committed
-  // meanwhile (its row is what failed ours, or it erased the claim first), answer from its record.
+  // kUnavailable: the outcome is unknown (connection lost) or the COMMIT was not confirmed by the
+  // standbys; its record may exist locally, so it must not be replayed as a success now. The
+  // client retries with the same key; Recorded() confirms durability before replaying.
+  if (out.status().code() == Code::kUnavailable) return out.status();
+  // The write failed before COMMIT and its transaction left nothing. If a request with the same
+  // key committed meanwhile (its row is what failed ours, or it erased the claim first), answer
+  // from its record.
   auto again = Recorded(c, idem);
   if (again.ok() && *again) return std::move(**again);
   if (!again.ok() && again.status().type() == "idempotency-key-reused") return again.status();
@@ -318,7 +323,9 @@ Result<std::optional<WriteResponse>> Claims::Recorded(const Caller& c, const Ide
                    {"SELECT i.request_sha256, i.response_status, i.response_body::text, i.journal_seq, j.prev_hash, "
                     "j.event_hash, j.key_id, j.signed_bytes, j.signature FROM oml.idempotency_keys i "
                     "JOIN oml.journal j ON j.tenant_id = i.tenant_id AND j.seq = i.journal_seq "
-                    "WHERE i.api_key_hash = $1 AND i.idem_key = $2 AND i.expires_at > now()",
+                    "WHERE i.api_key_hash = $1 AND i.idem_key = $2 AND i.expires_at > now() "
+                    // A revoked key replays nothing (its write is then refused by the live-key check).
+                    "AND EXISTS (SELECT 1 FROM oml.api_keys k WHERE k.key_hash = i.api_key_hash AND k.revoked_at IS NULL)",
                     {db::Bytes(c.api_key_hash), db::Text(idem.key)},
                     "oml_idem_lookup"}));
   if (r.size() == 0) return std::optional<WriteResponse>();
@@ -338,6 +345,14 @@ Result<std::optional<WriteResponse>> Claims::Recorded(const Caller& c, const Ide
   w.receipt.signature = r.GetBytes(0, 8);
   w.body["receipt"] = w.receipt.ToJson();
   w.replayed = true;
+  // The recorded event may have committed without the standbys' confirmation (its request then
+  // answered 503 commit-not-replicated). Before acknowledging it now, commit a transaction of our
+  // own: it is later in the WAL, so its confirmation covers the recorded event too.
+  OML_ASSIGN_OR_RETURN(auto fence, conn->Pipeline({{"BEGIN", {}}, {"SELECT pg_current_xact_id()", {}}, {"COMMIT", {}}}));
+  if (fence.back().CommandTag() != "COMMIT" || conn->TakeSyncRepWarning())
+    return Unavailable("the recorded response's event is not confirmed by the synchronous standbys yet; retry later",
+                       "commit-not-replicated");
+  if (journal::ChainGuard* guard = journal_->chain_guard()) guard->Observe(c.tenant_id, w.receipt.seq, w.receipt.event_hash);
   return std::optional<WriteResponse>(std::move(w));
 }
 

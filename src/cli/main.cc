@@ -138,9 +138,10 @@ struct Runtime {
                                                                rt->pool.get(), rt->guard.get(), std::move(publisher_keys),
                                                                rt->root_public_key);
       rt->journal->SetCommitListener([p = rt->publisher.get()](const journal::Receipt& r) { p->OnCommit(r); });
-      // What other replicas acknowledged reaches this one through their published heads: read a
-      // tenant's head before writing to it, at most once a second (or once a publish interval).
-      rt->guard->SetRefresher([p = rt->publisher.get()](const std::string& t) { p->RefreshGuard(t); },
+      // What other replicas acknowledged reaches this one through their published heads: a tenant
+      // written to has its published head read again at most once a second (or once a publish
+      // interval), on the publisher's thread, so writes never wait for the object store.
+      rt->guard->SetRefresher([p = rt->publisher.get()](const std::string& t) { p->RequestRefresh(t); },
                               std::chrono::milliseconds(std::max(1000, c.head_publish_ms)));
     }
     return rt;
@@ -523,6 +524,19 @@ int Main(int argc, char** argv) {
   if (need_key) {
     if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
     if (Status s = R.RequireOwnKeyTrusted(); !s.ok()) return Fail(s);
+    // Like `oml serve`: outside the local profile (its own cluster, reduced by definition) a
+    // signed write needs synchronous quorum replication unless reduced durability is accepted.
+    if (!cfg.database_url.empty() && !cfg.reduced_durability) {
+      auto h = R.pool->Acquire();
+      if (!h.ok()) return Fail(h.status());
+      auto settings = db::ReadDurabilitySettings(**h);
+      if (!settings.ok()) return Fail(settings.status());
+      const db::DurabilityVerdict v = db::EvaluateDurability(*settings);
+      if (!v.quorum)
+        return Fail(Unavailable("writes are refused: " + v.detail +
+                                    " (set OML_REDUCED_DURABILITY=1 to accept reduced durability)",
+                                "durability-reduced"));
+    }
     // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
     const std::vector<std::string> chains = {target ? target->tenant_id : std::string(journal::kProviderTenant)};
     auto forks = R.CheckForks(chains, /*repair=*/false);

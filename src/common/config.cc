@@ -112,7 +112,8 @@ Result<Config> LoadConfig() {
   if (!get("http_threads").empty()) { OML_RETURN_IF_ERROR(ParseInt("http_threads", get("http_threads"), &v)); c.http_threads = static_cast<int>(v); }
   if (!get("head_publish_ms").empty()) { OML_RETURN_IF_ERROR(ParseInt("head_publish_ms", get("head_publish_ms"), &v)); c.head_publish_ms = static_cast<int>(v); }
   if (!get("idempotency_ttl_s").empty()) { OML_RETURN_IF_ERROR(ParseInt("idempotency_ttl_s", get("idempotency_ttl_s"), &v)); c.idempotency_ttl_s = v; }
-  if (c.idempotency_ttl_s < 1) return InvalidArgument("setting idempotency_ttl_s: must be at least 1");
+  if (c.idempotency_ttl_s < 1 || c.idempotency_ttl_s > 30 * 86400)
+    return InvalidArgument("setting idempotency_ttl_s: must be 1..2592000 (30 days)");
   if (!get("reduced_durability").empty())
     OML_RETURN_IF_ERROR(ParseBool("reduced_durability", get("reduced_durability"), &c.reduced_durability));
   if (!get("durability_check_ms").empty()) {

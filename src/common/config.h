@@ -14,7 +14,7 @@
 //   db_pool_size          OML_DB_POOL_SIZE       16
 //   http_threads          OML_HTTP_THREADS       32
 //   head_publish_ms       OML_HEAD_PUBLISH_MS    200
-//   idempotency_ttl_s     OML_IDEMPOTENCY_TTL_S  86400 (>= 1; how long an Idempotency-Key is honoured)
+//   idempotency_ttl_s     OML_IDEMPOTENCY_TTL_S  86400 (1..2592000 s; how long an Idempotency-Key is honoured)
 //   log_level             OML_LOG_LEVEL          info
 //   reduced_durability    OML_REDUCED_DURABILITY false  (true/false, 1/0, yes/no, on/off; toml bool ok)
 //   durability_check_ms   OML_DURABILITY_CHECK_MS 5000  (at least 100)

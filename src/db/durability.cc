@@ -196,7 +196,11 @@ Status DurabilityMonitor::CheckNow() {
   std::lock_guard<std::mutex> one_check(check_mu_);
   DurabilityVerdict v;
   Status err;
-  if (!conn_ || !conn_->healthy()) {
+  // A fresh session every check: ALTER ROLE / ALTER DATABASE ... SET synchronous_commit apply to
+  // new sessions only (the pool opens new ones), and a session left from before a restart or
+  // failover would fail the check for nothing.
+  conn_.reset();
+  {
     auto c = Conn::Connect(url_);
     if (c.ok()) conn_ = std::make_unique<Conn>(std::move(c).value());
     else err = c.status();

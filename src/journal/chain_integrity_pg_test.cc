@@ -197,23 +197,31 @@ TEST_F(ChainIntegrityTest, PublisherNeverOverwritesAHeadTheNewChainDoesNotExtend
   Append(t, "a");
   Append(t, "b");
   Receipt r4 = Append(t, "c");
-  ASSERT_TRUE(publisher_->Flush().ok());
+  {
+    // Replica A publishes seq 4.
+    HeadPublisher a(store_.get(), &tj_->key, 1000000, &tj_->pool, nullptr, {{tj_->key.key_id(), tj_->key.public_key()}}, "");
+    a.OnCommit(r4);
+    ASSERT_TRUE(a.Flush().ok());
+  }
   ASSERT_EQ(PublishedHead(t)->seq, 4);
-  // The database loses seqs 3 and 4; an unguarded writer (another replica) then writes past the
-  // old length: seqs 3, 4, 5 with other hashes.
+  // The database loses seqs 3 and 4; replica B, which has not seen them (its writer is bare
+  // here, to reach the publisher at all), then writes past the old length: seqs 3, 4, 5 with
+  // other hashes, and its publisher is told of seq 5.
   CutTo(t, 2);
   Journal other(&tj_->pool, &tj_->key);
   Receipt r5;
   for (int i = 0; i < 3; ++i) r5 = std::move(other.Append(t, Note("new chain"))).value();
   ASSERT_EQ(r5.seq, 5);
-  publisher_->OnCommit(r5);
-  ASSERT_TRUE(publisher_->Flush().ok());
+  ChainGuard b_guard;
+  HeadPublisher b(store_.get(), &tj_->key, 1000000, &tj_->pool, &b_guard, {{tj_->key.key_id(), tj_->key.public_key()}}, "");
+  b.OnCommit(r5);
+  ASSERT_TRUE(b.Flush().ok());
   auto still = PublishedHead(t);
   ASSERT_TRUE(still.has_value());
   EXPECT_EQ(still->seq, 4);
   EXPECT_EQ(still->event_hash, r4.event_hash);
-  ASSERT_TRUE(guard_->Closed(t).has_value());
-  EXPECT_EQ(*guard_->Closed(t), "the stored event at published seq 4 has another hash (the chain diverged)");
+  ASSERT_TRUE(b_guard.Closed(t).has_value());
+  EXPECT_EQ(*b_guard.Closed(t), "the stored event at published seq 4 has another hash (the chain diverged)");
 }
 
 TEST_F(ChainIntegrityTest, PublisherExtendsItsOwnHeadAlongTheSameChain) {

@@ -109,6 +109,14 @@ Result<std::string> EncodeSignedHead(const SignedHead& h, const crypto::SigningK
 }
 
 Result<SignedHead> DecodeSignedHead(const std::string& bytes, const TrustedKeys& keys) {
+  return DecodeSignedHeadWith(bytes, [&keys](const std::string& key_id, const std::string& msg, const std::string& sig) {
+    auto it = keys.find(key_id);
+    if (it == keys.end()) return HeadKeyVerdict::kUnknownKey;
+    return crypto::Ed25519Verify(it->second, msg, sig) ? HeadKeyVerdict::kValid : HeadKeyVerdict::kBadSignature;
+  });
+}
+
+Result<SignedHead> DecodeSignedHeadWith(const std::string& bytes, const HeadSignatureCheck& check) {
   OML_RETURN_IF_ERROR(CheckHeadShape(bytes));
   auto doc = nlohmann::json::parse(bytes, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("head") || !doc["head"].is_object() ||
@@ -129,9 +137,12 @@ Result<SignedHead> DecodeSignedHead(const std::string& bytes, const TrustedKeys&
     h.published_at = head.at("published_at").get<std::string>();
     OML_ASSIGN_OR_RETURN(std::string canon, Canonicalize(head));
     OML_ASSIGN_OR_RETURN(std::string sig, crypto::FromBase64(doc["signature"].get<std::string>()));
-    auto it = keys.find(h.key_id);
-    if (it == keys.end()) return DataLoss("published head is signed by " + h.key_id + ", which the key chain does not hold");
-    if (!crypto::Ed25519Verify(it->second, canon, sig)) return DataLoss("published head signature does not verify");
+    switch (check(h.key_id, canon, sig)) {
+      case HeadKeyVerdict::kValid: break;
+      case HeadKeyVerdict::kUnknownKey:
+        return DataLoss("published head is signed by " + h.key_id + ", which the key chain does not hold");
+      case HeadKeyVerdict::kBadSignature: return DataLoss("published head signature does not verify");
+    }
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(std::string("published head is malformed: ") + e.what());
   }
@@ -166,6 +177,11 @@ void HeadPublisher::OnCommit(const Receipt& r) {
   if (r.seq > p.first) p = {r.seq, r.event_hash};
 }
 
+void HeadPublisher::RequestRefresh(const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  refresh_wanted_.push_back(tenant);
+}
+
 void HeadPublisher::RefreshGuard(const std::string& tenant) {
   if (!guard_) return;
   auto bytes = store_->Get(HeadKey(tenant));
@@ -173,8 +189,12 @@ void HeadPublisher::RefreshGuard(const std::string& tenant) {
   std::optional<SignedHead> h;
   {
     std::lock_guard<std::mutex> l(keys_mu_);
+    auto& last = refreshed_docs_[tenant];
+    if (last == **bytes) return;  // unchanged since the last refresh: already observed
     auto decoded = DecodeSignedHead(**bytes, keys_);
-    if (decoded.ok()) h = *decoded;
+    if (!decoded.ok()) return;
+    h = *decoded;
+    last = **bytes;
   }
   if (h && h->tenant == tenant) guard_->Observe(tenant, h->seq, h->event_hash);
 }
@@ -208,6 +228,10 @@ Status HeadPublisher::Put(const std::string& tenant, int64_t seq, const std::str
   OML_ASSIGN_OR_RETURN(std::string bytes, EncodeSignedHead(h, *key_));
   OML_RETURN_IF_ERROR(store_->Put(HeadKey(tenant), bytes));
   published_[tenant] = seq;
+  if (guard_) guard_->Observe(tenant, seq, hash);
+  own_docs_[tenant] = {bytes, seq};
+  std::lock_guard<std::mutex> l(keys_mu_);
+  refreshed_docs_[tenant] = std::move(bytes);  // our own document: a refresh need not verify it
   return Status::Ok();
 }
 
@@ -221,6 +245,13 @@ Status HeadPublisher::Quarantine(const std::string& tenant, const std::string& b
 Status HeadPublisher::PublishOne(const std::string& tenant, int64_t seq, const std::string& hash) {
   OML_ASSIGN_OR_RETURN(auto existing, store_->Get(HeadKey(tenant)));
   if (!existing.has_value()) return Put(tenant, seq, hash);
+  // Still the document this process put last: nothing to decode, and the new head extends it
+  // already. It comes from a commit that passed lock_head's check against the guard's known head,
+  // which is at or past that document (Put observes it) and whose hash fixes every seq below.
+  if (auto own = own_docs_.find(tenant); own != own_docs_.end() && own->second.first == *existing) {
+    if (seq <= own->second.second) return Status::Ok();
+    return Put(tenant, seq, hash);
+  }
   auto pub = Decode(*existing);
   if (!pub.ok() && pub.status().code() != Code::kDataLoss) return pub.status();  // key chain unreadable: retry
   if (!pub.ok() || pub->tenant != tenant) {
@@ -296,7 +327,10 @@ void HeadPublisher::Loop() {
   while (!stop_) {
     cv_.wait_for(l, std::chrono::milliseconds(interval_ms_));
     if (stop_) break;
+    std::vector<std::string> refresh;
+    refresh.swap(refresh_wanted_);
     l.unlock();
+    for (const auto& t : refresh) RefreshGuard(t);
     (void)Flush();
     l.lock();
   }

@@ -14,7 +14,8 @@
 // publishes the newest head of each touched tenant every `interval` (default 200 ms), so a head
 // is published at most about one interval plus one put after its commit, and never before it.
 // It replaces a published head only when the new head extends it: the journal row at the
-// published seq still has the published hash. A published head the database does not extend
+// published seq still has the published hash (when the published document is still the one
+// this process put last, its own commit path proved that already: see PublishOne). A published head the database does not extend
 // (it lost its tail, or diverged) is never overwritten: publication for that tenant is refused,
 // the ChainGuard closes the tenant, and a log line and a metric say so. A published document
 // that does not verify (bad signature, unknown key, malformed, huge, deeply nested) is
@@ -27,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -73,6 +75,11 @@ Result<std::string> EncodeSignedHead(const SignedHead& h, const crypto::SigningK
 // Parses and checks the signature with the public key for h.key_id from `keys`. kDataLoss naming
 // what is wrong; never throws, whatever the bytes.
 Result<SignedHead> DecodeSignedHead(const std::string& bytes, const TrustedKeys& keys);
+// The same with the signature check supplied (e.g. with keys parsed once): check(key_id, signed
+// message, signature).
+enum class HeadKeyVerdict { kValid, kUnknownKey, kBadSignature };
+using HeadSignatureCheck = std::function<HeadKeyVerdict(const std::string&, const std::string&, const std::string&)>;
+Result<SignedHead> DecodeSignedHeadWith(const std::string& bytes, const HeadSignatureCheck& check);
 
 class HeadPublisher {
  public:
@@ -88,6 +95,9 @@ class HeadPublisher {
   // Reads `tenant`'s published head and records it in the guard (ChainGuard refresher). A head
   // that is missing, unreadable or does not verify is left to the publisher. Thread-safe.
   void RefreshGuard(const std::string& tenant);
+  // Asks the publisher thread to RefreshGuard(tenant) at its next tick (every `interval`), so a
+  // write does not wait for the object store. Cheap; thread-safe.
+  void RequestRefresh(const std::string& tenant);
   // Publishes `head` over an invalid published document of its tenant (startup repair); the
   // invalid document is kept under kInvalidHeadsPrefix.
   Status Repair(const std::string& tenant, int64_t seq, const std::string& event_hash);
@@ -109,12 +119,15 @@ class HeadPublisher {
   ChainGuard* guard_;
   std::mutex keys_mu_;  // keys_ is read by writers (RefreshGuard) and replaced by Flush
   TrustedKeys keys_;    // GUARDED_BY(keys_mu_)
+  std::map<std::string, std::string> refreshed_docs_;  // GUARDED_BY(keys_mu_): last head verified per tenant
   const std::string root_;
   bool reloaded_this_flush_ = false;  // GUARDED_BY(flush_mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::pair<int64_t, std::string>> pending_;  // GUARDED_BY(mu_)
   std::map<std::string, int64_t> published_;                        // GUARDED_BY(flush_mu_)
+  std::map<std::string, std::pair<std::string, int64_t>> own_docs_;  // GUARDED_BY(flush_mu_): last Put, seq
+  std::vector<std::string> refresh_wanted_;                         // GUARDED_BY(mu_)
   std::mutex flush_mu_;
   bool stop_ = false;
   std::thread thread_;
