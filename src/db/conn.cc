@@ -135,7 +135,11 @@ void Conn::OnNotice(void* arg, const PGresult* r) {
 }
 
 Result<Conn> Conn::Connect(const std::string& url) {
-  PGconn* c = PQconnectdb(url.c_str());
+  // A bounded connect (10 s) unless the URL sets its own connect_timeout: `url` is expanded in
+  // place of dbname, after the default, so its own settings win.
+  const char* keys[] = {"connect_timeout", "dbname", nullptr};
+  const char* values[] = {"10", url.c_str(), nullptr};
+  PGconn* c = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   Conn conn(c);
   PQsetNoticeReceiver(c, &Conn::OnNotice, conn.notices_.get());
   if (PQstatus(c) != CONNECTION_OK) {

@@ -87,7 +87,8 @@ class Rows {
 
 class Conn {
  public:
-  // Connects with a libpq URL or keyword string. kUnavailable if the server is unreachable.
+  // Connects with a libpq URL or keyword string (connect_timeout 10 s unless it sets one).
+  // kUnavailable if the server is unreachable.
   // Every connection then runs `SET lc_messages = 'C'`, so server messages are English whatever
   // the server's default. lc_messages is superuser-only; `oml migrate` grants it to oml_app
   // (db/migrate.h). Where the SET is refused (a role without that grant), the connection is
