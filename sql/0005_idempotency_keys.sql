@@ -59,3 +59,18 @@ CREATE POLICY idempotency_keys_expire ON idempotency_keys FOR DELETE
   USING (tenant_id = current_tenant() AND expires_at <= now());
 
 GRANT SELECT, INSERT, DELETE ON idempotency_keys TO oml_app;
+
+-- The replay fence (admission/claims.cc, Recorded): before a recorded response is replayed, the
+-- replaying request commits a write of its own to this table. That commit lies later in the WAL
+-- than the recorded event, so when the synchronous standbys confirm it they have the event too;
+-- if they do not, the replay is refused (503 commit-not-replicated). A transaction that only
+-- takes an xid writes no WAL and would not wait for the standbys: hence a real row. One row per
+-- tenant, overwritten.
+CREATE TABLE idempotency_fence (
+  tenant_id  uuid PRIMARY KEY REFERENCES tenants(tenant_id),
+  fenced_at  timestamptz NOT NULL
+);
+ALTER TABLE idempotency_fence ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idempotency_fence_scope ON idempotency_fence
+  USING (tenant_id = current_tenant()) WITH CHECK (tenant_id = current_tenant());
+GRANT SELECT, INSERT, UPDATE ON idempotency_fence TO oml_app;

@@ -266,3 +266,53 @@ def test_dev_profile_is_reduced_by_definition():
             p.kill()
         subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(home)])
+
+
+def _cancel_sync_rep_wait(d):
+    with d.su() as c:
+        waiting = []
+        deadline = time.time() + 20
+        while not waiting and time.time() < deadline:
+            waiting = c.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchall()
+            time.sleep(0.02)
+        assert waiting, "no COMMIT waiting for the standby quorum"
+        c.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+
+
+# (7) An Idempotency-Key never turns an unreplicated commit into a 201: neither the request
+# whose wait was cancelled, nor a retry with the same key while the standbys still have not
+# confirmed (the retry's own fence commit waits for them too).
+def test_a_keyed_write_whose_commit_was_not_replicated_is_not_replayed_as_a_success(acme):
+    d = acme
+    set_sync(d, "remote_apply", "ANY 1 (s1)")
+    before = d.counts()["journal"]
+    serve(d, env=ENFORCED)
+    key = {"Idempotency-Key": '"not-replicated-1"'}
+    for attempt in ("first", "retry"):
+        out = {}
+        doc = {"body": "keyed", "workarea_id": "wa-1", "path": "notes/k.md", "provenance": "human"}
+        writer = threading.Thread(target=lambda: out.update(r=d.post("/v1/claims", d.writer, json=doc, headers=dict(key))))
+        writer.start()
+        _cancel_sync_rep_wait(d)
+        writer.join(30)
+        r = out["r"]
+        assert r.status_code == 503, (attempt, r.text)
+        assert r.json()["type"] == "urn:oml:problem:commit-not-replicated", attempt
+        assert "Idempotent-Replayed" not in r.headers, attempt
+    # One event, committed locally by the first attempt; the retry wrote nothing of its own.
+    assert d.counts()["journal"] == before + 1
+
+
+# (8) CLI commands that append follow the same rule against a configured database.
+def test_cli_writes_to_a_configured_database_need_quorum_or_reduced_durability(acme):
+    d = acme
+    d.stop_server()
+    before = d.counts()
+    env = dict(ENFORCED, OML_DATABASE_URL=d.app_url())
+    refused = d.run("tenant", "create", "needs-quorum", check=False, env=env)
+    assert refused.returncode == 5, refused.stderr
+    assert "durability-reduced" in refused.stderr
+    assert "synchronous_standby_names is empty" in refused.stderr
+    assert d.counts() == before
+    accepted = d.run("tenant", "create", "accepted-reduced", env=dict(env, OML_REDUCED_DURABILITY="1"))
+    assert json.loads(accepted.stdout)["name"] == "accepted-reduced"

@@ -348,7 +348,13 @@ Result<std::optional<WriteResponse>> Claims::Recorded(const Caller& c, const Ide
   // The recorded event may have committed without the standbys' confirmation (its request then
   // answered 503 commit-not-replicated). Before acknowledging it now, commit a transaction of our
   // own: it is later in the WAL, so its confirmation covers the recorded event too.
-  OML_ASSIGN_OR_RETURN(auto fence, conn->Pipeline({{"BEGIN", {}}, {"SELECT pg_current_xact_id()", {}}, {"COMMIT", {}}}));
+  OML_ASSIGN_OR_RETURN(auto fence,
+                       conn->Pipeline({{"BEGIN", {}},
+                                       db::ScopeTo(c.tenant_id),
+                                       {"INSERT INTO oml.idempotency_fence (tenant_id, fenced_at) VALUES ($1, now()) "
+                                        "ON CONFLICT (tenant_id) DO UPDATE SET fenced_at = excluded.fenced_at",
+                                        {db::Text(c.tenant_id)}, "oml_idem_fence"},
+                                       {"COMMIT", {}}}));
   if (fence.back().CommandTag() != "COMMIT" || conn->TakeSyncRepWarning())
     return Unavailable("the recorded response's event is not confirmed by the synchronous standbys yet; retry later",
                        "commit-not-replicated");
