@@ -130,6 +130,17 @@ def test_serve_without_quorum_refuses_writes_and_serves_reads(acme):
     assert len(startup) == 1 and startup[0]["durability"] == "insufficient", log_lines(d)
 
 
+def _cancel_sync_rep_wait(d):
+    with d.su() as c:
+        waiting = []
+        deadline = time.time() + 20
+        while not waiting and time.time() < deadline:
+            waiting = c.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchall()
+            time.sleep(0.02)
+        assert waiting, "no COMMIT waiting for the standby quorum"
+        c.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+
+
 # (2) Quorum settings open the gate. The write then passes it and waits in COMMIT for the standby
 # quorum (s1 does not exist): that wait is observed, then cancelled, which must not be acknowledged.
 def test_quorum_settings_open_the_gate(acme):
@@ -149,14 +160,7 @@ def test_quorum_settings_open_the_gate(acme):
     out = {}
     writer = threading.Thread(target=lambda: out.update(r=d.submit(d.writer, body="waits for s1")))
     writer.start()
-    with d.su() as c:
-        waiting = []
-        deadline = time.time() + 20
-        while not waiting and time.time() < deadline:
-            waiting = c.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchall()
-            time.sleep(0.02)
-        assert waiting, "the write never reached a COMMIT waiting for the standby quorum"
-        c.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+    _cancel_sync_rep_wait(d)  # the write reached a COMMIT waiting for the standby quorum
     writer.join(30)
     r = out["r"]
     assert r.status_code == 503, r.text
@@ -266,17 +270,6 @@ def test_dev_profile_is_reduced_by_definition():
             p.kill()
         subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(home)])
-
-
-def _cancel_sync_rep_wait(d):
-    with d.su() as c:
-        waiting = []
-        deadline = time.time() + 20
-        while not waiting and time.time() < deadline:
-            waiting = c.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchall()
-            time.sleep(0.02)
-        assert waiting, "no COMMIT waiting for the standby quorum"
-        c.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
 
 
 # (7) An Idempotency-Key never turns an unreplicated commit into a 201: neither the request
