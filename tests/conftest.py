@@ -3,6 +3,7 @@ start`, run as the `postgres` system user when root), the real `oml` binary, rea
 
 A `Deployment` is one OML_HOME with its own cluster, keys, object store and lake.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -158,6 +159,40 @@ class Deployment:
     def close(self):
         self.stop_server()
         self.stop_cluster()
+
+
+class DevProfile:
+    """`oml dev` running in its own OML_HOME: the process, its home, port, env and banner."""
+    def __init__(self, p, home, port, env, banner):
+        self.p, self.home, self.port, self.env, self.banner = p, home, port, env, banner
+        self.base = f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def dev_profile(name, **extra_env):
+    """Starts `oml dev` under /tmp/<name>-<pid>, waits for its banner ("Press Ctrl-C"), and
+    stops it, its cluster and its home afterwards, whatever the test did."""
+    home = Path("/tmp") / f"{name}-{os.getpid()}"
+    port = free_port()
+    env = dict(os.environ, OML_HOME=str(home), OML_LISTEN=f"127.0.0.1:{port}", OML_LOG_LEVEL="warn", **extra_env)
+    env.pop("OML_DATABASE_URL", None)
+    p = subprocess.Popen([OML_BIN, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        yield DevProfile(p, home, port, env, "".join(lines))
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
+        subprocess.run(["rm", "-rf", str(home)])
 
 
 @pytest.fixture

@@ -10,20 +10,17 @@ The private cluster has no standbys. A write under quorum settings therefore wai
 for a standby that never comes: the positive case shows that wait, then cancels it.
 """
 import json
-import os
 import re
 import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 import requests
 from psycopg import sql
 
-from conftest import OML_BIN, free_port
+from conftest import dev_profile
 
 ENFORCED = {"OML_REDUCED_DURABILITY": "0"}
 REFUSED = "urn:oml:problem:durability-reduced"
@@ -234,42 +231,22 @@ def test_priority_sync_is_not_quorum(acme, names, described):
 
 # The local profile is reduced by definition, whatever reduced_durability says.
 def test_dev_profile_is_reduced_by_definition():
-    home = Path("/tmp") / f"oml-dev-dur-{os.getpid()}"
-    port = free_port()
-    env = dict(os.environ, OML_HOME=str(home), OML_LISTEN=f"127.0.0.1:{port}", OML_LOG_LEVEL="warn",
-               OML_REDUCED_DURABILITY="0")
-    env.pop("OML_DATABASE_URL", None)
-    p = subprocess.Popen([OML_BIN, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "Press Ctrl-C" in line:
-                break
-        text = "".join(lines)
+    with dev_profile("oml-dev-dur", OML_REDUCED_DURABILITY="0") as dev:
+        p, home, text = dev.p, dev.home, dev.banner
         assert "oml dev is running (local profile; durability: reduced (local profile), this one disk)." in text, text
-        h = requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=10).json()
+        h = requests.get(f"{dev.base}/v1/health", timeout=10).json()
         assert (h["writes"], h["durability"]) == ("accepting", "reduced (local profile)")
         token = (home / "dev-writer.token").read_text().strip()
-        r = requests.post(f"http://127.0.0.1:{port}/v1/claims", headers={"Authorization": f"Bearer {token}"},
+        r = requests.post(f"{dev.base}/v1/claims", headers={"Authorization": f"Bearer {token}"},
                           json={"body": "hi", "workarea_id": "wa-1", "path": "a.md", "provenance": "human"}, timeout=30)
         assert r.status_code == 201, r.text
-        m = re.search(r"^oml_durability_reduced (\S+)$", requests.get(f"http://127.0.0.1:{port}/metrics").text, re.M)
+        m = re.search(r"^oml_durability_reduced (\S+)$", requests.get(f"{dev.base}/metrics").text, re.M)
         assert m and float(m.group(1)) == 1
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=60) == 0
         logs = [json.loads(l) for l in p.stderr.read().splitlines() if l.startswith("{")]
         assert any(l["msg"].startswith("durability reduced (local profile)") and
                    l["durability"] == "reduced (local profile)" for l in logs), logs
-    finally:
-        if p.poll() is None:
-            p.kill()
-        subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
-        subprocess.run(["rm", "-rf", str(home)])
 
 
 # (7) An Idempotency-Key never turns an unreplicated commit into a 201: neither the request

@@ -1,8 +1,6 @@
 """Signed heads published outside the database, and the startup fork check."""
 import base64
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time

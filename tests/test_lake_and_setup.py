@@ -4,13 +4,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import OML_BIN, free_port
+from conftest import OML_BIN, dev_profile
 
 
 def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
@@ -114,25 +113,11 @@ def test_key_rotation_keeps_chain_verifiable(served, tmp_path):
 
 
 def test_dev_profile_starts_everything_and_ctrl_c_stops_postgres(tmp_path):
-    home = Path("/tmp") / f"oml-dev-{os.getpid()}"
-    port = free_port()
-    env = dict(os.environ, OML_HOME=str(home), OML_LISTEN=f"127.0.0.1:{port}", OML_LOG_LEVEL="warn")
-    env.pop("OML_DATABASE_URL", None)
-    p = subprocess.Popen([OML_BIN, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "Press Ctrl-C" in line:
-                break
-        text = "".join(lines)
+    with dev_profile("oml-dev") as dev:
+        p, home, text = dev.p, dev.home, dev.banner
         assert "curl -sS -X POST" in text, text + p.stderr.read() if p.poll() is not None else text
         token = (home / "dev-writer.token").read_text().strip()
-        r = requests.post(f"http://127.0.0.1:{port}/v1/claims", headers={"Authorization": f"Bearer {token}"},
+        r = requests.post(f"{dev.base}/v1/claims", headers={"Authorization": f"Bearer {token}"},
                           json={"body": "hello, oml", "workarea_id": "wa-1", "path": "notes/hello.md", "provenance": "human"})
         assert r.status_code == 201
         assert (home / "pg" / "superuser.url").exists()
@@ -145,11 +130,6 @@ def test_dev_profile_starts_everything_and_ctrl_c_stops_postgres(tmp_path):
         pid_file = home / "pg" / "data" / "postmaster.pid"
         assert not pid_file.exists()
         assert not os.path.exists(socket_dir)  # removed with the cluster, not left in /tmp
-    finally:
-        if p.poll() is None:
-            p.kill()
-        subprocess.run([OML_BIN, "cluster", "stop"], env=env, capture_output=True)
-        subprocess.run(["rm", "-rf", str(home)])
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the non-root case by switching from root to the postgres user")

@@ -693,20 +693,14 @@ int Main(int argc, char** argv) {
     }
     auto store = blob::OpenObjectStore(cfg.object_store_url);
     if (!store.ok()) return Fail(store.status());
-    std::string root;
-    if (fs::exists(RootKeyFile(cfg))) {
-      auto r = ReadPublicKey(RootKeyFile(cfg));
-      if (!r.ok()) return Fail(r.status());
-      root = *r;
-    } else {
+    if (!fs::exists(RootKeyFile(cfg)))
       std::cout << "root key: no " << RootKeyFile(cfg) << "; published heads are checked against the first key.issued\n";
-    }
-    auto trusted = journal::LoadTrustedKeys(*R.pool, root);
-    if (!trusted.ok()) {
-      std::cout << "KEY CHAIN: " << trusted.status().message() << "\n";
+    if (Status kc = R.LoadKeyChain(); !kc.ok()) {
+      if (kc.code() != Code::kDataLoss) return Fail(kc);
+      std::cout << "KEY CHAIN: " << kc.message() << "\n";
       return kExitVerifyFailed;
     }
-    auto f = journal::CheckForks(*R.pool, **store, *trusted);
+    auto f = journal::CheckForks(*R.pool, **store, R.trusted);
     if (!f.ok()) return Fail(f.status());
     if (f->findings.empty()) {
       std::cout << "fork check: every stored chain head agrees with its published signed head\n";

@@ -422,13 +422,7 @@ TEST_F(ChainIntegrityTest, VerifyRequiresTimeNeverToDecreaseAlongAChain) {
   e.prev_hash = r2.event_hash;
   e.time = OneSecondBefore(e.time);  // still within the key's validity: only time order is broken
   e.payload = {{"text", "backdated"}};
-  const std::string bytes = *e.SignedBytes();
-  const std::string hash = crypto::Sha256(bytes);
-  Tamper("INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature) "
-         "VALUES ($1, 3, $2, $3, 'test.note', $4, $5, $6)",
-         {db::Text(t), db::Bytes(r2.event_hash), db::Bytes(hash), db::Text(e.key_id), db::Bytes(bytes),
-          db::Bytes(tj_->key.Sign(bytes))});
-  Tamper("UPDATE oml.chain_heads SET seq = 3, event_hash = $2 WHERE tenant_id = $1", {db::Text(t), db::Bytes(hash)});
+  testing::PlantEvent(e, tj_->key);
   auto rep = Verify("time-backwards", false);
   ASSERT_TRUE(rep.ok());
   const VerifyProblem* p = ProblemOf(*rep, t);

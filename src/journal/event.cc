@@ -69,6 +69,18 @@ Result<Receipt> Receipt::FromJson(const nlohmann::json& j) {
   return r;
 }
 
+Result<Receipt> SignEnvelope(const Envelope& e, const crypto::SigningKey& key) {
+  Receipt r;
+  OML_ASSIGN_OR_RETURN(r.signed_bytes, e.SignedBytes());
+  r.tenant = e.tenant;
+  r.seq = e.seq;
+  r.prev_hash = e.prev_hash;
+  r.event_hash = crypto::Sha256(r.signed_bytes);
+  r.signature = key.Sign(r.signed_bytes);
+  r.key_id = e.key_id;
+  return r;
+}
+
 Status VerifyReceipt(const Receipt& r, const std::string& public_key_raw) {
   if (crypto::KeyIdFor(public_key_raw) != r.key_id)
     return DataLoss("receipt key_id " + r.key_id + " is not the given public key (" + crypto::KeyIdFor(public_key_raw) + ")");

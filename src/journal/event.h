@@ -31,6 +31,10 @@
 
 #include "common/status.h"
 
+namespace oml::crypto {
+class SigningKey;
+}
+
 namespace oml::journal {
 
 inline constexpr int kEnvelopeVersion = 1;
@@ -69,6 +73,10 @@ struct Receipt {
   nlohmann::json ToJson() const;
   static Result<Receipt> FromJson(const nlohmann::json& j);
 };
+
+// Signs `e` (its key_id names the key; `key` is what signs): canonical signed bytes, event_hash =
+// SHA-256 of them, Ed25519 signature. The one place a receipt is made.
+Result<Receipt> SignEnvelope(const Envelope& e, const crypto::SigningKey& key);
 
 // Offline receipt check. kDataLoss naming what is wrong.
 Status VerifyReceipt(const Receipt& r, const std::string& public_key_raw);

@@ -68,15 +68,7 @@ TEST(EnvelopeTest, WorkedEventMatchesTheCatalog) {
             "ipA3bnlRVDJTeWDynWNoAOvOqPIVDxG6hSwkxwcEBlP82uPZ+wH3hBPfYr9n2S1EtKG8Ofyk6r52I0bhiBTPDg==");
 
   // The catalog's end-to-end receipt: the same envelope under the key's real id.
-  Envelope e = Sample(key->key_id());
-  Receipt r;
-  r.tenant = e.tenant;
-  r.seq = e.seq;
-  r.prev_hash = e.prev_hash;
-  r.signed_bytes = *e.SignedBytes();
-  r.event_hash = crypto::Sha256(r.signed_bytes);
-  r.signature = key->Sign(r.signed_bytes);
-  r.key_id = key->key_id();
+  Receipt r = *SignEnvelope(Sample(key->key_id()), *key);
   EXPECT_EQ(r.ToJson(), nlohmann::json::parse(R"({
   "tenant": "6f1c2a0e-3b4d-4e5f-8a9b-0c1d2e3f4a5b",
   "seq": 7,
@@ -107,14 +99,7 @@ class ReceiptTest : public ::testing::Test {
     auto k = crypto::SigningKey::Generate();
     ASSERT_TRUE(k.ok());
     key_ = std::make_unique<crypto::SigningKey>(std::move(k).value());
-    Envelope e = Sample(key_->key_id());
-    r_.tenant = e.tenant;
-    r_.seq = e.seq;
-    r_.prev_hash = e.prev_hash;
-    r_.signed_bytes = *e.SignedBytes();
-    r_.event_hash = crypto::Sha256(r_.signed_bytes);
-    r_.signature = key_->Sign(r_.signed_bytes);
-    r_.key_id = key_->key_id();
+    r_ = *SignEnvelope(Sample(key_->key_id()), *key_);
   }
   std::unique_ptr<crypto::SigningKey> key_;
   Receipt r_;

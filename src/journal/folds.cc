@@ -77,13 +77,12 @@ class ChainFold {
       // would have failed on the key, so the first one stands.
       tenants.emplace(Str(p, "tenant_id"), TenantRow{Str(p, "name"), seq});
     } else if (e.type == "key.issued" && provider_) {
-      auto raw = crypto::FromBase64(Str(p, "public_key"));
-      if (!raw.ok()) return DataLoss("key.issued payload is malformed: public_key is not base64");
+      OML_ASSIGN_OR_RETURN(IssuedKey issued, ParseKeyIssued(e));
       // A rotation (with `supersedes`) first retires every key in force, then inserts.
-      if (p.contains("supersedes"))
+      if (!issued.supersedes.empty())
         for (auto& [id, k] : signing_keys)
           if (k.retired_by == 0) k.retired_by = seq;
-      signing_keys.emplace(Str(p, "key_id"), SigningKeyRow{*raw, seq, 0});
+      signing_keys.emplace(issued.key_id, SigningKeyRow{issued.raw, seq, 0});
     } else if (e.type == "api_key.created") {
       api_keys.emplace(Str(p, "key_id"), ApiKeyRow{Str(p, "principal"), Str(p, "role"), seq, 0});
     } else if (e.type == "api_key.revoked") {

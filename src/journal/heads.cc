@@ -47,7 +47,8 @@ Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_publ
                                               "WHERE tenant_id = $1 ORDER BY seq",
                                               {db::Text(kProviderTenant)}, "", true}));
   TrustedKeys keys;
-  std::string prev_id, prev_raw, prev_hash = kZeroHash;
+  std::string prev_id, prev_hash = kZeroHash;
+  crypto::PublicKey prev_key;
   for (int i = 0; i < r.size(); ++i) {
     const int64_t seq = r.GetInt(i, 0);
     const std::string row_prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), bytes = r.GetBytes(i, 3),
@@ -64,34 +65,24 @@ Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_publ
     if (env->tenant != kProviderTenant || env->seq != seq || env->prev_hash != row_prev)
       return fail("does not match its row");
     if (env->type != "key.issued") continue;
-    std::string raw, kid, supersedes;
-    try {
-      const auto& p = env->payload;
-      if (!p.is_object() || !p.value("public_key", nlohmann::json()).is_string() ||
-          !p.value("key_id", nlohmann::json()).is_string())
-        return fail("carries a malformed key");
-      kid = p["key_id"].get<std::string>();
-      auto decoded = crypto::FromBase64(p["public_key"].get<std::string>());
-      if (!decoded.ok() || decoded->size() != 32 || crypto::KeyIdFor(*decoded) != kid) return fail("carries a malformed key");
-      raw = *decoded;
-      supersedes = p.value("supersedes", nlohmann::json()).is_string() ? p["supersedes"].get<std::string>() : "";
-    } catch (const nlohmann::json::exception& e) {
-      return fail(std::string("carries a malformed payload: ") + e.what());
-    }
+    auto issued = ParseKeyIssued(*env);
+    if (!issued.ok()) return fail("carries a malformed key");
+    const std::string& raw = issued->raw;
+    const std::string& kid = issued->key_id;
     if (keys.empty()) {
       if (!root_public_key.empty() && raw != root_public_key)
         return DataLoss("key chain: the provider chain's first key.issued (seq " + std::to_string(seq) +
                         ") is not the deployment's root key");
       // The first key signs its own issue (and the genesis before it).
-      if (env->key_id != kid || !crypto::Ed25519Verify(raw, bytes, sig)) return fail("is not signed by the key it issues");
+      if (env->key_id != kid || !issued->key.Verify(bytes, sig)) return fail("is not signed by the key it issues");
     } else {
       if (keys.count(kid)) return fail("issues key " + kid + " a second time");
-      if (supersedes != prev_id || env->key_id != prev_id || !crypto::Ed25519Verify(prev_raw, bytes, sig))
+      if (issued->supersedes != prev_id || env->key_id != prev_id || !prev_key.Verify(bytes, sig))
         return fail("is not signed by the key it supersedes (" + prev_id + ")");
     }
     keys[kid] = raw;
     prev_id = kid;
-    prev_raw = raw;
+    prev_key = issued->key;
   }
   if (r.size() > 0 && keys.empty()) return DataLoss("key chain: the provider chain has no key.issued (run `oml verify`)");
   return keys;

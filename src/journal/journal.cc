@@ -223,19 +223,12 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     e.principal = ev->principal;
     e.payload = ev->payload;
     e.refs = ev->refs.is_null() ? nlohmann::json::object() : ev->refs;
-    auto signed_bytes = e.SignedBytes();
-    if (!signed_bytes.ok()) {
+    auto signed_rc = SignEnvelope(e, *j_->key_);
+    if (!signed_rc.ok()) {
       (void)Rollback();
-      return signed_bytes.status();
+      return signed_rc.status();
     }
-    Receipt rc;
-    rc.tenant = tenant;
-    rc.seq = e.seq;
-    rc.prev_hash = e.prev_hash;
-    rc.signed_bytes = std::move(signed_bytes).value();
-    rc.event_hash = crypto::Sha256(rc.signed_bytes);
-    rc.signature = j_->key_->Sign(rc.signed_bytes);
-    rc.key_id = e.key_id;
+    Receipt rc = std::move(signed_rc).value();
     prev = rc.event_hash;
 
     rt2.push_back({"INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "

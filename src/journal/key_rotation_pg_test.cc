@@ -155,18 +155,7 @@ TEST_F(KeyRotationTest, ARetiredKeyCannotAppendABackdatedEventThatVerifies) {
   e.key_id = retired.key_id();
   e.principal = "mallory";
   e.payload = {{"text", "backdated with the retired key"}};
-  const std::string bytes = *e.SignedBytes();
-  const std::string hash = crypto::Sha256(bytes);
-  ASSERT_TRUE(su.Exec("ALTER TABLE oml.journal DISABLE TRIGGER USER").ok());
-  ASSERT_TRUE(su.Query("INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
-                       "signature) VALUES ($1, 2, $2, $3, 'test.note', $4, $5, $6)",
-                       {db::Text(quiet->tenant_id), db::Bytes(e.prev_hash), db::Bytes(hash), db::Text(e.key_id),
-                        db::Bytes(bytes), db::Bytes(retired.Sign(bytes))})
-                  .ok());
-  ASSERT_TRUE(su.Query("UPDATE oml.chain_heads SET seq = 2, event_hash = $2 WHERE tenant_id = $1",
-                       {db::Text(quiet->tenant_id), db::Bytes(hash)})
-                  .ok());
-  ASSERT_TRUE(su.Exec("ALTER TABLE oml.journal ENABLE TRIGGER USER").ok());
+  testing::PlantEvent(e, retired);
   VerifyOptions only;
   only.only_tenant = name;
   auto rep = VerifyChains(tj_->pool, only);

@@ -8,6 +8,24 @@ namespace oml::journal {
 
 std::string ApiKeyId(const std::string& token_hash_raw) { return "ak_" + crypto::Hex(token_hash_raw).substr(0, 16); }
 
+Result<IssuedKey> ParseKeyIssued(const Envelope& e) {
+  const auto& p = e.payload;
+  const Status malformed = DataLoss("key.issued payload has a malformed public key or key id");
+  if (!p.is_object() || !p.value("public_key", nlohmann::json()).is_string() || !p.value("key_id", nlohmann::json()).is_string())
+    return malformed;
+  IssuedKey k;
+  k.key_id = p["key_id"].get<std::string>();
+  auto raw = crypto::FromBase64(p["public_key"].get<std::string>());
+  if (!raw.ok() || raw->size() != 32 || crypto::KeyIdFor(*raw) != k.key_id) return malformed;
+  auto key = crypto::PublicKey::FromRaw(*raw);
+  if (!key.ok()) return DataLoss("key.issued payload has a malformed public key: " + key.status().message());
+  k.raw = *raw;
+  k.key = *key;
+  const auto& sup = p.value("supersedes", nlohmann::json());
+  if (sup.is_string()) k.supersedes = sup.get<std::string>();
+  return k;
+}
+
 Result<bool> InitProvider(Journal& journal) {
   // One transaction under the provider chain lock: two concurrent inits serialize, and the
   // second sees the first one's genesis and does nothing.

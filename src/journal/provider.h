@@ -24,6 +24,18 @@ struct TenantInfo {
   std::string name;
 };
 
+// The key a key.issued payload carries (the one parser of that payload: verify, the key chain
+// behind published heads, and the folds pass all read it here). kDataLoss "key.issued payload
+// has a malformed public key or key id" unless the payload is an object with string `key_id`
+// and `public_key` (base64 of 32 bytes that form an Ed25519 key) and key_id == KeyIdFor(key).
+struct IssuedKey {
+  std::string key_id;
+  std::string raw;         // 32 bytes
+  crypto::PublicKey key;   // parsed once
+  std::string supersedes;  // the key it retires; "" for the deployment's first key
+};
+Result<IssuedKey> ParseKeyIssued(const Envelope& e);
+
 // Creates the provider tenant, its genesis and key.issued for `journal.key()`. Idempotent:
 // returns false (and does nothing) if the provider chain exists already.
 Result<bool> InitProvider(Journal& journal);

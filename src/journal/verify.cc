@@ -60,27 +60,6 @@ int64_t ParseTime(const std::string& s) {
   return static_cast<int64_t>(timegm(&tm)) * 1000000 + us;
 }
 
-// The key a key.issued payload carries: {"key_id", "public_key" (base64 of 32 bytes)}.
-struct IssuedKey {
-  std::string key_id;
-  std::string raw;  // 32 bytes
-  crypto::PublicKey key;
-};
-Result<IssuedKey> ParseKeyIssued(const Envelope& e) {
-  const auto& p = e.payload;
-  if (!p.is_object() || !p.value("public_key", nlohmann::json()).is_string() || !p.value("key_id", nlohmann::json()).is_string())
-    return DataLoss("key.issued payload has a malformed public key or key id");
-  IssuedKey k;
-  k.key_id = p["key_id"].get<std::string>();
-  auto raw = crypto::FromBase64(p["public_key"].get<std::string>());
-  if (!raw.ok() || raw->size() != 32) return DataLoss("key.issued payload has a malformed public key or key id");
-  auto key = crypto::PublicKey::FromRaw(*raw);
-  if (!key.ok()) return DataLoss("key.issued payload has a malformed public key: " + key.status().message());
-  k.raw = *raw;
-  k.key = *key;
-  return k;
-}
-
 // Per-row checks that need no neighbour: hash, and a canonical envelope agreeing with the row.
 // Returns the parsed envelope through *env.
 Status CheckRow(const std::string& tenant, const Row& r, Envelope* env) {
@@ -545,14 +524,12 @@ class Verifier {
         return DataLoss("signature does not verify under key " + last_id);
       if (e.type == "key.issued") {
         OML_ASSIGN_OR_RETURN(IssuedKey issued, ParseKeyIssued(e));
-        if (crypto::KeyIdFor(issued.raw) != issued.key_id)
-          return DataLoss("key.issued payload has a malformed public key or key id");
         int64_t at = ParseTime(e.time);
         if (issued.key_id != last_id && keys_.count(issued.key_id))
           return DataLoss("key.issued issues " + issued.key_id + " again; a key is issued once and a retirement is final");
         if (issued.key_id != last_id) {
           // A rotation: it names the key it retires and each chain's head at that moment.
-          if (e.payload.value("supersedes", nlohmann::json()) != last_id)
+          if (issued.supersedes != last_id)
             return DataLoss("key.issued does not name the key it supersedes (" + last_id + ")");
           const auto& heads = e.payload.value("retired_heads", nlohmann::json());
           if (!heads.is_object()) return DataLoss("key.issued lacks retired_heads (each chain's head at the rotation)");
