@@ -355,7 +355,7 @@ Result<std::optional<WriteResponse>> Claims::Recorded(const Caller& c, const Ide
                                         "ON CONFLICT (tenant_id) DO UPDATE SET fenced_at = excluded.fenced_at",
                                         {db::Text(c.tenant_id)}, "oml_idem_fence"},
                                        {"COMMIT", {}}}));
-  if (fence.back().CommandTag() != "COMMIT" || conn->TakeSyncRepWarning())
+  if (Status fenced = conn->CommitVerdict(fence.back()); !fenced.ok())
     return Unavailable("the recorded response's event is not confirmed by the synchronous standbys yet; retry later",
                        "commit-not-replicated");
   if (journal::ChainGuard* guard = journal_->chain_guard()) guard->Observe(c.tenant_id, w.receipt.seq, w.receipt.event_hash);

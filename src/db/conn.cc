@@ -302,6 +302,15 @@ Result<Rows> Conn::Scoped(const std::string& tenant, Stmt stmt) {
   return std::move(rs[2]);
 }
 
+Status Conn::CommitVerdict(const Rows& commit) {
+  if (commit.CommandTag() != "COMMIT") return Status(Code::kAborted, "COMMIT answered " + commit.CommandTag());
+  if (TakeSyncRepWarning())
+    return Unavailable("the commit was not confirmed by the synchronous standbys; its outcome must be "
+                       "checked before retrying",
+                       "commit-not-replicated");
+  return Status::Ok();
+}
+
 bool Conn::Alive() {
   if (!healthy()) return false;
   pollfd p{PQsocket(c_.get()), POLLIN, 0};

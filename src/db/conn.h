@@ -126,6 +126,11 @@ class Conn {
   // the next COMMIT starts. Recognised structurally (by when it arrives and its non-localized
   // severity), never by the message text, which follows lc_messages.
   bool TakeSyncRepWarning() { return notices_->sync_rep_canceled.exchange(false); }
+  // The verdict on the result of the COMMIT this connection just ran: kAborted if it answered
+  // ROLLBACK; kUnavailable "commit-not-replicated" if its wait for the synchronous standbys was
+  // cancelled (committed locally, not durable by the production definition: not to be
+  // acknowledged); OK otherwise. Takes the sync-rep warning.
+  Status CommitVerdict(const Rows& commit);
 
  private:
   struct Notices {

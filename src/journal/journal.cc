@@ -264,24 +264,13 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     return out;
   }
   done_ = true;
-  Status verdict = CommitVerdict(r2->back());
+  Status verdict = conn_->CommitVerdict(r2->back());
   Metrics::Get().Commit(verdict.ok(), Since(t0));
   if (!verdict.ok()) return verdict;
   pending_.insert(pending_.end(), out.begin(), out.end());
   j_->Notify(pending_);
   pending_.clear();
   return out;
-}
-
-Status Journal::Txn::CommitVerdict(const db::Rows& commit) {
-  if (commit.CommandTag() != "COMMIT") return Status(Code::kAborted, "COMMIT answered " + commit.CommandTag());
-  // Committed locally but not acknowledged by the synchronous standbys: not durable by the
-  // production definition, so not acknowledged (no receipt, no published head).
-  if (conn_->TakeSyncRepWarning())
-    return Unavailable("the commit was not confirmed by the synchronous standbys; its outcome must be "
-                       "checked before retrying",
-                       "commit-not-replicated");
-  return Status::Ok();
 }
 
 Result<std::vector<db::Rows>> Journal::Txn::Run(std::vector<db::Stmt> stmts) {
@@ -303,7 +292,7 @@ Status Journal::Txn::Commit() {
   const auto t0 = Clock::now();
   done_ = true;
   auto r = conn_->Exec("COMMIT");
-  Status verdict = r.ok() ? CommitVerdict(*r) : r.status();
+  Status verdict = r.ok() ? conn_->CommitVerdict(*r) : r.status();
   Metrics::Get().Commit(verdict.ok(), Since(t0));
   if (!verdict.ok()) return verdict;
   j_->Notify(pending_);

@@ -108,9 +108,6 @@ class Journal {
 
    private:
     Status Rollback();
-    // The verdict on a COMMIT's result: kAborted if it answered ROLLBACK, kUnavailable
-    // "commit-not-replicated" if its wait for synchronous standbys was cancelled.
-    Status CommitVerdict(const db::Rows& commit);
     Journal* j_;
     db::Pool::Handle conn_;
     bool open_ = false;
