@@ -32,10 +32,13 @@ class Deployment:
         self.home = home
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.metrics_port = free_port()
+        self.metrics_base = f"http://127.0.0.1:{self.metrics_port}"
         self.env = dict(os.environ)
         self.env.update({
             "OML_HOME": str(home),
             "OML_LISTEN": f"127.0.0.1:{self.port}",
+            "OML_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}",
             "OML_HEAD_PUBLISH_MS": "50",
             "OML_LOG_LEVEL": "warn",
             # The private cluster has no standbys: servers in tests run with reduced durability
@@ -132,6 +135,12 @@ class Deployment:
             h["Authorization"] = f"Bearer {token}"
         return requests.get(self.base + path, headers=h, timeout=30, **kw)
 
+    def metrics(self):
+        """The Prometheus text of the server's metrics listener (metrics_listen)."""
+        r = requests.get(self.metrics_base + "/metrics", timeout=30)
+        assert r.status_code == 200, r.text
+        return r.text
+
     def submit(self, token, body="hello", **fields):
         doc = {"body": body, "workarea_id": "wa-1", "path": "notes/a.md", "provenance": "human"}
         doc.update(fields)
@@ -163,9 +172,10 @@ class Deployment:
 
 class DevProfile:
     """`oml dev` running in its own OML_HOME: the process, its home, port, env and banner."""
-    def __init__(self, p, home, port, env, banner):
+    def __init__(self, p, home, port, env, banner, metrics_port):
         self.p, self.home, self.port, self.env, self.banner = p, home, port, env, banner
         self.base = f"http://127.0.0.1:{port}"
+        self.metrics_base = f"http://127.0.0.1:{metrics_port}"
 
 
 @contextlib.contextmanager
@@ -173,8 +183,9 @@ def dev_profile(name, **extra_env):
     """Starts `oml dev` under /tmp/<name>-<pid>, waits for its banner ("Press Ctrl-C"), and
     stops it, its cluster and its home afterwards, whatever the test did."""
     home = Path("/tmp") / f"{name}-{os.getpid()}"
-    port = free_port()
-    env = dict(os.environ, OML_HOME=str(home), OML_LISTEN=f"127.0.0.1:{port}", OML_LOG_LEVEL="warn", **extra_env)
+    port, metrics_port = free_port(), free_port()
+    env = dict(os.environ, OML_HOME=str(home), OML_LISTEN=f"127.0.0.1:{port}",
+               OML_METRICS_LISTEN=f"127.0.0.1:{metrics_port}", OML_LOG_LEVEL="warn", **extra_env)
     env.pop("OML_DATABASE_URL", None)
     p = subprocess.Popen([OML_BIN, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -187,7 +198,7 @@ def dev_profile(name, **extra_env):
             lines.append(line)
             if "Press Ctrl-C" in line:
                 break
-        yield DevProfile(p, home, port, env, "".join(lines))
+        yield DevProfile(p, home, port, env, "".join(lines), metrics_port)
     finally:
         if p.poll() is None:
             p.kill()

@@ -51,7 +51,7 @@ def test_restore_under_a_running_server_never_acknowledges_a_seq_twice(served, t
         assert c.execute("SELECT max(seq) FROM oml.journal WHERE tenant_id = %s", (d.tenant_id,)).fetchone()[0] == 5
     health = d.get("/v1/health").json()
     assert health["forked_tenants"] == 1 and health["writes"] == "refused for forked tenants"
-    metrics = d.get("/metrics").text
+    metrics = d.metrics()
     assert 'oml_chain_integrity_events_total{kind="fork-refused"} 1' in metrics
     assert "chain fork detected" in d.log_text()
     # Reads are still served; another tenant still writes.

@@ -88,11 +88,11 @@ def test_hot_tenant_group_commit_keeps_one_seq_signature_and_receipt_per_event(s
     seqs = sorted(r["seq"] for r in receipts)
     assert seqs == list(range(6, 6 + writers * per_writer))  # after genesis and four api_key.created
     assert len({r["signature"] for r in receipts}) == writers * per_writer
-    metrics = d.get("/metrics").text
+    metrics = d.metrics()
     commits = next(int(float(line.split()[-1])) for line in metrics.splitlines()
                    if line.startswith('oml_commits_total{result="committed"}'))
     appends = next(int(float(line.split()[-1])) for line in metrics.splitlines()
-                   if line.startswith(f'oml_chain_appends_total{{tenant="{d.tenant_id}"}}'))
+                   if line.startswith("oml_chain_appends_total "))
     assert appends == writers * per_writer
     assert commits < appends  # events shared transactions
     assert d.run("verify").returncode == 0

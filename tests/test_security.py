@@ -1,5 +1,6 @@
 """Append-only journal, tamper detection, row-level security, bad input, API keys."""
 import base64
+import hashlib
 import json
 import re
 
@@ -217,7 +218,7 @@ def test_api_keys_are_journalled_listed_and_revoked(served):
     assert r.status_code == 401 and r.json()["detail"] == "unknown or revoked API key"
     listed = [json.loads(line) for line in d.run("key", "list", "--tenant", "acme").stdout.splitlines()][-1]
     assert listed["revoked_seq"] == 8 and listed["revoked_at"] is not None
-    types = [e["type"] for e in d.get("/v1/events?after=5&limit=10", d.writer).json()["events"]]
+    types = [e["type"] for e in d.get("/v1/events?after=5&limit=10", d.admin).json()["events"]]
     assert types[:3] == ["api_key.created", "claim.submitted", "api_key.revoked"]
     assert d.run("verify").returncode == 0
 
@@ -234,3 +235,47 @@ def test_api_keys_are_journalled_listed_and_revoked(served):
     assert foreign.returncode == 6 and "api-key-not-found" in foreign.stderr
     assert d.counts() == before
     assert d.submit(d.writer, body="alice still works").status_code == 201
+
+
+def test_the_provider_tenant_gets_no_api_keys(served):
+    """`oml key create` refuses the provider tenant (exit 7, nothing journalled); the database
+    refuses such a row whoever inserts it; and a provider key made before the rule authenticates
+    nobody."""
+    d = served
+    provider = "00000000-0000-0000-0000-000000000000"
+    before = d.counts()
+    for name in ("provider", provider):
+        r = d.run("key", "create", "--tenant", name, "--role", "admin", check=False)
+        assert r.returncode == 7, r.stdout + r.stderr
+        assert r.stdout == ""
+        assert "permission-denied(provider-tenant): the provider tenant cannot have API keys" in r.stderr, r.stderr
+    assert d.counts() == before
+    token_hash = bytes(range(32))
+    insert = ("INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role) VALUES (%s, %s, 'mallory', 'admin')")
+    with d.app() as c:
+        with c.transaction():
+            c.execute("SELECT set_config('oml.tenant_id', %s, true)", (provider,))
+            with pytest.raises(psycopg.errors.CheckViolation) as e:
+                c.execute(insert, (token_hash, provider))
+            assert e.value.diag.constraint_name == "api_keys_not_provider"
+    with d.su() as c:  # the superuser too
+        with pytest.raises(psycopg.errors.CheckViolation):
+            c.execute(insert, (token_hash, provider))
+        # A key left from before the rule (the trigger bypassed here) authenticates nobody.
+        c.execute("ALTER TABLE oml.api_keys DISABLE TRIGGER api_keys_not_provider")
+        c.execute(insert, (hashlib.sha256(b"oml_provider-legacy").digest(), provider))
+        c.execute("ALTER TABLE oml.api_keys ENABLE TRIGGER api_keys_not_provider")
+    r = d.get("/v1/chain/head", "oml_provider-legacy")
+    assert r.status_code == 401 and r.json()["type"] == "urn:oml:problem:unauthenticated"
+    # Other tenants are unaffected.
+    assert d.api_key("acme", "writer", "zed").startswith("oml_")
+
+
+def test_a_duplicate_tenant_is_named_as_such_not_by_the_database(deployment):
+    d = deployment
+    d.tenant("twice")
+    before = d.counts()
+    r = d.run("tenant", "create", "twice", check=False)
+    assert r.returncode == 4, r.stderr
+    assert "failed-precondition(tenant-exists): tenant 'twice' exists already" in r.stderr, r.stderr
+    assert d.counts() == before

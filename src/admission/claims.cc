@@ -2,6 +2,8 @@
 
 #include <regex>
 
+#include "admission/fields.h"
+
 namespace oml::admission {
 namespace {
 
@@ -16,8 +18,6 @@ bool HiddenFrom(const ClaimMeta& m, const Caller& c) {
 std::string BodyAad(const std::string& t, const std::string& a, int v) {
   return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
 }
-std::string DekAad(const std::string& t, const std::string& a) { return "oml-dek|" + t + "|" + a; }
-
 bool ValidUtf8(const std::string& s) {
   size_t i = 0, n = s.size();
   while (i < n) {
@@ -42,29 +42,37 @@ const char* kSelectMeta =
 
 }  // namespace
 
+std::string DekAad(const std::string& tenant, const std::string& artifact_id) {
+  return "oml-dek|" + tenant + "|" + artifact_id;
+}
+
 bool Claims::ValidUuid(const std::string& s) {
   static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$");
   return std::regex_match(s, kUuid);
 }
 
-Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) { return DoSubmit(c, req, nullptr); }
-
-Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req, const ExtraFold* extra) {
+Status Claims::CheckSubmit(const Caller& c, const SubmitRequest& req) const {
   if (c.role == "reviewer") return PermissionDenied("role reviewer may not submit claims", "forbidden-role");
   if (req.body.size() > max_body_)
     return Status(Code::kPayloadTooLarge,
                   "body is " + std::to_string(req.body.size()) + " bytes; the limit is " + std::to_string(max_body_),
                   "body-too-large");
   if (!ValidUtf8(req.body)) return InvalidArgument("body must be UTF-8 text", "invalid-field");
-  if (req.workarea_id.empty() || req.workarea_id.size() > 200) return InvalidArgument("workarea_id must be 1..200 characters", "invalid-field");
-  if (req.path.empty() || req.path.size() > 1024) return InvalidArgument("path must be 1..1024 characters", "invalid-field");
-  static const char* kProv[] = {"human", "agent", "tool", "import"};
-  if (std::find(std::begin(kProv), std::end(kProv), req.provenance) == std::end(kProv))
-    return InvalidArgument("provenance must be one of human, agent, tool, import", "invalid-field");
-  if (req.simulation_id && (req.simulation_id->empty() || req.simulation_id->size() > 200))
-    return InvalidArgument("simulation_id must be 1..200 characters", "invalid-field");
-  if (req.media_type.rfind("text/", 0) != 0) return InvalidArgument("media_type must be a text/* type", "invalid-field");
+  // Every metadata field is signed into claim.submitted: admission/fields.h holds their rules.
+  OML_RETURN_IF_ERROR(CheckWorkareaId(req.workarea_id));
+  OML_RETURN_IF_ERROR(CheckPath(req.path));
+  OML_RETURN_IF_ERROR(CheckProvenance(req.provenance));
+  if (req.simulation_id) OML_RETURN_IF_ERROR(CheckSimulationId(*req.simulation_id));
+  OML_RETURN_IF_ERROR(CheckMediaType(req.media_type));
+  return Status::Ok();
+}
 
+Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
+  OML_RETURN_IF_ERROR(CheckSubmit(c, req));
+  return DoSubmit(c, req, nullptr);
+}
+
+Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req, const ExtraFold* extra) {
   ClaimMeta m;
   m.artifact_id = crypto::NewUuidV4();
   m.version = 1;
@@ -79,9 +87,10 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
   m.state = "held";
 
   // Encrypt before signing: both digests exist when the event is signed.
-  std::string dek = crypto::RandomBytes(32);
-  OML_ASSIGN_OR_RETURN(std::string ct, crypto::EncryptAll(dek, BodyAad(c.tenant_id, m.artifact_id, m.version), req.body));
-  OML_ASSIGN_OR_RETURN(std::string wrapped, kek_->Wrap(dek, DekAad(c.tenant_id, m.artifact_id)));
+  const crypto::SecureBytes dek(crypto::RandomBytes(32));  // wiped on every return
+  OML_ASSIGN_OR_RETURN(std::string ct,
+                       crypto::EncryptAll(dek.view(), BodyAad(c.tenant_id, m.artifact_id, m.version), req.body));
+  OML_ASSIGN_OR_RETURN(std::string wrapped, kek_->Wrap(dek.view(), DekAad(c.tenant_id, m.artifact_id)));
   m.plaintext_sha256 = crypto::Sha256(req.body);
   m.ciphertext_sha256 = crypto::Sha256(ct);
 
@@ -164,7 +173,7 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
   if (HiddenFrom(*meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
   if (meta->erased_seq)
     return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
-  OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek FROM oml.artifact_bodies b "
+  OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek, k.kek_id FROM oml.artifact_bodies b "
                                                "LEFT JOIN oml.artifact_keys k USING (tenant_id, artifact_id) "
                                                "WHERE b.tenant_id = $1 AND b.artifact_id = $2 AND b.version = $3",
                                                {db::Text(c.tenant_id), db::Text(artifact_id), db::Int(meta->version)}));
@@ -173,17 +182,23 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
   std::string ct = b.GetBytes(0, 0);
   if (!crypto::ConstantTimeEquals(crypto::Sha256(ct), meta->ciphertext_sha256))
     return DataLoss("ciphertext of claim " + artifact_id + " does not match its journalled digest", "integrity");
-  auto dek = kek_->Unwrap(b.GetBytes(0, 1), DekAad(c.tenant_id, artifact_id));
+  // Unwrapped under the KEK the row names (during a KEK rotation, the new or the previous one).
+  auto dek = kek_->UnwrapFrom(b.Get(0, 2), b.GetBytes(0, 1), DekAad(c.tenant_id, artifact_id));
+  if (!dek.ok() && dek.status().type() == "kek-unavailable") return dek.status();
   if (!dek.ok()) return DataLoss("DEK of claim " + artifact_id + " does not unwrap", "integrity");
-  auto pt = crypto::DecryptAll(*dek, BodyAad(c.tenant_id, artifact_id, meta->version), ct);
+  auto pt = crypto::DecryptAll(dek->view(), BodyAad(c.tenant_id, artifact_id, meta->version), ct);
+  dek->Wipe();
   if (!pt.ok()) return DataLoss("body of claim " + artifact_id + " does not decrypt", "integrity");
-  if (!crypto::ConstantTimeEquals(crypto::Sha256(*pt), meta->plaintext_sha256))
+  if (!crypto::ConstantTimeEquals(crypto::Sha256(*pt), meta->plaintext_sha256)) {
+    crypto::Wipe(&*pt);
     return DataLoss("plaintext of claim " + artifact_id + " does not match its journalled digest", "integrity");
+  }
   return FetchResult{*meta, std::move(pt).value()};
 }
 
 Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, const std::string& artifact_id,
                                                              const std::string& reason) {
+  OML_RETURN_IF_ERROR(CheckReason(reason));
   return DoErase(c, artifact_id, reason, nullptr);
 }
 
@@ -254,6 +269,7 @@ Status Claims::CheckIdempotencyKey(const std::string& key) {
 
 Result<WriteResponse> Claims::SubmitOnce(const Caller& c, const SubmitRequest& req, const IdempotencyKey& idem,
                                          const RenderResponse& render) {
+  OML_RETURN_IF_ERROR(CheckSubmit(c, req));  // before the key is looked up
   return Once(c, idem, render, [&](const ExtraFold& extra) -> Result<std::pair<ClaimMeta, journal::Receipt>> {
     OML_ASSIGN_OR_RETURN(SubmitResult r, DoSubmit(c, req, &extra));
     return std::make_pair(std::move(r.meta), std::move(r.receipt));
@@ -262,6 +278,7 @@ Result<WriteResponse> Claims::SubmitOnce(const Caller& c, const SubmitRequest& r
 
 Result<WriteResponse> Claims::EraseOnce(const Caller& c, const std::string& artifact_id, const std::string& reason,
                                         const IdempotencyKey& idem, const RenderResponse& render) {
+  OML_RETURN_IF_ERROR(CheckReason(reason));  // before the key is looked up
   return Once(c, idem, render, [&](const ExtraFold& extra) { return DoErase(c, artifact_id, reason, &extra); });
 }
 
@@ -308,8 +325,7 @@ Result<WriteResponse> Claims::Once(const Caller& c, const IdempotencyKey& idem, 
   auto again = Recorded(c, idem);
   if (again.ok() && *again) return std::move(**again);
   if (!again.ok() && again.status().type() == "idempotency-key-reused") return again.status();
-  if (out.status().code() == Code::kFailedPrecondition &&
-      out.status().message().find("idempotency_keys_pkey") != std::string::npos)
+  if (db::IsViolationOf(out.status(), "idempotency_keys_pkey"))
     return FailedPrecondition("a request with this Idempotency-Key is still being processed; retry it later",
                               "idempotency-key-in-flight");
   return out.status();

@@ -91,23 +91,32 @@ struct WriteResponse {
 // leader's): it must be deterministic and thread-safe. Its output is recorded and replayed.
 using RenderResponse = std::function<std::pair<int, nlohmann::json>(const ClaimMeta&)>;
 
+// The AAD that binds a wrapped DEK to its owner: "oml-dek|<tenant>|<artifact_id>" (also used by
+// the KEK rotation, admission/kek_rotation.h, which re-wraps under the same AAD).
+std::string DekAad(const std::string& tenant, const std::string& artifact_id);
+
 class Claims {
  public:
   Claims(journal::Journal* journal, db::Pool* pool, const crypto::KekProvider* kek, uint64_t max_body_bytes)
       : journal_(journal), pool_(pool), kek_(kek), max_body_(max_body_bytes) {}
 
-  // kInvalidArgument on bad fields, kPayloadTooLarge over the limit, kPermissionDenied for a
-  // role that may not write (reviewers only review).
+  // Checks, in order (CheckSubmit): kPermissionDenied "forbidden-role" for a role that may not
+  // write (reviewers only review), kPayloadTooLarge "body-too-large" over the limit,
+  // kInvalidArgument "invalid-field" for a body that is not UTF-8 or a metadata field that
+  // breaks its rule in admission/fields.h. Nothing is written when a check fails.
   Result<SubmitResult> Submit(const Caller& c, const SubmitRequest& req);
   // kNotFound for unknown ids, other tenants' ids, and held claims the caller may not see
   // (own-work rule: only the author, reviewers and admins read a held claim). kGone if erased.
   Result<FetchResult> Fetch(const Caller& c, const std::string& artifact_id);
   // Erases an artifact (all versions). Allowed for admins and the author. kGone if already erased.
+  // kInvalidArgument "invalid-field" (first, before the claim is looked up) if `reason` breaks
+  // CheckReason (admission/fields.h): more than 1024 characters, a control character, not UTF-8.
   Result<std::pair<ClaimMeta, journal::Receipt>> Erase(const Caller& c, const std::string& artifact_id,
                                                        const std::string& reason);
 
-  // Submit / Erase at most once per (c.api_key_hash, idem.key) while its record lives. Looks the
-  // key up first; a live record answers instead of writing:
+  // Submit / Erase at most once per (c.api_key_hash, idem.key) while its record lives. First the
+  // request's own checks (Submit's, or Erase's reason check) as above; then the key is looked
+  // up, and a live record answers instead of writing:
   //   same request_sha256   its response, replayed = true, body byte-identical to the first
   //                         answer (receipt re-read from the journal row at the recorded seq);
   //   another fingerprint   kInvalidArgument "idempotency-key-reused" (HTTP 422), nothing written.
@@ -133,7 +142,10 @@ class Claims {
   // Extra fold statements for a write's event, given its final metadata and seq.
   using ExtraFold = std::function<std::vector<db::Stmt>(const ClaimMeta& at_seq, int64_t seq)>;
   using Write = std::function<Result<std::pair<ClaimMeta, journal::Receipt>>(const ExtraFold&)>;
+  Status CheckSubmit(const Caller& c, const SubmitRequest& req) const;
+  // REQUIRES: CheckSubmit(c, req) is OK.
   Result<SubmitResult> DoSubmit(const Caller& c, const SubmitRequest& req, const ExtraFold* extra);
+  // REQUIRES: CheckReason(reason) is OK.
   Result<std::pair<ClaimMeta, journal::Receipt>> DoErase(const Caller& c, const std::string& artifact_id,
                                                          const std::string& reason, const ExtraFold* extra);
   Result<WriteResponse> Once(const Caller& c, const IdempotencyKey& idem, const RenderResponse& render,

@@ -391,5 +391,64 @@ TEST_F(IdempotencyTest, EraseReplaysToo) {
   EXPECT_EQ(Counts(w.tenant), "4/1/1/1");
 }
 
+// A 5 MB media_type or reason would be signed into the journal, copied to the outbox and the
+// lake, and could never be erased. Every write entry point refuses it with kInvalidArgument
+// "invalid-field" before anything else (before the idempotency key is looked up, before the
+// claim is), so no row of any table changes; so do the CLI's provider acts.
+TEST_F(IdempotencyTest, HugeMediaTypeAndReasonAreRefusedAndNothingIsWritten) {
+  auto w = NewWriter("huge-fields");                 // genesis 1, api_key.created 2
+  auto kept = claims_->Submit(w.caller, Req("kept"));  // seq 3
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  const std::string id = kept->meta.artifact_id;
+  const auto rows = [&] {
+    auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+    EXPECT_TRUE(su.ok());
+    auto n = su->Query("SELECT (SELECT count(*) FROM oml.journal WHERE tenant_id = $1) || '/' || "
+                       "(SELECT count(*) FROM oml.outbox WHERE tenant_id = $1) || '/' || "
+                       "(SELECT count(*) FROM oml.artifacts WHERE tenant_id = $1 AND state = 'held') || '/' || "
+                       "(SELECT count(*) FROM oml.artifact_keys WHERE tenant_id = $1) || '/' || "
+                       "(SELECT count(*) FROM oml.api_keys WHERE tenant_id = $1 AND revoked_at IS NULL) || '/' || "
+                       "(SELECT count(*) FROM oml.idempotency_keys WHERE tenant_id = $1)",
+                       {db::Text(w.tenant)});
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n->Get(0, 0);
+  };
+  const std::string before = rows();
+  EXPECT_EQ(before.substr(0, 2), "3/");
+
+  const std::string huge(5 * 1000 * 1000, 'x');
+  const auto refused = [](const Status& st, const std::string& message) {
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.type(), "invalid-field");
+    EXPECT_EQ(st.message(), message);
+  };
+  const std::string media_rule = "media_type must be 1..255 characters; it has more";
+  const std::string reason_rule = "reason must be 0..1024 characters; it has more";
+  SubmitRequest big = Req("x");
+  big.media_type = "text/" + huge;
+  refused(claims_->Submit(w.caller, big).status(), media_rule);
+  refused(claims_->SubmitOnce(w.caller, big, Key("huge-1", "POST /v1/claims huge"), Render).status(), media_rule);
+  big.media_type = "text/plain; charset=\"" + huge + "\"";
+  refused(claims_->Submit(w.caller, big).status(), media_rule);
+
+  refused(claims_->Erase(w.caller, id, huge).status(), reason_rule);
+  refused(claims_->EraseOnce(w.caller, id, huge, Key("huge-2", "POST erase huge"), Render).status(), reason_rule);
+  refused(claims_->Erase({w.tenant, "operator", "admin", "cli"}, id, huge).status(), reason_rule);  // `oml erase`
+  // 400 before 404: the reason is checked before the claim is looked up.
+  refused(claims_->Erase(w.caller, "00000000-0000-4000-8000-000000000000", huge).status(), reason_rule);
+
+  // `oml key create --principal`, `oml key revoke --reason`, `oml tenant create`.
+  refused(journal::CreateApiKey(*journal_, w.tenant, huge, "writer").status(),
+          "principal must be 1..200 characters; it has more");
+  refused(journal::RevokeApiKey(*journal_, w.tenant, w.caller.api_key_id, huge).status(), reason_rule);
+  refused(journal::CreateTenant(*journal_, "Huge-" + huge).status(),
+          "tenant name must match ^[a-z0-9][a-z0-9_-]{0,62}$");
+
+  EXPECT_EQ(rows(), before);
+  auto f = claims_->Fetch(w.caller, id);  // still held, still readable
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->body, "kept");
+}
+
 }  // namespace
 }  // namespace oml::admission

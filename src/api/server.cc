@@ -1,13 +1,15 @@
 #include "api/server.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <map>
 #include <set>
+#include <thread>
+
+#include "api/http.h"
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "admission/events.h"
 #include "crypto/crypto.h"
 #include "journal/provider.h"
 
@@ -66,9 +68,16 @@ std::string ProblemJson(const Status& s, const std::string& instance) {
   return j.dump();
 }
 
+// Thrown by the JSON parser's callback at the first value nested deeper than kMaxJsonDepth, so
+// that a body of six million '[' is refused before its arrays are built.
+struct TooDeep {};
+constexpr int kMaxJsonDepth = 32;
+
 struct Server::Impl {
   ServerDeps d;
-  httplib::Server http;
+  std::unique_ptr<http::Server> api_http;
+  std::unique_ptr<http::Server> metrics_http;
+  std::thread metrics_thread;
 
   // API-key cache: token hash -> (caller, expiry). Revocation takes effect within kAuthTtl for
   // reads; a write checks the key in its own transaction, and its 401 evicts the entry
@@ -76,11 +85,20 @@ struct Server::Impl {
   static constexpr auto kAuthTtl = std::chrono::seconds(10);
   std::mutex auth_mu;
   std::map<std::string, std::pair<admission::Caller, Clock::time_point>> auth_cache;
+  // Tokens the database did not know, for kUnknownTtl: a client retrying a bad token costs no
+  // database round trip. Bounded: cleared when it reaches kCacheMax entries.
+  static constexpr auto kUnknownTtl = std::chrono::seconds(5);
+  static constexpr size_t kCacheMax = 100000;
+  static constexpr auto kAuthWait = std::chrono::milliseconds(50);
+  std::map<std::string, Clock::time_point> unknown_cache;
 
   explicit Impl(ServerDeps deps) : d(deps) {}
 
-  void Problem(httplib::Response& res, const httplib::Request& req, const Status& s) {
+  void Problem(http::Response& res, const http::Request& req, const Status& s) {
     res.status = HttpStatus(s);
+    // Transient database states: the client may retry after a second.
+    if (s.type() == "database-busy" || s.type() == "transaction-conflict" || s.type() == "query-canceled")
+      res.SetHeader("Retry-After", "1");
     // Internal and database errors are logged in full; clients get no SQL, hosts or role names.
     Status shown = s;
     if (s.code() == Code::kInternal && s.type() != "injected-fault") {
@@ -88,14 +106,20 @@ struct Server::Impl {
     } else if (s.type() == "database-unavailable") {
       shown = Status(s.code(), "the database is unavailable; retry later", s.type());
     }
-    res.set_content(ProblemJson(shown, req.path), "application/problem+json");
+    res.content_type = "application/problem+json";
+    res.body = ProblemJson(shown, req.path);
+    // ToString() carries the database's own text (Status::log_detail), which never reaches the
+    // client: every problem that has one is logged with it.
     if (s.code() == Code::kInternal || s.code() == Code::kDataLoss || s.code() == Code::kUnavailable)
       log::Error("request failed", {{"path", req.path}, {"error", s.ToString()}});
+    else if (!s.log_detail().empty())
+      log::Warn("request refused", {{"path", req.path}, {"error", s.ToString()}});
   }
 
-  void Json(httplib::Response& res, int status, const json& body) {
+  void Json(http::Response& res, int status, const json& body) {
     res.status = status;
-    res.set_content(body.dump(), "application/json");
+    res.content_type = "application/json";
+    res.body = body.dump();
   }
 
   // After a write: a 401 from admission means the write's transaction found the key revoked.
@@ -105,8 +129,9 @@ struct Server::Impl {
     auth_cache.erase(c.api_key_hash);
   }
 
-  Result<admission::Caller> Authenticate(const httplib::Request& req) {
-    std::string h = req.get_header_value("Authorization");
+  Result<admission::Caller> Authenticate(const http::Request& req) {
+    if (req.HeaderCount("Authorization") > 1) return Unauthenticated("more than one Authorization field", "unauthenticated");
+    std::string h = req.Header("Authorization").value_or("");
     const std::string prefix = "Bearer ";
     if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0)
       return Unauthenticated("missing bearer token", "unauthenticated");
@@ -116,13 +141,28 @@ struct Server::Impl {
       std::lock_guard<std::mutex> l(auth_mu);
       auto it = auth_cache.find(hash);
       if (it != auth_cache.end() && it->second.second > Clock::now()) return it->second.first;
+      auto u = unknown_cache.find(hash);
+      if (u != unknown_cache.end() && u->second > Clock::now()) return Unauthenticated("unknown or revoked API key", "unauthenticated");
     }
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, d.pool->Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT tenant_id, principal, role FROM oml.authenticate($1)", {db::Bytes(hash)}));
-    if (r.size() == 0 || r.IsNull(0, 0)) return Unauthenticated("unknown or revoked API key", "unauthenticated");
+    db::Rows r;
+    {
+      // Lookups of tokens not in the cache share at most a quarter of the pool and wait for a
+      // connection at most kAuthWait: a flood of random tokens leaves the rest of the pool to
+      // callers already known, and does not hold the worker threads.
+      db::Pool::ScopedShare share("auth", std::max(1, d.pool->size() / 4), kAuthWait);
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle c, d.pool->Acquire());
+      OML_ASSIGN_OR_RETURN(r, c->Query("SELECT tenant_id, principal, role FROM oml.authenticate($1)", {db::Bytes(hash)}));
+    }
+    if (r.size() == 0 || r.IsNull(0, 0)) {
+      std::lock_guard<std::mutex> l(auth_mu);
+      if (unknown_cache.size() >= kCacheMax) unknown_cache.clear();
+      unknown_cache[hash] = Clock::now() + kUnknownTtl;
+      return Unauthenticated("unknown or revoked API key", "unauthenticated");
+    }
     admission::Caller caller{r.Get(0, 0), r.Get(0, 1), r.Get(0, 2), journal::ApiKeyId(hash), hash};
     std::lock_guard<std::mutex> l(auth_mu);
-    if (auth_cache.size() > 10000) auth_cache.clear();
+    unknown_cache.erase(hash);
+    if (auth_cache.size() >= kCacheMax) auth_cache.clear();
     auth_cache[hash] = {caller, Clock::now() + kAuthTtl};
     return caller;
   }
@@ -156,8 +196,21 @@ struct Server::Impl {
   }
 
   // Parses a JSON object body allowing only `allowed` members.
-  Result<json> ParseObject(const httplib::Request& req, const std::set<std::string>& allowed) {
-    json j = json::parse(req.body, nullptr, false);
+  Result<json> ParseObject(const http::Request& req, const std::set<std::string>& allowed) {
+    json j;
+    try {
+      j = json::parse(
+          req.body,
+          [](int depth, json::parse_event_t event, json&) {
+            if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+                depth >= kMaxJsonDepth)
+              throw TooDeep{};
+            return true;
+          },
+          /*allow_exceptions=*/false);
+    } catch (const TooDeep&) {
+      return InvalidArgument("request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", "json-too-deep");
+    }
     if (j.is_discarded()) return InvalidArgument("request body is not valid JSON", "malformed-json");
     if (!j.is_object()) return InvalidArgument("request body must be a JSON object", "malformed-json");
     for (auto& [k, v] : j.items())
@@ -188,12 +241,12 @@ struct Server::Impl {
   // ASCII in which only \" and \\ are escaped, of 1..255 characters once unescaped. No
   // parameters. Anything else is 400 invalid-idempotency-key. The request fingerprint is
   // SHA-256(method "\n" path "\n" exact body bytes). nullopt without the header.
-  Result<std::optional<admission::IdempotencyKey>> IdempotencyKeyOf(const httplib::Request& req) {
+  Result<std::optional<admission::IdempotencyKey>> IdempotencyKeyOf(const http::Request& req) {
     static const char* kField = "Idempotency-Key";
-    if (!req.has_header(kField)) return std::optional<admission::IdempotencyKey>();
+    if (req.HeaderCount(kField) == 0) return std::optional<admission::IdempotencyKey>();
     auto bad = [](const std::string& why) { return InvalidArgument("Idempotency-Key " + why, "invalid-idempotency-key"); };
-    if (req.get_header_value_count(kField) != 1) return bad("must be sent once");
-    const std::string v = req.get_header_value(kField);
+    if (req.HeaderCount(kField) != 1) return bad("must be sent once");
+    const std::string v = *req.Header(kField);
     const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
     if (b == std::string::npos || v[b] != '"' || e == b)
       return bad("must be a quoted string (RFC 8941 sf-string), e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\"");
@@ -217,9 +270,10 @@ struct Server::Impl {
     return std::optional<admission::IdempotencyKey>(std::move(idem));
   }
 
-  void SubmitClaim(const httplib::Request& req, httplib::Response& res) {
+  void SubmitClaim(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
     if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
     if (Status g = DurabilityGate(); !g.ok()) return Problem(res, req, g);
     auto idem = IdempotencyKeyOf(req);
@@ -246,8 +300,8 @@ struct Server::Impl {
                                        [](const admission::ClaimMeta& m) { return std::make_pair(201, MetaJson(m)); });
       ForgetIfRevoked(*caller, once.status());
       if (!once.ok()) return Problem(res, req, once.status());
-      if (once->replayed) res.set_header("Idempotent-Replayed", "true");
-      res.set_header("Location", "/v1/claims/" + once->body["artifact_id"].get<std::string>());
+      if (once->replayed) res.SetHeader("Idempotent-Replayed", "true");
+      res.SetHeader("Location", "/v1/claims/" + once->body["artifact_id"].get<std::string>());
       return Json(res, once->status, once->body);
     }
     auto out = d.claims->Submit(*caller, sr);
@@ -255,23 +309,25 @@ struct Server::Impl {
     if (!out.ok()) return Problem(res, req, out.status());
     json body_json = MetaJson(out->meta);
     body_json["receipt"] = out->receipt.ToJson();
-    res.set_header("Location", "/v1/claims/" + out->meta.artifact_id);
+    res.SetHeader("Location", "/v1/claims/" + out->meta.artifact_id);
     Json(res, 201, body_json);
   }
 
-  void GetClaim(const httplib::Request& req, httplib::Response& res) {
+  void GetClaim(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
-    auto out = d.claims->Fetch(*caller, req.matches[1]);
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
+    auto out = d.claims->Fetch(*caller, req.captures[0]);
     if (!out.ok()) return Problem(res, req, out.status());
     json j = MetaJson(out->meta);
     j["body"] = out->body;
     Json(res, 200, j);
   }
 
-  void EraseClaim(const httplib::Request& req, httplib::Response& res) {
+  void EraseClaim(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
     if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
     if (Status g = DurabilityGate(); !g.ok()) return Problem(res, req, g);
     auto idem = IdempotencyKeyOf(req);
@@ -285,14 +341,14 @@ struct Server::Impl {
       reason = *r;
     }
     if (*idem) {
-      auto once = d.claims->EraseOnce(*caller, req.matches[1], reason, **idem,
+      auto once = d.claims->EraseOnce(*caller, req.captures[0], reason, **idem,
                                       [](const admission::ClaimMeta& m) { return std::make_pair(200, MetaJson(m)); });
       ForgetIfRevoked(*caller, once.status());
       if (!once.ok()) return Problem(res, req, once.status());
-      if (once->replayed) res.set_header("Idempotent-Replayed", "true");
+      if (once->replayed) res.SetHeader("Idempotent-Replayed", "true");
       return Json(res, once->status, once->body);
     }
-    auto out = d.claims->Erase(*caller, req.matches[1], reason);
+    auto out = d.claims->Erase(*caller, req.captures[0], reason);
     ForgetIfRevoked(*caller, out.status());
     if (!out.ok()) return Problem(res, req, out.status());
     json j = MetaJson(out->first);
@@ -300,9 +356,10 @@ struct Server::Impl {
     Json(res, 200, j);
   }
 
-  void ChainHead(const httplib::Request& req, httplib::Response& res) {
+  void ChainHead(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
     auto c = d.pool->Acquire();
     if (!c.ok()) return Problem(res, req, c.status());
     auto rs = (*c)->Scoped(caller->tenant_id, {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
@@ -313,9 +370,10 @@ struct Server::Impl {
     Json(res, 200, {{"tenant", caller->tenant_id}, {"seq", r.GetInt(0, 0)}, {"event_hash", crypto::Hex(r.GetBytes(0, 1))}});
   }
 
-  static Result<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t dflt, int64_t lo, int64_t hi) {
-    if (!req.has_param(name)) return dflt;
-    std::string v = req.get_param_value(name);
+  static Result<int64_t> IntParam(const http::Request& req, const char* name, int64_t dflt, int64_t lo, int64_t hi) {
+    auto p = req.Param(name);
+    if (!p) return dflt;
+    const std::string& v = *p;
     try {
       size_t pos = 0;
       long long x = std::stoll(v, &pos);
@@ -328,40 +386,33 @@ struct Server::Impl {
     }
   }
 
-  void Events(const httplib::Request& req, httplib::Response& res) {
+  void Events(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
     auto after = IntParam(req, "after", 0, 0, INT64_MAX);
     if (!after.ok()) return Problem(res, req, after.status());
     auto limit = IntParam(req, "limit", 100, 1, 1000);
     if (!limit.ok()) return Problem(res, req, limit.status());
-    auto c = d.pool->Acquire();
-    if (!c.ok()) return Problem(res, req, c.status());
-    auto rs = (*c)->Scoped(
-        caller->tenant_id,
-        {"SELECT seq, prev_hash, event_hash, event_type, key_id, signed_bytes, signature, "
-         "to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-         "FROM oml.journal WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-         {db::Text(caller->tenant_id), db::Int(*after), db::Int(*limit)}});
-    if (!rs.ok()) return Problem(res, req, rs.status());
-    const db::Rows& r = *rs;
+    // Who sees what: admission/events.h (the own-work rule holds for the chain too).
+    auto page = admission::ListEvents(*d.pool, *caller, *after, static_cast<int>(*limit), d.config->events_page_max_bytes);
+    if (!page.ok()) return Problem(res, req, page.status());
     json events = json::array();
-    int64_t last = *after;
-    for (int i = 0; i < r.size(); ++i) {
-      last = r.GetInt(i, 0);
-      events.push_back({{"seq", last},
-                        {"prev_hash", crypto::Hex(r.GetBytes(i, 1))},
-                        {"event_hash", crypto::Hex(r.GetBytes(i, 2))},
-                        {"type", r.Get(i, 3)},
-                        {"key_id", r.Get(i, 4)},
-                        {"signed_bytes", crypto::Base64(r.GetBytes(i, 5))},
-                        {"signature", crypto::Base64(r.GetBytes(i, 6))},
-                        {"committed_at", r.Get(i, 7)}});
+    for (const admission::EventRow& e : page->events) {
+      events.push_back({{"seq", e.seq},
+                        {"prev_hash", crypto::Hex(e.prev_hash)},
+                        {"event_hash", crypto::Hex(e.event_hash)},
+                        {"type", e.type},
+                        {"key_id", e.key_id},
+                        {"signed_bytes", crypto::Base64(e.signed_bytes)},
+                        {"signature", crypto::Base64(e.signature)},
+                        {"committed_at", e.committed_at}});
     }
+    const int64_t last = page->next_after;
     Json(res, 200, {{"tenant", caller->tenant_id}, {"events", events}, {"next_after", last}});
   }
 
-  void Health(const httplib::Request& req, httplib::Response& res) {
+  void Health(const http::Request& req, http::Response& res) {
     json j = {{"status", "ok"}, {"writes", "accepting"}};
     // One query, on one pooled connection: it shows the database answers and the key is in force.
     const Status k = journal::CheckSigningKeyInForce(*d.pool, d.journal->key());
@@ -398,66 +449,85 @@ struct Server::Impl {
     Json(res, 200, j);
   }
 
-  void Routes() {
-    auto wrap = [this](const char* route, void (Impl::*fn)(const httplib::Request&, httplib::Response&)) {
-      return [this, route, fn](const httplib::Request& req, httplib::Response& res) {
-        auto t0 = Clock::now();
-        (this->*fn)(req, res);
-        Metrics::Get().Request(req.method, route, res.status,
-                               std::chrono::duration<double>(Clock::now() - t0).count());
-      };
+  // The API listener. /metrics is not here: it has its own listener (metrics_listen).
+  std::vector<http::Route> ApiRoutes() {
+    auto bind = [this](void (Impl::*fn)(const http::Request&, http::Response&)) {
+      return [this, fn](const http::Request& req, http::Response& res) { (this->*fn)(req, res); };
     };
-    http.Post("/v1/claims", wrap("/v1/claims", &Impl::SubmitClaim));
-    http.Get(R"(/v1/claims/([^/]+))", wrap("/v1/claims/{id}", &Impl::GetClaim));
-    http.Post(R"(/v1/claims/([^/]+)/erase)", wrap("/v1/claims/{id}/erase", &Impl::EraseClaim));
-    http.Get("/v1/chain/head", wrap("/v1/chain/head", &Impl::ChainHead));
-    http.Get("/v1/events", wrap("/v1/events", &Impl::Events));
-    http.Get("/v1/health", wrap("/v1/health", &Impl::Health));
-    http.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(Metrics::Get().Serialize(), "text/plain; version=0.0.4");
-    });
-    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      Status s = res.status == 413   ? Status(Code::kPayloadTooLarge, "request body too large", "body-too-large")
-                 : res.status == 404 ? NotFound("no such route " + req.method + " " + req.path, "no-route")
-                 : res.status == 400 ? InvalidArgument("malformed HTTP request", "malformed-request")
-                                     : Internal("HTTP error " + std::to_string(res.status));
-      int st = res.status;
-      res.set_content(ProblemJson(s, req.path), "application/problem+json");
-      res.status = st;
-    });
-    http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "unknown";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      Problem(res, req, Internal("unhandled exception: " + what));
-    });
-    // JSON escaping can grow a text body up to 6x; the decoded body limit is enforced in Submit.
-    http.set_payload_max_length(d.config->max_body_bytes * 6 + 64 * 1024);
-    int threads = d.config->http_threads;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http.set_keep_alive_max_count(10000);
-    // Responses go out as several small writes; without TCP_NODELAY, Nagle plus the client's
-    // delayed ACK add ~40 ms to every keep-alive request.
-    http.set_tcp_nodelay(true);
+    using BP = http::BodyPolicy;
+    return {
+        {"POST", "/v1/claims", "/v1/claims", BP::kRequired, bind(&Impl::SubmitClaim)},
+        {"GET", "/v1/claims/([^/]+)", "/v1/claims/{id}", BP::kNone, bind(&Impl::GetClaim)},
+        {"POST", "/v1/claims/([^/]+)/erase", "/v1/claims/{id}/erase", BP::kOptional, bind(&Impl::EraseClaim)},
+        {"GET", "/v1/chain/head", "/v1/chain/head", BP::kNone, bind(&Impl::ChainHead)},
+        {"GET", "/v1/events", "/v1/events", BP::kNone, bind(&Impl::Events)},
+        {"GET", "/v1/health", "/v1/health", BP::kNone, bind(&Impl::Health)},
+    };
+  }
+
+  static http::Response TransportProblem(int status, const std::string& slug, const std::string& detail,
+                                         const std::string& path) {
+    json j = {{"type", "urn:oml:problem:" + slug}, {"title", slug}, {"status", status}, {"detail", detail}, {"instance", path}};
+    http::Response r;
+    r.status = status;
+    r.content_type = "application/problem+json";
+    r.body = j.dump();
+    return r;
+  }
+
+  http::Limits ApiLimits() const {
+    const Config& c = *d.config;
+    http::Limits l;
+    l.max_body_bytes = c.http_max_request_bytes;
+    l.max_header_bytes = static_cast<uint32_t>(c.http_max_header_bytes);
+    l.request_timeout = std::chrono::milliseconds(c.http_request_timeout_ms);
+    l.write_timeout = std::chrono::milliseconds(c.http_request_timeout_ms);
+    l.max_requests_per_connection = static_cast<uint32_t>(c.http_keepalive_requests);
+    l.max_connections = static_cast<uint32_t>(c.http_max_connections);
+    l.worker_threads = c.http_threads;
+    return l;
   }
 };
 
-Server::Server(ServerDeps deps) : impl_(std::make_unique<Impl>(deps)) { impl_->Routes(); }
-Server::~Server() = default;
-
-Status Server::Listen(const std::string& host, int port) {
-  if (!impl_->http.bind_to_port(host.c_str(), port))
-    return Unavailable("cannot listen on " + host + ":" + std::to_string(port));
-  log::Info("listening", {{"address", host + ":" + std::to_string(port)}});
-  if (!impl_->http.listen_after_bind()) return Internal("HTTP server stopped with an error");
-  return Status::Ok();
+Server::Server(ServerDeps deps) : impl_(std::make_unique<Impl>(deps)) {
+  auto observe = [](const std::string& method, const std::string& route, int status, double seconds) {
+    Metrics::Get().Request(method, route, status, seconds);
+  };
+  impl_->api_http = std::make_unique<http::Server>(impl_->ApiLimits(), impl_->ApiRoutes(), &Impl::TransportProblem, observe);
+  if (!deps.config->metrics_listen.empty()) {
+    http::Limits ml = impl_->ApiLimits();
+    ml.worker_threads = 1;
+    ml.max_connections = 64;
+    std::vector<http::Route> mr = {{"GET", "/metrics", "/metrics", http::BodyPolicy::kNone,
+                                    [](const http::Request&, http::Response& res) {
+                                      res.content_type = "text/plain; version=0.0.4";
+                                      res.body = Metrics::Get().Serialize();
+                                    }}};
+    impl_->metrics_http = std::make_unique<http::Server>(ml, std::move(mr), &Impl::TransportProblem,
+                                                         [](const std::string&, const std::string&, int, double) {});
+  }
 }
 
-void Server::Stop() { impl_->http.stop(); }
+Server::~Server() {
+  Stop();
+  if (impl_->metrics_thread.joinable()) impl_->metrics_thread.join();
+}
+
+Status Server::Listen(const std::string& host, int port) {
+  OML_RETURN_IF_ERROR(impl_->api_http->Bind(host, port));
+  if (impl_->metrics_http) {
+    const std::string& m = impl_->d.config->metrics_listen;
+    OML_RETURN_IF_ERROR(impl_->metrics_http->Bind(Config::HostOf(m), Config::PortOf(m)));
+    log::Info("metrics listening", {{"address", m}});
+    impl_->metrics_thread = std::thread([this] { (void)impl_->metrics_http->Run(); });
+  }
+  log::Info("listening", {{"address", host + ":" + std::to_string(port)}});
+  return impl_->api_http->Run();
+}
+
+void Server::Stop() {
+  impl_->api_http->Stop();
+  if (impl_->metrics_http) impl_->metrics_http->Stop();
+}
 
 }  // namespace oml::api

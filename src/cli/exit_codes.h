@@ -12,6 +12,7 @@ inline constexpr int kExitVerifyFailed = 3;    // verify / verify-receipt / doct
 inline constexpr int kExitPrecondition = 4;    // e.g. schema newer than the binary, tenant exists
 inline constexpr int kExitUnavailable = 5;     // database or object store unreachable
 inline constexpr int kExitNotFound = 6;        // named tenant / claim does not exist
+inline constexpr int kExitForbidden = 7;       // not allowed for this target, e.g. API keys for the provider tenant
 
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {
@@ -20,6 +21,7 @@ inline int ExitCodeFor(const Status& s) {
     case Code::kFailedPrecondition: return kExitPrecondition;
     case Code::kUnavailable: return kExitUnavailable;
     case Code::kNotFound: return kExitNotFound;
+    case Code::kPermissionDenied: return kExitForbidden;
     case Code::kDataLoss: return kExitVerifyFailed;
     default: return kExitError;
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,12 +16,14 @@
 #include <thread>
 
 #include "admission/claims.h"
+#include "admission/kek_rotation.h"
 #include "api/server.h"
 #include "blob/object_store.h"
 #include "cli/exit_codes.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/secret_file.h"
 #include "crypto/crypto.h"
 #include "db/durability.h"
 #include "db/local_cluster.h"
@@ -82,8 +85,9 @@ Result<std::string> ReadPublicKey(const std::string& path) {
 
 // {"key_id", "public_key" (base64)}: the format ReadPublicKey and verify-receipt read.
 Status WritePublicKey(const std::string& path, const crypto::SigningKey& k) {
-  std::ofstream(path) << json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump() << "\n";
-  return Status::Ok();
+  // Public, but written whole (temp file, rename) like the secrets: never a truncated trust anchor.
+  return WriteSecretFile(path, json{{"key_id", k.key_id()}, {"public_key", crypto::Base64(k.public_key())}}.dump() + "\n",
+                         0644);
 }
 
 // Generates the signing key and KEK if missing (local profile and `oml init`).
@@ -115,17 +119,22 @@ struct Runtime {
   std::string root_public_key;                        // empty: no root key file (warned)
   journal::TrustedKeys trusted;                       // the key chain anchored in root_public_key
 
-  static Result<std::unique_ptr<Runtime>> Open(const Config& c, bool need_key, int pool_size = 4) {
+  // acquire_timeout_ms > 0: a pool acquisition fails with 503 database-busy after that long
+  // (`oml serve`); 0 waits (the CLI).
+  static Result<std::unique_ptr<Runtime>> Open(const Config& c, bool need_key, int pool_size = 4, int acquire_timeout_ms = 0) {
     auto rt = std::make_unique<Runtime>();
     rt->config = c;
     OML_ASSIGN_OR_RETURN(std::string url, AppUrl(c));
-    rt->pool = std::make_unique<db::Pool>(url, pool_size);
+    db::Pool::Options po;
+    po.size = pool_size;
+    po.acquire_timeout = std::chrono::milliseconds(acquire_timeout_ms);
+    rt->pool = std::make_unique<db::Pool>(url, po);
     {
       OML_ASSIGN_OR_RETURN(db::Pool::Handle h, rt->pool->Acquire());
       OML_RETURN_IF_ERROR(db::CheckSchemaVersion(*h));
     }
     if (need_key) {
-      OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::LoadFile(c.signing_key_file));
+      OML_ASSIGN_OR_RETURN(crypto::SigningKey k, crypto::SigningKey::LoadFile(c.signing_key_file, c.allow_insecure_key_files));
       rt->key = std::make_unique<crypto::SigningKey>(std::move(k));
       OML_ASSIGN_OR_RETURN(rt->store, blob::OpenObjectStore(c.object_store_url));
       OML_RETURN_IF_ERROR(rt->LoadKeyChain());
@@ -210,6 +219,23 @@ Status DoInit(const Config& c, bool quiet) {
   return Status::Ok();
 }
 
+// The oml_app password for `oml migrate`: the first line of `file` if given, else
+// $OML_APP_PASSWORD, else "" (no password set). Never from argv, where every local user can read
+// it in the process table (/proc/<pid>/cmdline).
+Result<std::string> AppPassword(const std::string& file) {
+  if (file.empty()) {
+    const char* env = std::getenv("OML_APP_PASSWORD");
+    return std::string(env ? env : "");
+  }
+  std::ifstream in(file);
+  if (!in) return NotFound("cannot read the app password file " + file);
+  std::string pw;
+  std::getline(in, pw);
+  if (!pw.empty() && pw.back() == '\r') pw.pop_back();
+  if (pw.empty()) return InvalidArgument("the app password file " + file + " is empty (its first line is the password)");
+  return pw;
+}
+
 Status DoMigrate(const std::string& admin_url, const std::string& app_password) {
   OML_ASSIGN_OR_RETURN(db::Conn admin, db::Conn::Connect(admin_url));
   OML_ASSIGN_OR_RETURN(auto applied, db::Migrate(admin, {app_password}));
@@ -219,6 +245,22 @@ Status DoMigrate(const std::string& admin_url, const std::string& app_password) 
     for (int v : applied) std::cout << "applied migration " << v << "\n";
   }
   return Status::Ok();
+}
+
+// The KEKs of this process: kek_file wraps new DEKs; previous_kek_file (set while `oml kek rotate`
+// moves DEKs to kek_file's KEK) and `extra_previous` only unwrap. Each DEK is unwrapped under the
+// KEK its artifact_keys row names.
+Result<std::unique_ptr<crypto::KekRing>> LoadKeks(const Config& c, const std::vector<std::string>& extra_previous = {}) {
+  OML_ASSIGN_OR_RETURN(auto primary, crypto::FileKekProvider::Load(c.kek_file, c.allow_insecure_key_files));
+  std::vector<std::unique_ptr<crypto::KekProvider>> previous;
+  std::vector<std::string> files = extra_previous;
+  if (!c.previous_kek_file.empty()) files.insert(files.begin(), c.previous_kek_file);
+  for (const auto& f : files) {
+    OML_ASSIGN_OR_RETURN(auto p, crypto::FileKekProvider::Load(f, c.allow_insecure_key_files));
+    if (primary->Holds(p->kek_id())) continue;  // the same KEK twice
+    previous.push_back(std::move(p));
+  }
+  return std::make_unique<crypto::KekRing>(std::move(primary), std::move(previous));
 }
 
 // Signals end the serve loop: SIGINT/SIGTERM are blocked in every thread and taken by sigwait.
@@ -233,10 +275,13 @@ sigset_t BlockStopSignals() {
 
 // `local_profile`: `oml dev`, whose durability is reduced by definition (one disk, no standbys).
 Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_profile = false) {
-  OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size));
+  OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size, c.db_acquire_timeout_ms));
   OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*rt->pool, *rt->key));
   OML_RETURN_IF_ERROR(rt->RequireOwnKeyTrusted());
-  OML_ASSIGN_OR_RETURN(auto kek, crypto::FileKekProvider::Load(c.kek_file));
+  OML_ASSIGN_OR_RETURN(auto kek, LoadKeks(c));
+  if (!kek->previous_ids().empty())
+    log::Info("KEK rotation: wrapping under the new KEK, also unwrapping under the previous one",
+              {{"kek_id", kek->kek_id()}, {"previous_kek_ids", kek->previous_ids()}});
   // Startup fork check: forked tenants are closed in the guard (writes 503 chain-fork), invalid
   // head documents are repaired. While serving, the journal and the publisher keep checking.
   OML_RETURN_IF_ERROR(rt->CheckForks({}, /*repair=*/true).status());
@@ -299,18 +344,13 @@ Status Dev(Config c) {
         tenant_id = created.tenant_id;
       }
       OML_ASSIGN_OR_RETURN(auto key, journal::CreateApiKey(*rt->journal, tenant_id, "dev", "writer"));
-      // Created 0600 (never readable by others, not even briefly), then written.
-      int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (fd < 0) return Internal("cannot create " + token_file + ": " + std::strerror(errno));
-      const std::string line = key.token + "\n";
-      const bool wrote = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-      ::close(fd);
-      if (!wrote) return Internal("cannot write " + token_file);
+      // 0600 from the start and whole or not at all (temp file, rename): never a truncated token.
+      OML_RETURN_IF_ERROR(WriteSecretFile(token_file, key.token + "\n", 0600, IfExists::kRefuse));
     }
     auto on_ready = [&] {
       std::string base = "http://" + c.listen;
       std::cout << "\noml dev is running (local profile; durability: reduced (local profile), this one disk).\n"
-                << "  API:        " << base << "   metrics: " << base << "/metrics\n"
+                << "  API:        " << base << "   metrics: " << (c.metrics_listen.empty() ? std::string("off") : "http://" + c.metrics_listen + "/metrics") << "\n"
                 << "  database:   " << PgDir(c) << "/superuser.url\n"
                 << "  tenant:     demo   writer key: " << token_file << "\n\n"
                 << "Submit a first claim:\n"
@@ -366,9 +406,29 @@ int Main(int argc, char** argv) {
                   "accept writes without synchronous quorum replication (reported by /v1/health and /metrics)");
 
   auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
-  std::string admin_url, app_password;
+  std::string admin_url, app_password_file, argv_password;
   migrate->add_option("--admin-url", admin_url, "libpq URL of an administrator (superuser or CREATEROLE)")->required();
-  migrate->add_option("--app-password", app_password, "password to set on the oml_app login role");
+  migrate->add_option("--app-password-file", app_password_file,
+                      "file whose first line is the password to set on the oml_app login role "
+                      "(else $OML_APP_PASSWORD; else no password is set)");
+  // Removed: a password on the command line is readable by every local user. Still parsed, so
+  // that it is refused with the alternatives instead of "unknown option".
+  migrate->add_option("--app-password", argv_password)->group("");
+
+  auto* kek = app.add_subcommand("kek", "key encryption keys (the KEK wraps every claim's DEK)");
+  kek->require_subcommand(1);
+  auto* kek_generate = kek->add_subcommand("generate", "create a new random KEK file (mode 0600; refuses to overwrite)");
+  std::string kek_generate_file;
+  kek_generate->add_option("file", kek_generate_file, "where to write the KEK")->required();
+  auto* kek_rotate = kek->add_subcommand(
+      "rotate", "re-wrap every DEK under a new KEK, in batches (resumable), then journal kek.rotated");
+  std::string new_kek_file;
+  std::vector<std::string> old_kek_files;
+  int kek_batch = 500;
+  kek_rotate->add_option("--new-kek-file", new_kek_file, "the new KEK (e.g. from `oml kek generate`)")->required();
+  kek_rotate->add_option("--old-kek-file", old_kek_files,
+                         "a KEK to re-wrap from, besides kek_file and previous_kek_file (repeatable)");
+  kek_rotate->add_option("--batch-size", kek_batch, "DEKs per transaction (default 500)")->check(CLI::PositiveNumber);
 
   auto* init = app.add_subcommand("init", "provider chain genesis, key.issued, empty lake tables (idempotent)");
 
@@ -445,8 +505,24 @@ int Main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   if (*migrate) {
-    Status s = DoMigrate(admin_url, app_password);
+    if (migrate->count("--app-password") > 0)
+      return Fail(InvalidArgument(
+          "--app-password is no longer accepted: a password on the command line is visible to every local user "
+          "in the process table. Use --app-password-file FILE or the environment variable OML_APP_PASSWORD "
+          "(and consider changing the password you just passed)"));
+    auto pw = AppPassword(app_password_file);
+    if (!pw.ok()) return Fail(pw.status());
+    Status s = DoMigrate(admin_url, *pw);
+    crypto::Wipe(&*pw);
     return s.ok() ? 0 : Fail(s);
+  }
+  if (*kek_generate) {
+    Status s = crypto::FileKekProvider::Generate(kek_generate_file);
+    if (!s.ok()) return Fail(s);
+    auto k = crypto::FileKekProvider::Load(kek_generate_file, cfg.allow_insecure_key_files);
+    if (!k.ok()) return Fail(k.status());
+    std::cout << json{{"file", kek_generate_file}, {"kek_id", (*k)->kek_id()}}.dump() << "\n";
+    return 0;
   }
   if (*cluster) {
     db::LocalCluster lc(PgDir(cfg));
@@ -470,7 +546,7 @@ int Main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   if (*key_public) {
-    auto k = crypto::SigningKey::LoadFile(cfg.signing_key_file);
+    auto k = crypto::SigningKey::LoadFile(cfg.signing_key_file, cfg.allow_insecure_key_files);
     if (!k.ok()) return Fail(k.status());
     std::cout << json{{"key_id", k->key_id()}, {"public_key", crypto::Base64(k->public_key())}}.dump() << "\n";
     return 0;
@@ -510,7 +586,7 @@ int Main(int argc, char** argv) {
   }
 
   // Everything below talks to the database.
-  bool need_key = *tenant_create || *key_rotate || *erase || *key_create || *key_revoke;
+  bool need_key = *tenant_create || *key_rotate || *erase || *key_create || *key_revoke || *kek_rotate;
   auto rt = Runtime::Open(cfg, need_key);
   if (!rt.ok()) return Fail(rt.status());
   Runtime& R = **rt;
@@ -614,8 +690,27 @@ int Main(int argc, char** argv) {
                  "with the new key file " << cfg.signing_key_file << "\n";
     return 0;
   }
+  if (*kek_rotate) {
+    auto target = crypto::FileKekProvider::Load(new_kek_file, cfg.allow_insecure_key_files);
+    if (!target.ok()) return Fail(target.status());
+    auto sources = LoadKeks(cfg, old_kek_files);
+    if (!sources.ok()) return Fail(sources.status());
+    admission::KekRotationOptions ko;
+    ko.batch_size = kek_batch;
+    auto r = admission::RotateKek(*R.journal, **target, **sources, ko);
+    if (!r.ok()) return Fail(r.status());
+    json out{{"kek_id", r->kek_id}, {"rewrapped", r->rewrapped}, {"rewrapped_from", r->rewrapped_from},
+             {"keys", r->keys}, {"batches", r->batches},
+             {"kek_rotated_seq", r->receipt ? json(r->receipt->seq) : json(nullptr)}};
+    std::cout << out.dump() << "\n";
+    std::cerr << "every DEK is wrapped under " << r->kek_id << " (" << new_kek_file << ").\n"
+              << "Make sure every server has kek_file = " << new_kek_file
+              << ", then remove previous_kek_file and destroy the old KEK file\n"
+              << "(backups taken before this rotation still need the old KEK).\n";
+    return 0;
+  }
   if (*erase) {
-    auto kek = crypto::FileKekProvider::Load(cfg.kek_file);
+    auto kek = crypto::FileKekProvider::Load(cfg.kek_file, cfg.allow_insecure_key_files);
     if (!kek.ok()) return Fail(kek.status());
     admission::Claims claims(R.journal.get(), R.pool.get(), kek->get(), cfg.max_body_bytes);
     admission::Caller op{target->tenant_id, "operator", "admin", "cli"};

@@ -41,16 +41,19 @@ Status ParseBool(const std::string& key, const std::string& text, bool* out) {
 
 }  // namespace
 
-std::string Config::ListenHost() const {
-  auto p = listen.rfind(':');
-  return p == std::string::npos ? listen : listen.substr(0, p);
+std::string Config::HostOf(const std::string& addr) {
+  auto p = addr.rfind(':');
+  return p == std::string::npos ? addr : addr.substr(0, p);
 }
 
-int Config::ListenPort() const {
-  auto p = listen.rfind(':');
+int Config::PortOf(const std::string& addr) {
+  auto p = addr.rfind(':');
   if (p == std::string::npos) return 8470;
-  return std::atoi(listen.c_str() + p + 1);
+  return std::atoi(addr.c_str() + p + 1);
 }
+
+std::string Config::ListenHost() const { return HostOf(listen); }
+int Config::ListenPort() const { return PortOf(listen); }
 
 Result<Config> LoadConfig() {
   Config c;
@@ -63,11 +66,21 @@ Result<Config> LoadConfig() {
   Item items[] = {
       {"database_url", "OML_DATABASE_URL", ""}, {"listen", "OML_LISTEN", ""},
       {"signing_key_file", "OML_SIGNING_KEY", ""}, {"kek_file", "OML_KEK_FILE", ""},
+      {"previous_kek_file", "OML_PREVIOUS_KEK_FILE", ""},
       {"object_store_url", "OML_OBJECT_STORE_URL", ""}, {"lake_root", "OML_LAKE_ROOT", ""},
       {"max_body_bytes", "OML_MAX_BODY_BYTES", ""}, {"db_pool_size", "OML_DB_POOL_SIZE", ""},
       {"http_threads", "OML_HTTP_THREADS", ""}, {"head_publish_ms", "OML_HEAD_PUBLISH_MS", ""},
       {"log_level", "OML_LOG_LEVEL", ""}, {"idempotency_ttl_s", "OML_IDEMPOTENCY_TTL_S", ""},
       {"reduced_durability", "OML_REDUCED_DURABILITY", ""}, {"durability_check_ms", "OML_DURABILITY_CHECK_MS", ""},
+      {"allow_insecure_key_files", "OML_ALLOW_INSECURE_KEY_FILES", ""},
+      {"metrics_listen", "OML_METRICS_LISTEN", ""},
+      {"http_max_request_bytes", "OML_HTTP_MAX_REQUEST_BYTES", ""},
+      {"http_max_header_bytes", "OML_HTTP_MAX_HEADER_BYTES", ""},
+      {"http_request_timeout_ms", "OML_HTTP_REQUEST_TIMEOUT_MS", ""},
+      {"http_max_connections", "OML_HTTP_MAX_CONNECTIONS", ""},
+      {"http_keepalive_requests", "OML_HTTP_KEEPALIVE_REQUESTS", ""},
+      {"db_acquire_timeout_ms", "OML_DB_ACQUIRE_TIMEOUT_MS", ""},
+      {"events_page_max_bytes", "OML_EVENTS_PAGE_MAX_BYTES", ""},
   };
   const fs::path file = home / "oml.toml";
   if (fs::exists(file)) {
@@ -103,6 +116,7 @@ Result<Config> LoadConfig() {
   if (!get("listen").empty()) c.listen = get("listen");
   c.signing_key_file = get("signing_key_file").empty() ? (home / "keys/signing.key").string() : get("signing_key_file");
   c.kek_file = get("kek_file").empty() ? (home / "keys/kek.key").string() : get("kek_file");
+  c.previous_kek_file = get("previous_kek_file");
   c.object_store_url = get("object_store_url").empty() ? "file://" + (home / "objects").string() : get("object_store_url");
   c.lake_root = get("lake_root").empty() ? (home / "lake").string() : get("lake_root");
   if (!get("log_level").empty()) c.log_level = get("log_level");
@@ -116,11 +130,39 @@ Result<Config> LoadConfig() {
     return InvalidArgument("setting idempotency_ttl_s: must be 1..2592000 (30 days)");
   if (!get("reduced_durability").empty())
     OML_RETURN_IF_ERROR(ParseBool("reduced_durability", get("reduced_durability"), &c.reduced_durability));
+  if (!get("allow_insecure_key_files").empty())
+    OML_RETURN_IF_ERROR(ParseBool("allow_insecure_key_files", get("allow_insecure_key_files"), &c.allow_insecure_key_files));
   if (!get("durability_check_ms").empty()) {
     OML_RETURN_IF_ERROR(ParseInt("durability_check_ms", get("durability_check_ms"), &v));
     c.durability_check_ms = static_cast<int>(std::min<int64_t>(v, 86400000));  // a day at most: fits an int
   }
   if (c.durability_check_ms < 100) return InvalidArgument("setting durability_check_ms: must be at least 100");
+  if (!get("metrics_listen").empty()) c.metrics_listen = get("metrics_listen") == "off" ? "" : get("metrics_listen");
+  // The HTTP limits (docs/operations/deployment.md "Limits"): each a positive integer within a
+  // range that keeps the server usable.
+  struct Bound { const char* key; int64_t lo, hi; int64_t* out; };
+  int64_t req_bytes = -1, hdr = c.http_max_header_bytes, tmo = c.http_request_timeout_ms, conns = c.http_max_connections,
+          ka = c.http_keepalive_requests, acq = c.db_acquire_timeout_ms, page = c.events_page_max_bytes;
+  for (const Bound& b : {Bound{"http_max_request_bytes", 1024, int64_t(1) << 32, &req_bytes},
+                         Bound{"http_max_header_bytes", 1024, 1 << 20, &hdr},
+                         Bound{"http_request_timeout_ms", 100, 3600000, &tmo},
+                         Bound{"http_max_connections", 1, 1000000, &conns},
+                         Bound{"http_keepalive_requests", 1, 1000000000, &ka},
+                         Bound{"db_acquire_timeout_ms", 1, 3600000, &acq},
+                         Bound{"events_page_max_bytes", 64 * 1024, int64_t(1) << 32, &page}}) {
+    if (get(b.key).empty()) continue;
+    OML_RETURN_IF_ERROR(ParseInt(b.key, get(b.key), b.out));
+    if (*b.out < b.lo || *b.out > b.hi)
+      return InvalidArgument(std::string("setting ") + b.key + ": must be " + std::to_string(b.lo) + ".." + std::to_string(b.hi));
+  }
+  // A text body of max_body_bytes may grow up to 6x when JSON-escaped (\u00XX per byte).
+  c.http_max_request_bytes = req_bytes >= 0 ? uint64_t(req_bytes) : c.max_body_bytes * 6 + 64 * 1024;
+  c.http_max_header_bytes = static_cast<int>(hdr);
+  c.http_request_timeout_ms = static_cast<int>(tmo);
+  c.http_max_connections = static_cast<int>(conns);
+  c.http_keepalive_requests = static_cast<int>(ka);
+  c.db_acquire_timeout_ms = static_cast<int>(acq);
+  c.events_page_max_bytes = uint64_t(page);
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};

@@ -8,6 +8,7 @@
 //   listen                OML_LISTEN             127.0.0.1:8470
 //   signing_key_file      OML_SIGNING_KEY        $OML_HOME/keys/signing.key
 //   kek_file              OML_KEK_FILE           $OML_HOME/keys/kek.key
+//   previous_kek_file     OML_PREVIOUS_KEK_FILE  "" (during a KEK rotation: the KEK being replaced)
 //   object_store_url      OML_OBJECT_STORE_URL   file://$OML_HOME/objects (absolute)
 //   lake_root             OML_LAKE_ROOT          $OML_HOME/lake
 //   max_body_bytes        OML_MAX_BODY_BYTES     1048576
@@ -18,11 +19,28 @@
 //   log_level             OML_LOG_LEVEL          info
 //   reduced_durability    OML_REDUCED_DURABILITY false  (true/false, 1/0, yes/no, on/off; toml bool ok)
 //   durability_check_ms   OML_DURABILITY_CHECK_MS 5000  (at least 100)
+//   metrics_listen        OML_METRICS_LISTEN     127.0.0.1:8471 ("off": no metrics listener)
+//   http_max_request_bytes   OML_HTTP_MAX_REQUEST_BYTES   6 * max_body_bytes + 64 KiB (body on the wire)
+//   http_max_header_bytes    OML_HTTP_MAX_HEADER_BYTES    16384 (request line + header lines)
+//   http_request_timeout_ms  OML_HTTP_REQUEST_TIMEOUT_MS  10000 (whole request, idle keep-alive included)
+//   http_max_connections     OML_HTTP_MAX_CONNECTIONS     1024
+//   http_keepalive_requests  OML_HTTP_KEEPALIVE_REQUESTS  1000 (requests per connection)
+//   db_acquire_timeout_ms    OML_DB_ACQUIRE_TIMEOUT_MS    2000 (then 503 database-busy)
+//   events_page_max_bytes    OML_EVENTS_PAGE_MAX_BYTES    4194304 (GET /v1/events page, signed bytes)
+//   allow_insecure_key_files OML_ALLOW_INSECURE_KEY_FILES false (booleans as above)
 //
 // reduced_durability: `oml serve` acknowledges writes although the database does not run
 // synchronous quorum replication (db/durability.h); the --reduced-durability flag sets it too.
 // Without it, such a database gets every write refused (503 durability-reduced). The settings
 // are re-checked every durability_check_ms.
+//
+// kek_file / previous_kek_file: new DEKs are wrapped under kek_file's KEK. While `oml kek rotate`
+// moves DEKs from one KEK to another, kek_file names the new KEK and previous_kek_file the old
+// one: each DEK is unwrapped under the KEK its row names (docs/operations/deployment.md).
+//
+// allow_insecure_key_files: the signing key and KEK files are refused at load unless owned by
+// the process's user with no group/other permission (common/secret_file.h). Set it only where a
+// container mount cannot set modes; each load of such a file then logs a warning instead.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +56,7 @@ struct Config {
   std::string listen = "127.0.0.1:8470";
   std::string signing_key_file;
   std::string kek_file;
+  std::string previous_kek_file;  // empty: none
   std::string object_store_url;
   std::string lake_root;
   uint64_t max_body_bytes = 1 << 20;
@@ -48,9 +67,21 @@ struct Config {
   std::string log_level = "info";
   bool reduced_durability = false;
   int durability_check_ms = 5000;
+  std::string metrics_listen = "127.0.0.1:8471";
+  uint64_t http_max_request_bytes = 6 * (1 << 20) + 64 * 1024;
+  int http_max_header_bytes = 16384;
+  int http_request_timeout_ms = 10000;
+  int http_max_connections = 1024;
+  int http_keepalive_requests = 1000;
+  int db_acquire_timeout_ms = 2000;
+  uint64_t events_page_max_bytes = 4 << 20;
+  bool allow_insecure_key_files = false;
 
   std::string ListenHost() const;
   int ListenPort() const;
+  // host and port of an "address:port" setting such as metrics_listen.
+  static std::string HostOf(const std::string& addr);
+  static int PortOf(const std::string& addr);
 };
 
 // Loads the configuration as described above. Fails with kInvalidArgument on a malformed

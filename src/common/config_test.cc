@@ -58,5 +58,26 @@ TEST_F(ConfigTest, BadNumberIsRejected) {
   EXPECT_EQ(c.status().message(), "setting max_body_bytes: not a non-negative integer: '12x'");
 }
 
+TEST_F(ConfigTest, AllowInsecureKeyFilesDefaultsOffAndComesFromFileOrEnvironment) {
+  unsetenv("OML_ALLOW_INSECURE_KEY_FILES");
+  auto c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->allow_insecure_key_files);
+  WriteToml("allow_insecure_key_files = true\n");
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->allow_insecure_key_files);
+  setenv("OML_ALLOW_INSECURE_KEY_FILES", "0", 1);  // the environment wins over the file
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->allow_insecure_key_files);
+  setenv("OML_ALLOW_INSECURE_KEY_FILES", "maybe", 1);
+  c = LoadConfig();
+  unsetenv("OML_ALLOW_INSECURE_KEY_FILES");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "setting allow_insecure_key_files: not a boolean (true/false, 1/0, yes/no, on/off): 'maybe'");
+}
+
 }  // namespace
 }  // namespace oml

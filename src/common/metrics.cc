@@ -15,7 +15,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   request_seconds_ = &prometheus::BuildHistogram().Name("oml_http_request_seconds").Help("HTTP request latency").Register(*registry_);
   commits_ = &prometheus::BuildCounter().Name("oml_commits_total").Help("Commit-point transactions by result").Register(*registry_);
   commit_seconds_ = &prometheus::BuildHistogram().Name("oml_commit_seconds").Help("Commit-point transaction latency").Register(*registry_);
-  appends_ = &prometheus::BuildCounter().Name("oml_chain_appends_total").Help("Journal events appended, per tenant").Register(*registry_);
+  appends_ = &prometheus::BuildCounter()
+                  .Name("oml_chain_appends_total")
+                  .Help("Journal events appended, all tenants together")
+                  .Register(*registry_)
+                  .Add({});
   lock_wait_ = &prometheus::BuildHistogram()
                     .Name("oml_advisory_lock_wait_seconds")
                     .Help("Time to acquire the per-tenant chain lock and read the head (round trip 1)")
@@ -54,7 +58,7 @@ void Metrics::Commit(bool ok, double seconds) {
   if (ok) commit_seconds_->Add({}, kLatency).Observe(seconds);
 }
 
-void Metrics::ChainAppend(const std::string& tenant) { appends_->Add({{"tenant", tenant}}).Increment(); }
+void Metrics::ChainAppend() { appends_->Increment(); }
 
 void Metrics::LockWait(double seconds) { lock_wait_->Observe(seconds); }
 

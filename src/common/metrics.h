@@ -1,4 +1,9 @@
-// Prometheus metrics of the process (prometheus-cpp core; served by the API at GET /metrics).
+// Prometheus metrics of the process (prometheus-cpp core; served at GET /metrics).
+//
+// No series carries a tenant label: a thousand tenants would make a thousand series per metric,
+// and the endpoint would list every tenant id. Labels are bounded sets (method, route, status,
+// result, kind). Per-tenant detail lives in the log lines (each names its tenant) and in the
+// journal itself (a chain's head seq counts its events).
 #pragma once
 
 #include <prometheus/counter.h>
@@ -20,7 +25,8 @@ class Metrics {
 
   void Request(const std::string& method, const std::string& route, int status, double seconds);
   void Commit(bool ok, double seconds);
-  void ChainAppend(const std::string& tenant);
+  // One journal event appended (any tenant; no tenant label, see above).
+  void ChainAppend();
   void LockWait(double seconds);
   // Chain-integrity events: kind = fork-refused (a write refused on a rewound or diverged chain),
   // publish-refused (a published head the new head does not extend), head-invalid (a published
@@ -40,7 +46,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* request_seconds_;
   prometheus::Family<prometheus::Counter>* commits_;
   prometheus::Family<prometheus::Histogram>* commit_seconds_;
-  prometheus::Family<prometheus::Counter>* appends_;
+  prometheus::Counter* appends_;
   prometheus::Histogram* lock_wait_;
   prometheus::Family<prometheus::Counter>* integrity_;
   prometheus::Gauge* durability_reduced_;

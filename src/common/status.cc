@@ -24,7 +24,9 @@ std::string Status::ToString() const {
   if (ok()) return "ok";
   std::string s = CodeName(code_);
   if (!type_.empty()) s += "(" + type_ + ")";
-  return s + ": " + message_;
+  s += ": " + message_;
+  if (!log_detail_.empty()) s += " [" + log_detail_ + "]";
+  return s;
 }
 
 }  // namespace oml

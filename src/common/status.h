@@ -54,12 +54,27 @@ class [[nodiscard]] Status {
   // A stable, more specific problem type (e.g. "chain-fork", "integrity"). Empty means the
   // default type for the code.
   const std::string& type() const { return type_; }
+  // Diagnostics for the server log and the operator's terminal only, never for an API client:
+  // e.g. a database error's SQLSTATE, PostgreSQL's own message, DETAIL and constraint name
+  // (db/conn.h). message() stays our own short text. Empty when there is nothing more to say.
+  const std::string& log_detail() const { return log_detail_; }
+  Status WithLogDetail(std::string d) const& {
+    Status s = *this;
+    s.log_detail_ = std::move(d);
+    return s;
+  }
+  Status WithLogDetail(std::string d) && {
+    log_detail_ = std::move(d);
+    return std::move(*this);
+  }
+  // "code(type): message", then " [log_detail]" if any. For logs and the CLI, not for clients.
   std::string ToString() const;
 
  private:
   Code code_ = Code::kOk;
   std::string message_;
   std::string type_;
+  std::string log_detail_;
 };
 
 inline Status InvalidArgument(std::string m, std::string t = {}) { return {Code::kInvalidArgument, std::move(m), std::move(t)}; }

@@ -13,6 +13,8 @@
 //     OPENSSL_cleanse before release where this file owns them.
 #include "crypto/crypto.h"
 
+#include "common/secret_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,12 +96,6 @@ const unsigned char* Bytes(std::string_view s) {
 }
 unsigned char* MutableBytes(std::string& s) { return reinterpret_cast<unsigned char*>(s.data()); }
 
-// Overwrites the contents of *s with zeros (in a way the optimizer cannot drop), then empties it.
-void Wipe(std::string* s) {
-  if (!s->empty()) OPENSSL_cleanse(s->data(), s->size());
-  s->clear();
-}
-
 // Appends `v` to *out as 4 big-endian bytes.
 void PutU32BE(uint32_t v, std::string* out) {
   out->push_back(static_cast<char>((v >> 24) & 0xff));
@@ -180,51 +176,14 @@ Status CreateParentDirs(const std::string& path) {
   return Status::Ok();
 }
 
-// Creates `path` (which must not exist) with mode exactly 0600 and writes `contents` to it,
-// durably (fsync of the file and, best effort, of its directory). Missing parent directories are
-// created with mode 0700. The file is created with O_EXCL and mode 0600 from the start, so it
-// is never readable by others even briefly, and an existing file or symlink is never followed
-// or overwritten: that case returns kFailedPrecondition. On any other failure the partially
-// written file is removed and kInternal is returned.
+// Creates `path` (which must not exist) with mode exactly 0600 holding `contents`, atomically
+// and durably (oml::WriteSecretFile, common/secret_file.h: temp file created 0600, fsync,
+// rename without replace). Missing parent directories are created with mode 0700. An existing
+// file or symlink at `path` is never followed or overwritten: kFailedPrecondition. Other
+// failures leave nothing behind and return kInternal.
 Status WriteNewPrivateFile(const std::string& path, std::string_view contents) {
   OML_RETURN_IF_ERROR(CreateParentDirs(path));
-  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    int err = errno;
-    if (err == EEXIST) return FailedPrecondition("refusing to overwrite existing file " + path);
-    return Internal("cannot create " + path + ": " + ErrnoText(err));
-  }
-  auto fail = [&](const std::string& what, int err) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    return Internal(what + " " + path + ": " + ErrnoText(err));
-  };
-  // The umask can only have narrowed 0600; make it exactly 0600 as documented.
-  if (::fchmod(fd, 0600) != 0) return fail("cannot chmod", errno);
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("cannot write", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return fail("cannot fsync", errno);
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(path.c_str());
-    return Internal("cannot close " + path + ": " + ErrnoText(err));
-  }
-  // Make the new directory entry durable too. Best effort: the file itself is complete.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::Ok();
+  return WriteSecretFile(path, contents, 0600, IfExists::kRefuse);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -587,10 +546,54 @@ constexpr size_t kEd25519SignatureSize = 64;
 int NoPassphrase(char* /*buf*/, int /*size*/, int /*rwflag*/, void* /*u*/) { return -1; }
 
 constexpr size_t kKekSize = 32;
+// Domain prefix of the KEK id digest (crypto.h, FileKekProvider); sizeof includes the 0x00.
+constexpr char kKekIdDomain[] = "oml-kek-id/v1";
 constexpr size_t kDekSize = 32;
 constexpr size_t kWrappedSize = kGcmNonceSize + kDekSize + kGcmTagSize;  // 60
 
 }  // namespace
+
+// =============================================================================================
+// Secret bytes.
+
+void Wipe(std::string* s) {
+  if (!s->empty()) OPENSSL_cleanse(s->data(), s->size());
+  s->clear();
+}
+
+namespace {
+// True iff the bytes of `s` live inside the std::string object itself (the small-string buffer)
+// rather than on the heap. Compared as integers: the pointers belong to unrelated objects.
+bool BytesInline(const std::string& s) {
+  const auto obj = reinterpret_cast<std::uintptr_t>(&s);
+  const auto data = reinterpret_cast<std::uintptr_t>(s.data());
+  return data >= obj && data < obj + sizeof(std::string);
+}
+// Moves the secret bytes of *from into *to (whose old bytes are wiped first) so that no copy is
+// left behind in *from: a heap buffer is handed over; inline bytes are copied and wiped.
+void MoveSecret(std::string* from, std::string* to) {
+  Wipe(to);
+  if (BytesInline(*from)) {
+    to->assign(*from);
+    Wipe(from);
+  } else {
+    *to = std::move(*from);
+    Wipe(from);  // empty after the move; wipes anything an implementation left
+  }
+}
+}  // namespace
+
+SecureBytes::SecureBytes(std::string&& bytes) { MoveSecret(&bytes, &s_); }
+SecureBytes::SecureBytes(SecureBytes&& other) noexcept { MoveSecret(&other.s_, &s_); }
+SecureBytes& SecureBytes::operator=(SecureBytes&& other) noexcept {
+  if (this != &other) MoveSecret(&other.s_, &s_);
+  return *this;
+}
+std::string SecureBytes::Release() && {
+  std::string out;
+  MoveSecret(&s_, &out);
+  return out;
+}
 
 // =============================================================================================
 // Digests and encodings.
@@ -741,7 +744,8 @@ Result<SigningKey> SigningKey::Generate() {
   return Impl::Make(PkeyPtr(raw));
 }
 
-Result<SigningKey> SigningKey::LoadFile(const std::string& path) {
+Result<SigningKey> SigningKey::LoadFile(const std::string& path, bool allow_insecure_file) {
+  OML_RETURN_IF_ERROR(CheckKeyFilePermissions(path, allow_insecure_file));
   OML_ASSIGN_OR_RETURN(std::string pem, ReadWholeFile(path));
   if (pem.size() > static_cast<size_t>(INT_MAX)) {
     Wipe(&pem);
@@ -857,14 +861,24 @@ Result<std::string> DecryptAll(std::string_view dek, const std::string& aad, std
     Wipe(&out);
     return tail.status();
   }
+  // Appending must not reallocate `out`: the old buffer would be freed holding plaintext.
+  if (out.capacity() < out.size() + tail->size()) {
+    std::string all;
+    all.reserve(out.size() + tail->size());
+    all += out;
+    Wipe(&out);
+    out = std::move(all);
+  }
   out += *tail;
+  Wipe(&*tail);
   return out;
 }
 
 // =============================================================================================
 // File KEK.
 
-Result<std::unique_ptr<FileKekProvider>> FileKekProvider::Load(const std::string& path) {
+Result<std::unique_ptr<FileKekProvider>> FileKekProvider::Load(const std::string& path, bool allow_insecure_file) {
+  OML_RETURN_IF_ERROR(CheckKeyFilePermissions(path, allow_insecure_file));
   OML_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   // One line: 64 hex characters, optionally terminated by "\n" or "\r\n".
   std::string_view line(text);
@@ -874,11 +888,18 @@ Result<std::unique_ptr<FileKekProvider>> FileKekProvider::Load(const std::string
     Wipe(&text);
     return InvalidArgument("KEK file must hold one line of 64 hex characters: " + path);
   }
-  auto kek = FromHex(line);
+  auto hex = FromHex(line);
   Wipe(&text);
-  if (!kek.ok()) return InvalidArgument("KEK file must hold one line of 64 hex characters: " + path);
-  std::string id = "file:" + Hex(Sha256(*kek)).substr(0, 16);
-  return std::unique_ptr<FileKekProvider>(new FileKekProvider(std::move(*kek), std::move(id)));
+  if (!hex.ok()) return InvalidArgument("KEK file must hold one line of 64 hex characters: " + path);
+  SecureBytes kek(std::move(*hex));
+  // The id hashes a domain-separated copy of the key; the copy is wiped.
+  std::string tagged(kKekIdDomain, sizeof kKekIdDomain);  // includes the terminating 0x00
+  tagged.reserve(tagged.size() + kek.size());
+  tagged.append(kek.view());
+  std::string id = "file:" + Hex(Sha256(tagged)).substr(0, 16);
+  Wipe(&tagged);
+  std::string legacy = "file:" + Hex(Sha256(kek.view())).substr(0, 16);
+  return std::unique_ptr<FileKekProvider>(new FileKekProvider(std::move(kek), std::move(id), std::move(legacy)));
 }
 
 Status FileKekProvider::Generate(const std::string& path) {
@@ -893,7 +914,7 @@ Status FileKekProvider::Generate(const std::string& path) {
 Result<std::string> FileKekProvider::Wrap(std::string_view dek, std::string_view aad) const {
   if (dek.size() != kDekSize) return InvalidArgument("DEK must be 32 bytes, got " + std::to_string(dek.size()));
   // A fresh context per call: Wrap may run on many threads at once.
-  OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(kek_, /*encrypt=*/true));
+  OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(kek_.view(), /*encrypt=*/true));
   const std::string nonce = RandomBytes(kGcmNonceSize);
   std::string out;
   out.reserve(kWrappedSize);
@@ -902,15 +923,44 @@ Result<std::string> FileKekProvider::Wrap(std::string_view dek, std::string_view
   return out;
 }
 
-Result<std::string> FileKekProvider::Unwrap(std::string_view wrapped, std::string_view aad) const {
+Result<SecureBytes> FileKekProvider::Unwrap(std::string_view wrapped, std::string_view aad) const {
   if (wrapped.size() != kWrappedSize) return IntegrityError("wrapped DEK must be 60 bytes");
-  OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(kek_, /*encrypt=*/false));
+  OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(kek_.view(), /*encrypt=*/false));
   std::string dek;
-  dek.reserve(kDekSize);
+  dek.reserve(kDekSize);  // one allocation: Open never reallocates it
   OML_ASSIGN_OR_RETURN(bool ok, gcm.Open(Bytes(wrapped), aad, wrapped.substr(kGcmNonceSize, kDekSize),
                                          wrapped.substr(kGcmNonceSize + kDekSize), &dek));
   if (!ok) return IntegrityError("wrapped DEK failed authentication (wrong KEK, altered bytes or aad)");
-  return dek;
+  return SecureBytes(std::move(dek));
+}
+
+Result<SecureBytes> KekProvider::UnwrapFrom(std::string_view kek_id, std::string_view wrapped,
+                                            std::string_view aad) const {
+  if (!Holds(kek_id))
+    return Unavailable("the DEK is wrapped under KEK " + std::string(kek_id) + ", which is not loaded (KEK in use: " +
+                           this->kek_id() + ")",
+                       "kek-unavailable");
+  return Unwrap(wrapped, aad);
+}
+
+bool KekRing::Holds(std::string_view kek_id) const {
+  if (primary_->Holds(kek_id)) return true;
+  for (const auto& p : previous_)
+    if (p->Holds(kek_id)) return true;
+  return false;
+}
+
+Result<SecureBytes> KekRing::UnwrapFrom(std::string_view kek_id, std::string_view wrapped, std::string_view aad) const {
+  if (primary_->Holds(kek_id)) return primary_->UnwrapFrom(kek_id, wrapped, aad);
+  for (const auto& p : previous_)
+    if (p->Holds(kek_id)) return p->UnwrapFrom(kek_id, wrapped, aad);
+  return KekProvider::UnwrapFrom(kek_id, wrapped, aad);  // kek-unavailable
+}
+
+std::vector<std::string> KekRing::previous_ids() const {
+  std::vector<std::string> ids;
+  for (const auto& p : previous_) ids.push_back(p->kek_id());
+  return ids;
 }
 
 std::string NewUuidV4() {

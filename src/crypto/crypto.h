@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -29,6 +30,43 @@ std::string NewUuidV4();
 // Constant-time equality for digests and token hashes.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
+// ---------------------------------------------------------------------------------------------
+// Secret bytes in memory: a KEK, an unwrapped DEK, a decrypted body.
+//
+// Wipe overwrites the bytes of *s with zeros (OPENSSL_cleanse: the compiler may not drop it)
+// and empties it; the capacity is kept, so nothing is freed unwiped.
+void Wipe(std::string* s);
+
+// Owns secret bytes and wipes them (Wipe above) when destroyed, assigned over or moved from.
+// Move-only. It never grows, so no reallocation leaves an unwiped copy behind.
+//
+// Taking a std::string in: a string whose bytes live on the heap hands its buffer over (no
+// copy). A short string keeps its bytes inside the std::string object (the small-string
+// buffer), where a move would copy them and leave them behind: those are copied and the
+// source's bytes wiped. Either way the source is left empty and holds no secret byte.
+// Not thread-safe (like std::string).
+class SecureBytes {
+ public:
+  SecureBytes() = default;
+  explicit SecureBytes(std::string&& bytes);
+  SecureBytes(SecureBytes&& other) noexcept;
+  SecureBytes& operator=(SecureBytes&& other) noexcept;
+  SecureBytes(const SecureBytes&) = delete;
+  SecureBytes& operator=(const SecureBytes&) = delete;
+  ~SecureBytes() { Wipe(); }
+
+  std::string_view view() const { return s_; }
+  size_t size() const { return s_.size(); }
+  bool empty() const { return s_.empty(); }
+  // Wipes the bytes now and leaves this empty.
+  void Wipe() { crypto::Wipe(&s_); }
+  // Hands the bytes to a plain std::string (the caller takes over wiping them); leaves this empty.
+  std::string Release() &&;
+
+ private:
+  std::string s_;
+};
+
 // Key id of an Ed25519 public key: "ed25519:" + first 16 hex chars of SHA-256(raw public key).
 std::string KeyIdFor(std::string_view public_key_raw);
 
@@ -37,8 +75,10 @@ class SigningKey {
  public:
   static Result<SigningKey> Generate();
   // Loads a PKCS#8 PEM private key. kNotFound if the file is missing, kInvalidArgument if it is
-  // not an Ed25519 key.
-  static Result<SigningKey> LoadFile(const std::string& path);
+  // not an Ed25519 key. kFailedPrecondition if the file is not owned by the effective uid or
+  // gives group/other any permission (oml::CheckKeyFilePermissions, common/secret_file.h);
+  // `allow_insecure_file` (config allow_insecure_key_files) logs a warning instead.
+  static Result<SigningKey> LoadFile(const std::string& path, bool allow_insecure_file = false);
   // Writes PKCS#8 PEM with mode 0600 (created with that mode; never world-readable even
   // briefly). Creates parent directories with mode 0700. Fails if the file exists.
   Status SaveFile(const std::string& path) const;
@@ -133,35 +173,80 @@ Result<std::string> DecryptAll(std::string_view dek, const std::string& aad, std
 
 // ---------------------------------------------------------------------------------------------
 // Key encryption keys. A KekProvider wraps per-artifact DEKs; a KMS can replace the file one.
+// Every wrapped DEK is stored with the id of the KEK that wrapped it (oml.artifact_keys.kek_id),
+// so a KEK rotation can re-wrap DEKs one by one while readers unwrap each under its own KEK.
+// Implementations are thread-safe.
 class KekProvider {
  public:
   virtual ~KekProvider() = default;
-  // Stable identifier of the KEK, stored next to each wrapped DEK.
+  // Stable identifier of the KEK that Wrap uses, stored next to each wrapped DEK. Derived from
+  // the key (never the key itself) so it can be published in the journal and the database.
   virtual std::string kek_id() const = 0;
-  // Wraps a 32-byte DEK; aad binds the wrap to its owner (tenant/artifact).
+  // True iff this provider can unwrap DEKs recorded under `kek_id`.
+  virtual bool Holds(std::string_view kek_id) const { return kek_id == this->kek_id(); }
+  // Wraps a 32-byte DEK under kek_id(); aad binds the wrap to its owner (tenant/artifact).
   virtual Result<std::string> Wrap(std::string_view dek, std::string_view aad) const = 0;
-  // kDataLoss (type "integrity") if the wrapped bytes or aad were altered.
-  virtual Result<std::string> Unwrap(std::string_view wrapped, std::string_view aad) const = 0;
+  // Unwraps under kek_id(). kDataLoss (type "integrity") if the wrapped bytes or aad were
+  // altered, or the DEK was wrapped under another KEK.
+  virtual Result<SecureBytes> Unwrap(std::string_view wrapped, std::string_view aad) const = 0;
+  // Unwraps a DEK recorded under `kek_id`: kUnavailable "kek-unavailable" if this provider holds
+  // no KEK of that id (a configuration problem, e.g. a rotation in progress without the previous
+  // KEK loaded); otherwise as Unwrap under that KEK.
+  virtual Result<SecureBytes> UnwrapFrom(std::string_view kek_id, std::string_view wrapped,
+                                         std::string_view aad) const;
 };
 
 // KEK from a file holding 32 random bytes (hex-encoded, one line). Wrap format:
 //   nonce(12) || AES-256-GCM(dek) (32) || tag(16)  = 60 bytes.
-// kek_id = "file:" + first 16 hex of SHA-256(kek).
+// kek_id = "file:" + first 16 hex of SHA-256("oml-kek-id/v1" || 0x00 || kek): domain-separated,
+// so the id is never a digest of the bare key that another use could share. DEKs wrapped before
+// sql/0006 carry the legacy id "file:" + first 16 hex of SHA-256(kek); Holds() accepts it too,
+// and `oml kek rotate` re-records them under the current id.
+// The key bytes are wiped when the provider is destroyed.
 class FileKekProvider : public KekProvider {
  public:
-  // Loads the KEK; kNotFound if the file is missing.
-  static Result<std::unique_ptr<FileKekProvider>> Load(const std::string& path);
+  // Loads the KEK; kNotFound if the file is missing, kInvalidArgument if malformed,
+  // kFailedPrecondition for its owner or mode as SigningKey::LoadFile (same override).
+  static Result<std::unique_ptr<FileKekProvider>> Load(const std::string& path, bool allow_insecure_file = false);
   // Creates a new random KEK file with mode 0600 (parents 0700). Fails if it exists.
   static Status Generate(const std::string& path);
 
   std::string kek_id() const override { return kek_id_; }
+  bool Holds(std::string_view kek_id) const override { return kek_id == kek_id_ || kek_id == legacy_id_; }
   Result<std::string> Wrap(std::string_view dek, std::string_view aad) const override;
-  Result<std::string> Unwrap(std::string_view wrapped, std::string_view aad) const override;
+  Result<SecureBytes> Unwrap(std::string_view wrapped, std::string_view aad) const override;
 
  private:
-  FileKekProvider(std::string kek, std::string id) : kek_(std::move(kek)), kek_id_(std::move(id)) {}
-  std::string kek_;
+  FileKekProvider(SecureBytes kek, std::string id, std::string legacy_id)
+      : kek_(std::move(kek)), kek_id_(std::move(id)), legacy_id_(std::move(legacy_id)) {}
+  SecureBytes kek_;
   std::string kek_id_;
+  std::string legacy_id_;
+};
+
+// The KEKs a process holds: one primary that wraps new DEKs, and previous ones that only
+// unwrap (the KEKs a rotation in progress moves DEKs away from). UnwrapFrom picks the KEK by the
+// DEK's recorded kek_id. Owns its providers.
+class KekRing : public KekProvider {
+ public:
+  // REQUIRES: primary != nullptr; no entry of `previous` is null.
+  KekRing(std::unique_ptr<KekProvider> primary, std::vector<std::unique_ptr<KekProvider>> previous)
+      : primary_(std::move(primary)), previous_(std::move(previous)) {}
+
+  std::string kek_id() const override { return primary_->kek_id(); }
+  bool Holds(std::string_view kek_id) const override;
+  Result<std::string> Wrap(std::string_view dek, std::string_view aad) const override { return primary_->Wrap(dek, aad); }
+  Result<SecureBytes> Unwrap(std::string_view wrapped, std::string_view aad) const override {
+    return primary_->Unwrap(wrapped, aad);
+  }
+  Result<SecureBytes> UnwrapFrom(std::string_view kek_id, std::string_view wrapped,
+                                 std::string_view aad) const override;
+  // Ids of the unwrap-only KEKs, in the order given.
+  std::vector<std::string> previous_ids() const;
+
+ private:
+  std::unique_ptr<KekProvider> primary_;
+  std::vector<std::unique_ptr<KekProvider>> previous_;
 };
 
 }  // namespace oml::crypto

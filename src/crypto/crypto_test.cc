@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstring>
@@ -47,8 +48,10 @@ std::string ReadFile(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// Mode 0600, as key files must have to be loaded (oml::CheckKeyFilePermissions).
 void WriteFile(const fs::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
 }
 
 // Expects `s` to be the tamper-detection error of the contract.
@@ -772,7 +775,8 @@ TEST_F(CryptoFileTest, KekGenerateLoadWrapUnwrap) {
 
   auto p = FileKekProvider::Load(path.string());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ((*p)->kek_id(), "file:" + Hex(Sha256(*kek)).substr(0, 16));
+  EXPECT_EQ((*p)->kek_id(), "file:" + Hex(Sha256(std::string("oml-kek-id/v1", 14) + *kek)).substr(0, 16));
+  EXPECT_TRUE((*p)->Holds("file:" + Hex(Sha256(*kek)).substr(0, 16)));  // the legacy id
 
   const std::string dek = RandomBytes(32);
   auto w1 = (*p)->Wrap(dek, "tenant-1/artifact-7");
@@ -787,7 +791,7 @@ TEST_F(CryptoFileTest, KekGenerateLoadWrapUnwrap) {
   for (const auto* w : {&*w1, &*w2}) {
     auto back = (*p2)->Unwrap(*w, "tenant-1/artifact-7");
     ASSERT_TRUE(back.ok()) << back.status().ToString();
-    EXPECT_EQ(*back, dek);
+    EXPECT_EQ(back->view(), dek);
   }
 }
 
@@ -797,7 +801,12 @@ TEST_F(CryptoFileTest, KekKnownIdAndWrapLayout) {
   WriteFile(path, kek_hex + "\n");
   auto p = FileKekProvider::Load(path.string());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ((*p)->kek_id(), "file:630dcd2966c43366");
+  // SHA-256("oml-kek-id/v1" || 0x00 || kek); the legacy id SHA-256(kek) is held, not used.
+  EXPECT_EQ((*p)->kek_id(), "file:b535471c314216d0");
+  EXPECT_TRUE((*p)->Holds("file:b535471c314216d0"));
+  EXPECT_TRUE((*p)->Holds("file:630dcd2966c43366"));
+  EXPECT_FALSE((*p)->Holds("file:630dcd2966c43367"));
+  EXPECT_FALSE((*p)->Holds(""));
 
   // nonce(12) || AES-256-GCM(dek)(32) || tag(16), aad bound: decrypt with plain EVP.
   const std::string dek = RandomBytes(32);
@@ -831,7 +840,7 @@ TEST_F(CryptoFileTest, KekKnownIdAndWrapLayout) {
     WriteFile(path, variant);
     auto q = FileKekProvider::Load(path.string());
     ASSERT_TRUE(q.ok()) << q.status().ToString();
-    EXPECT_EQ((*q)->kek_id(), "file:630dcd2966c43366");
+    EXPECT_EQ((*q)->kek_id(), "file:b535471c314216d0");
   }
 }
 
@@ -864,6 +873,53 @@ TEST_F(CryptoFileTest, KekUnwrapDetectsTampering) {
   ASSERT_TRUE(q.ok());
   EXPECT_NE((*q)->kek_id(), (*p)->kek_id());
   EXPECT_INTEGRITY((*q)->Unwrap(*w, "tenant-1/artifact-7").status());
+}
+
+// A ring wraps under its primary and unwraps each DEK under the KEK its recorded id names.
+TEST_F(CryptoFileTest, KekRingUnwrapsByRecordedId) {
+  ASSERT_TRUE(FileKekProvider::Generate((dir_ / "old").string()).ok());
+  ASSERT_TRUE(FileKekProvider::Generate((dir_ / "new").string()).ok());
+  auto old_kek = FileKekProvider::Load((dir_ / "old").string());
+  auto new_kek = FileKekProvider::Load((dir_ / "new").string());
+  auto stray = FileKekProvider::Load((dir_ / "new").string());
+  ASSERT_TRUE(old_kek.ok() && new_kek.ok() && stray.ok());
+  const std::string old_id = (*old_kek)->kek_id(), new_id = (*new_kek)->kek_id();
+  ASSERT_NE(old_id, new_id);
+  const std::string dek = RandomBytes(32);
+  auto w_old = (*old_kek)->Wrap(dek, "aad");
+  ASSERT_TRUE(w_old.ok());
+
+  std::vector<std::unique_ptr<KekProvider>> previous;
+  previous.push_back(std::move(*old_kek));
+  KekRing ring(std::move(*new_kek), std::move(previous));
+  EXPECT_EQ(ring.kek_id(), new_id);
+  EXPECT_EQ(ring.previous_ids(), std::vector<std::string>{old_id});
+  EXPECT_TRUE(ring.Holds(old_id));
+  EXPECT_TRUE(ring.Holds(new_id));
+  EXPECT_FALSE(ring.Holds("file:0000000000000000"));
+
+  auto w_new = ring.Wrap(dek, "aad");
+  ASSERT_TRUE(w_new.ok());
+  // Wrapped under the primary: the new KEK alone unwraps it.
+  auto a = (*stray)->Unwrap(*w_new, "aad");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->view(), dek);
+
+  auto b = ring.UnwrapFrom(old_id, *w_old, "aad");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->view(), dek);
+  auto c = ring.UnwrapFrom(new_id, *w_new, "aad");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->view(), dek);
+  // The id decides which KEK is tried: a DEK recorded under the wrong id does not unwrap.
+  EXPECT_INTEGRITY(ring.UnwrapFrom(new_id, *w_old, "aad").status());
+  // An id nobody holds is a configuration problem, not data loss.
+  auto d = ring.UnwrapFrom("file:0000000000000000", *w_old, "aad");
+  EXPECT_EQ(d.status().code(), Code::kUnavailable);
+  EXPECT_EQ(d.status().type(), "kek-unavailable");
+  auto e = (*stray)->UnwrapFrom(old_id, *w_old, "aad");
+  EXPECT_EQ(e.status().code(), Code::kUnavailable);
+  EXPECT_EQ(e.status().type(), "kek-unavailable");
 }
 
 TEST_F(CryptoFileTest, KekWrapRejectsBadDekSize) {
@@ -908,6 +964,92 @@ TEST_F(CryptoFileTest, KekLoadErrors) {
 namespace oml::crypto {
 namespace {
 
+// ---------------------------------------------------------------------------------------------
+// Wiping secrets. Reading a wiped buffer through a saved pointer stays within its allocation:
+// Wipe keeps the capacity, and a moved-from string keeps its own small-string buffer.
+
+bool AllZero(const char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != 0) return false;
+  return true;
+}
+
+TEST(WipeTest, ZeroesTheBytesAndEmpties) {
+  std::string s(100, 'k');
+  const char* p = s.data();
+  Wipe(&s);
+  EXPECT_TRUE(s.empty());
+  ASSERT_EQ(s.data(), p);  // same buffer, kept
+  EXPECT_TRUE(AllZero(p, 100));
+  Wipe(&s);  // an empty string is fine
+  EXPECT_TRUE(s.empty());
+}
+
+TEST(SecureBytesTest, WipeZeroesItsBuffer) {
+  SecureBytes b(std::string(64, 's'));
+  ASSERT_EQ(b.size(), 64u);
+  const char* p = b.view().data();
+  EXPECT_EQ(b.view(), std::string(64, 's'));
+  b.Wipe();
+  EXPECT_TRUE(b.empty());
+  EXPECT_TRUE(AllZero(p, 64));
+}
+
+TEST(SecureBytesTest, TakingAHeapStringHandsTheBufferOver) {
+  std::string src(64, 'h');
+  const char* p = src.data();
+  SecureBytes b(std::move(src));
+  EXPECT_TRUE(src.empty());  // NOLINT(bugprone-use-after-move): the contract says so
+  EXPECT_EQ(b.view().data(), p);  // no copy made
+  EXPECT_EQ(b.view(), std::string(64, 'h'));
+}
+
+TEST(SecureBytesTest, TakingAShortStringLeavesNoCopyInTheSource) {
+  std::string src = "short-secret";  // 12 bytes: inside the std::string object
+  const char* p = src.data();
+  const bool inline_bytes = p >= reinterpret_cast<const char*>(&src) && p < reinterpret_cast<const char*>(&src + 1);
+  ASSERT_TRUE(inline_bytes) << "this standard library keeps 12 bytes on the heap; the test needs its SSO";
+  SecureBytes b(std::move(src));
+  EXPECT_EQ(b.view(), "short-secret");
+  EXPECT_TRUE(src.empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(AllZero(p, 12));
+}
+
+TEST(SecureBytesTest, MovesLeaveNoSecretBehind) {
+  SecureBytes a(std::string("0123456789"));  // short: inline in a's string
+  const char* pa = a.view().data();
+  SecureBytes b(std::move(a));
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(AllZero(pa, 10));
+  EXPECT_EQ(b.view(), "0123456789");
+
+  SecureBytes c(std::string(48, 'c'));
+  const char* pc = c.view().data();
+  c = std::move(b);  // c's old bytes are wiped before it takes b's (b's are copied: inline)
+  EXPECT_TRUE(b.empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(c.view(), "0123456789");
+  ASSERT_EQ(c.view().data(), pc);   // the copy reuses c's buffer...
+  EXPECT_TRUE(AllZero(pc + 10, 38));  // ...whose old bytes beyond the new ones are zero
+
+  std::string out = std::move(c).Release();
+  EXPECT_EQ(out, "0123456789");
+  EXPECT_TRUE(c.empty());  // NOLINT(bugprone-use-after-move)
+}
+
+// DecryptAll builds the plaintext from the stream's pieces without reallocating a buffer that
+// held plaintext; the result is exact for every size around a segment boundary.
+TEST(SecureBytesTest, DecryptAllRoundTripsAcrossSegmentBoundaries) {
+  const std::string dek = RandomBytes(32);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{128}, size_t{129}, size_t{1000}}) {
+    const std::string pt = RandomBytes(n);
+    auto ct = EncryptAll(dek, "aad", pt, 64);
+    ASSERT_TRUE(ct.ok());
+    auto back = DecryptAll(dek, "aad", *ct);
+    ASSERT_TRUE(back.ok()) << n << ": " << back.status().ToString();
+    EXPECT_EQ(*back, pt) << n;
+  }
+}
+
 TEST(UuidTest, VersionFourCanonicalAndFresh) {
   std::string a = NewUuidV4(), b = NewUuidV4();
   ASSERT_EQ(a.size(), 36u);
@@ -915,6 +1057,54 @@ TEST(UuidTest, VersionFourCanonicalAndFresh) {
   EXPECT_EQ(a[14], '4');  // version nibble
   EXPECT_NE(std::string("89ab").find(a[19]), std::string::npos);  // RFC 4122 variant
   EXPECT_NE(a, b);
+}
+
+// Key and KEK files readable by group or others are refused at load, naming the file, its mode
+// and the fix; the override (config allow_insecure_key_files) loads them with a warning.
+TEST_F(CryptoFileTest, KeyFilesWithGroupOrOtherBitsAreRefusedAtLoad) {
+  auto key = SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  const fs::path key_file = dir_ / "keys" / "signing.key";
+  const fs::path kek_file = dir_ / "keys" / "kek.key";
+  ASSERT_TRUE(key->SaveFile(key_file.string()).ok());
+  ASSERT_TRUE(FileKekProvider::Generate(kek_file.string()).ok());
+  ASSERT_TRUE(SigningKey::LoadFile(key_file.string()).ok());
+  ASSERT_TRUE(FileKekProvider::Load(kek_file.string()).ok());
+
+  fs::permissions(key_file, fs::perms::group_read | fs::perms::others_read, fs::perm_options::add);  // 0644
+  fs::permissions(kek_file, fs::perms::group_read, fs::perm_options::add);                          // 0640
+  auto k = SigningKey::LoadFile(key_file.string());
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(k.status().message().substr(0, k.status().message().find(';')),
+            "key file " + key_file.string() + " has mode 0644 (group or others may use it)");
+  EXPECT_NE(k.status().message().find("run `chmod 600 " + key_file.string() + "`"), std::string::npos);
+  auto p = FileKekProvider::Load(kek_file.string());
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("key file " + kek_file.string() + " has mode 0640"), std::string::npos);
+
+  auto k2 = SigningKey::LoadFile(key_file.string(), /*allow_insecure_file=*/true);
+  ASSERT_TRUE(k2.ok()) << k2.status().ToString();
+  EXPECT_EQ(k2->key_id(), key->key_id());
+  EXPECT_TRUE(FileKekProvider::Load(kek_file.string(), /*allow_insecure_file=*/true).ok());
+}
+
+// SaveFile and Generate leave no temporary file behind, and the keys directory is 0700.
+TEST_F(CryptoFileTest, SavedKeyFilesLeaveNoTemporaryFiles) {
+  const mode_t old = ::umask(0);
+  auto key = SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  Status s1 = key->SaveFile((dir_ / "keys" / "signing.key").string());
+  Status s2 = FileKekProvider::Generate((dir_ / "keys" / "kek.key").string());
+  ::umask(old);
+  ASSERT_TRUE(s1.ok()) << s1.ToString();
+  ASSERT_TRUE(s2.ok()) << s2.ToString();
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_ / "keys")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"kek.key", "signing.key"}));
+  EXPECT_EQ(fs::status(dir_ / "keys").permissions(), fs::perms::owner_all);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -97,28 +98,58 @@ int64_t Rows::Affected() const {
 }
 
 Status StatusFromResult(const PGresult* r, PGconn* c) {
+  auto trimmed = [](std::string m) {
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+    return m;
+  };
   if (c != nullptr && PQstatus(c) == CONNECTION_BAD) {
-    return Unavailable(std::string("database connection lost: ") + PQerrorMessage(c), "database-unavailable");
+    return Unavailable("the database is unavailable; retry later", "database-unavailable")
+        .WithLogDetail("database connection lost: " + trimmed(PQerrorMessage(c)));
   }
   const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-  std::string msg = r ? PQresultErrorMessage(r) : (c ? PQerrorMessage(c) : "unknown error");
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  std::string code = state ? state : "";
-  std::string full = "[" + code + "] " + msg;
-  if (code == "40001" || code == "40P01") return Status(Code::kAborted, full);
-  // The application role hitting a privilege or RLS wall is a server bug, never the caller's
-  // fault: report it as internal, with its own type.
-  if (code == "42501") return Internal(full, "database-permission-denied");
-  if (code.rfind("23", 0) == 0) return FailedPrecondition(full, "constraint");
-  if (code == "OMKEY") {  // oml.require_live_api_key: the caller's message, without the SQL noise
+  const std::string code = state ? state : "";
+  // Everything PostgreSQL said (message, DETAIL, HINT, CONTEXT, the statement of another
+  // backend in a deadlock report) goes to the log detail only; the client-facing message is ours.
+  std::string log = "[" + code + "] " + trimmed(r ? PQresultErrorMessage(r) : (c ? PQerrorMessage(c) : "unknown error"));
+  if (const char* k = r ? PQresultErrorField(r, PG_DIAG_CONSTRAINT_NAME) : nullptr) log += std::string(" (constraint ") + k + ")";
+  auto is = [&](const char* prefix) { return code.rfind(prefix, 0) == 0; };
+  Status s;
+  if (code == "23505") {
+    s = FailedPrecondition("the request conflicts with existing data", "conflict");
+  } else if (is("23")) {
+    s = FailedPrecondition("the request violates a data constraint", "constraint");
+  } else if (is("40")) {  // 40001 serialization failure, 40P01 deadlock, and the rest of the class
+    s = Status(Code::kAborted, "the transaction conflicted with a concurrent one and was rolled back; retry",
+               "transaction-conflict");
+  } else if (code == "42501") {
+    // The application role hitting a privilege or RLS wall is a server bug, never the caller's
+    // fault: internal, with its own type.
+    s = Internal("internal error: the database refused a privilege", "database-permission-denied");
+  } else if (code == "OMKEY") {
+    // oml.require_live_api_key: its primary message is ours ("API key ak_... is revoked").
     const char* primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
-    return Unauthenticated(primary ? primary : full, "unauthenticated");
+    s = Unauthenticated(primary ? primary : "API key is revoked", "unauthenticated");
+  } else if (code == "57014") {
+    s = Unavailable("the database canceled the statement (a timeout or a cancel request); retry", "query-canceled");
+  } else if (is("53") || code == "55P03") {  // insufficient resources; lock not available
+    s = Unavailable("the database is busy; retry later", "database-busy");
+  } else if (is("08") || is("57P") || code == "25006") {  // connection, shutdown, read-only standby
+    s = Unavailable("the database is unavailable; retry later", "database-unavailable");
+  } else if (code == "22012") {
+    // Division by zero is how oml's guarded UPDATEs say "no row matched" (SELECT 1/count(*) FROM
+    // the UPDATE's RETURNING); callers that use one turn this type into their own answer.
+    s = Internal("a guarded statement matched no row", kZeroRowsGuard);
+  } else {
+    s = Internal("unexpected database error (SQLSTATE " + (code.empty() ? std::string("none") : code) + ")");
   }
-  if (code.rfind("08", 0) == 0 || code == "57P01") return Unavailable(full, "database-unavailable");
-  // Division by zero is how oml's guarded UPDATEs say "no row matched" (SELECT 1/count(*) FROM
-  // the UPDATE's RETURNING); callers that use one turn this type into their own answer.
-  if (code == "22012") return Internal(full, kZeroRowsGuard);
-  return Internal(full);
+  return std::move(s).WithLogDetail(std::move(log));
+}
+
+bool IsViolationOf(const Status& s, const std::string& constraint) {
+  if (s.code() != Code::kFailedPrecondition || (s.type() != "conflict" && s.type() != "constraint")) return false;
+  const std::string suffix = " (constraint " + constraint + ")";
+  const std::string& d = s.log_detail();
+  return d.size() >= suffix.size() && d.compare(d.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool CommitNoticeRefusesAck(const char* severity_nonlocalized, const char* sqlstate) {
@@ -145,7 +176,8 @@ Result<Conn> Conn::Connect(const std::string& url) {
   if (PQstatus(c) != CONNECTION_OK) {
     std::string m = PQerrorMessage(c);
     while (!m.empty() && m.back() == '\n') m.pop_back();
-    return Unavailable("cannot connect to PostgreSQL: " + m, "database-unavailable");
+    // The host, port and role libpq names stay in the log detail.
+    return Unavailable("cannot connect to PostgreSQL", "database-unavailable").WithLogDetail(m);
   }
   // English server messages (conn.h). A SET rather than `options=-c lc_messages=C` in the
   // startup packet: a role not allowed to set it would fail to connect at all, before
@@ -328,44 +360,100 @@ bool Conn::Alive() {
   return healthy();
 }
 
+namespace {
+// The calling thread's share (Pool::ScopedShare): name and cap override (0: the pool default).
+thread_local std::string tls_share;
+thread_local int tls_share_cap = 0;
+thread_local std::chrono::milliseconds tls_share_wait{0};
+}  // namespace
+
+Pool::Pool(std::string url, Options o) : url_(std::move(url)), opts_(o) {}
+
+Pool::ScopedShare::ScopedShare(std::string share, int cap, std::chrono::milliseconds max_wait)
+    : prev_share_(std::move(tls_share)), prev_cap_(tls_share_cap), prev_wait_(tls_share_wait) {
+  tls_share = std::move(share);
+  tls_share_cap = cap;
+  tls_share_wait = max_wait;
+}
+
+Pool::ScopedShare::~ScopedShare() {
+  tls_share = std::move(prev_share_);
+  tls_share_cap = prev_cap_;
+  tls_share_wait = prev_wait_;
+}
+
 Pool::Handle::~Handle() {
-  if (pool_ && conn_) pool_->Release(std::move(conn_));
+  if (pool_ && conn_) pool_->Release(std::move(conn_), share_);
+}
+
+int Pool::InUse(const std::string& share) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = share_in_use_.find(share);
+  return it == share_in_use_.end() ? 0 : it->second;
 }
 
 Result<Pool::Handle> Pool::Acquire() {
+  const std::string share = tls_share;
+  const int cap = share.empty() ? opts_.size
+                  : tls_share_cap > 0 ? tls_share_cap
+                  : opts_.default_share_cap > 0 ? opts_.default_share_cap
+                                                : std::max(1, opts_.size - opts_.size / 4);
+  std::chrono::milliseconds wait = opts_.acquire_timeout;
+  if (tls_share_wait.count() > 0 && (wait.count() == 0 || tls_share_wait < wait)) wait = tls_share_wait;
+  const bool bounded = wait.count() > 0;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    if (!idle_.empty()) {
+    const bool share_full = !share.empty() && share_in_use_[share] >= cap;
+    if (!share_full && !idle_.empty()) {
       auto c = std::move(idle_.front());
       idle_.pop_front();
-      if (c->Alive()) return Handle(this, std::move(c));
-      --open_;
-      continue;
+      if (!c->Alive()) {
+        --open_;
+        continue;
+      }
+      if (!share.empty()) ++share_in_use_[share];
+      return Handle(this, std::move(c), share);
     }
-    if (open_ < size_) {
+    if (!share_full && open_ < opts_.size) {
       ++open_;
+      if (!share.empty()) ++share_in_use_[share];
       l.unlock();
       auto c = Conn::Connect(url_);
       if (!c.ok()) {
         std::lock_guard<std::mutex> g(mu_);
         --open_;
-        cv_.notify_one();
+        if (!share.empty() && --share_in_use_[share] == 0) share_in_use_.erase(share);
+        cv_.notify_all();
         return c.status();
       }
-      return Handle(this, std::make_unique<Conn>(std::move(c).value()));
+      return Handle(this, std::make_unique<Conn>(std::move(c).value()), share);
     }
-    cv_.wait(l);
+    if (share_in_use_[share] == 0) share_in_use_.erase(share);
+    if (!bounded) {
+      cv_.wait(l);
+    } else if (cv_.wait_until(l, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline) {
+      return Unavailable("no database connection became free within " + std::to_string(wait.count()) +
+                             " ms" + (share_full ? " (this client's share of the pool is in use)" : ""),
+                         "database-busy");
+    }
   }
 }
 
-void Pool::Release(std::unique_ptr<Conn> c) {
+void Pool::Release(std::unique_ptr<Conn> c, const std::string& share) {
   std::lock_guard<std::mutex> l(mu_);
+  if (!share.empty()) {
+    auto it = share_in_use_.find(share);
+    if (it != share_in_use_.end() && --it->second <= 0) share_in_use_.erase(it);
+  }
   if (c->healthy() && PQtransactionStatus(c->raw()) == PQTRANS_IDLE) {
     idle_.push_back(std::move(c));
   } else {
     --open_;  // drop a broken connection or one left inside a transaction
   }
-  cv_.notify_one();
+  // Waiters of different shares wait on one condition: wake them all so that one whose share
+  // is at its cap does not swallow the wakeup another could use.
+  cv_.notify_all();
 }
 
 std::string QuoteIdent(Conn& c, const std::string& s) {

@@ -1,13 +1,25 @@
 // PostgreSQL access over libpq: a move-only connection, a bounded pool, and a pipeline.
 //
 // Results come back in text format unless a Stmt asks for binary; bytea columns are decoded with
-// GetBytes() either way. SQLSTATEs map to
-// Status codes: 40001/40P01 -> kAborted, 42501 -> kInternal ("database-permission-denied": the
-// application role hitting a privilege or RLS wall is a server bug), connection loss ->
-// kUnavailable, 23xxx -> kFailedPrecondition ("constraint"), oml's own OMKEY (a revoked API
-// key, raised by oml.require_live_api_key) -> kUnauthenticated with only the primary message,
-// 22012 -> kInternal typed kZeroRowsGuard, anything else -> kInternal. The SQLSTATE is kept in
-// the message ("[42501] permission denied for table journal").
+// GetBytes() either way.
+//
+// Errors. A failed statement becomes a Status whose code and type follow its SQLSTATE class and
+// whose message is oml's own short text: nothing PostgreSQL wrote (its message, DETAIL, HINT,
+// constraint and table names, another backend's SQL in a deadlock report) is in message(), so
+// nothing of it can reach an API client. All of it is in log_detail(), "[SQLSTATE] <PostgreSQL's
+// message>" plus " (constraint <name>)" when the error names one, for the server log.
+//
+//   SQLSTATE                     code                 type                        message
+//   23505 unique violation       kFailedPrecondition  conflict                    the request conflicts with existing data
+//   other 23xxx                  kFailedPrecondition  constraint                  the request violates a data constraint
+//   40xxx (40001, 40P01)         kAborted             transaction-conflict        ... rolled back; retry
+//   42501 privilege / RLS        kInternal            database-permission-denied  (a server bug)
+//   OMKEY (revoked API key)      kUnauthenticated     unauthenticated             PL/pgSQL primary message (oml's own)
+//   57014 query canceled         kUnavailable         query-canceled              ... retry
+//   53xxx resources, 55P03 lock  kUnavailable         database-busy               the database is busy; retry later
+//   08xxx, 57Pxx, 25006, lost    kUnavailable         database-unavailable        the database is unavailable; retry later
+//   22012 (guarded UPDATE)       kInternal            zero-rows-guard             a guarded statement matched no row
+//   anything else                kInternal            (none: internal)            unexpected database error (SQLSTATE x)
 #pragma once
 
 #include <libpq-fe.h>
@@ -16,6 +28,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -155,16 +168,40 @@ bool CommitNoticeRefusesAck(const char* severity_nonlocalized, const char* sqlst
 // Maps a failed PGresult (or connection) to a Status as described above.
 Status StatusFromResult(const PGresult* r, PGconn* c);
 
+// True iff `s` is a constraint violation (type conflict or constraint) of the named constraint,
+// e.g. "idempotency_keys_pkey". Reads the constraint name PostgreSQL reports in its own field
+// (PG_DIAG_CONSTRAINT_NAME), never the localized message.
+bool IsViolationOf(const Status& s, const std::string& constraint);
+
 // A bounded pool of connections to one URL. Thread-safe.
+//
+// Fairness: every acquisition belongs to a share, named by the calling thread's innermost live
+// Pool::ScopedShare (a tenant id, "auth" for API-key lookups; none outside any scope). A named
+// share holds at most its cap of connections at once (by default all but a quarter of the
+// pool, at least 1), so one tenant's readers, or a flood of token lookups, cannot take every
+// connection. Acquisitions outside any share are capped only by the pool size.
+//
+// Deadline: with Options::acquire_timeout > 0, Acquire waits at most that long and then fails
+// with kUnavailable, type "database-busy" (HTTP 503 with Retry-After). 0 waits forever (the
+// CLI and background tasks).
 class Pool {
  public:
-  Pool(std::string url, int size) : url_(std::move(url)), size_(size) {}
+  struct Options {
+    int size = 16;
+    std::chrono::milliseconds acquire_timeout{0};
+    int default_share_cap = 0;  // 0: size - size / 4, at least 1
+  };
+  Pool(std::string url, int size) : Pool(std::move(url), Options{size}) {}
+  Pool(std::string url, Options o);
 
   // A connection checked out of the pool; returns itself on destruction. Move-only.
   class Handle {
    public:
-    Handle(Pool* p, std::unique_ptr<Conn> c) : pool_(p), conn_(std::move(c)) {}
-    Handle(Handle&& o) noexcept : pool_(o.pool_), conn_(std::move(o.conn_)) { o.pool_ = nullptr; }
+    Handle(Pool* p, std::unique_ptr<Conn> c, std::string share)
+        : pool_(p), conn_(std::move(c)), share_(std::move(share)) {}
+    Handle(Handle&& o) noexcept : pool_(o.pool_), conn_(std::move(o.conn_)), share_(std::move(o.share_)) {
+      o.pool_ = nullptr;
+    }
     Handle& operator=(Handle&&) = delete;
     ~Handle();
     Conn* operator->() { return conn_.get(); }
@@ -173,20 +210,44 @@ class Pool {
    private:
     Pool* pool_;
     std::unique_ptr<Conn> conn_;
+    std::string share_;
   };
 
-  // Blocks until a connection is free (or can be opened). kUnavailable if connecting fails.
+  // Names the share of every acquisition this thread makes while the scope lives; `cap` > 0
+  // overrides the pool's default cap for it, and `max_wait` > 0 shortens the pool's deadline
+  // for it (the lookups of unknown tokens wait briefly, so that a flood of them does not tie up
+  // the server's worker threads). Scopes nest (the innermost wins) and are per-thread: pass
+  // nothing across threads.
+  class ScopedShare {
+   public:
+    explicit ScopedShare(std::string share, int cap = 0, std::chrono::milliseconds max_wait = std::chrono::milliseconds(0));
+    ~ScopedShare();
+    ScopedShare(const ScopedShare&) = delete;
+    ScopedShare& operator=(const ScopedShare&) = delete;
+
+   private:
+    std::string prev_share_;
+    int prev_cap_;
+    std::chrono::milliseconds prev_wait_;
+  };
+
+  // Waits for a free connection (or opens one) within the share's cap and the deadline.
+  // kUnavailable "database-busy" when the deadline passes; kUnavailable if connecting fails.
   Result<Handle> Acquire();
   const std::string& url() const { return url_; }
+  int size() const { return opts_.size; }
+  // Connections the named share holds now (for tests and metrics).
+  int InUse(const std::string& share);
 
  private:
-  void Release(std::unique_ptr<Conn> c);
+  void Release(std::unique_ptr<Conn> c, const std::string& share);
   const std::string url_;
-  const int size_;
+  const Options opts_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Conn>> idle_;  // GUARDED_BY(mu_)
-  int open_ = 0;                            // GUARDED_BY(mu_)
+  std::deque<std::unique_ptr<Conn>> idle_;   // GUARDED_BY(mu_)
+  int open_ = 0;                             // GUARDED_BY(mu_)
+  std::map<std::string, int> share_in_use_;  // GUARDED_BY(mu_); only nonzero entries
 };
 
 // Quotes an identifier / literal with libpq's escaping (for DDL that cannot take parameters).

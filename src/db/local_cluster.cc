@@ -1,21 +1,26 @@
 #include "db/local_cluster.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <thread>
 
 #include "common/log.h"
+#include "common/secret_file.h"
 #include "db/conn.h"
 
 extern char** environ;
@@ -69,12 +74,44 @@ Status RunCommand(const std::vector<std::string>& argv, std::string* output) {
   return Status::Ok();
 }
 
+namespace {
+
+// A unix socket path holds at most sizeof(sun_path) - 1 = 107 bytes; the server's socket is
+// <dir>/.s.PGSQL.<port>, the port up to 5 digits.
+constexpr size_t kMaxSocketDirLength = sizeof(sockaddr_un::sun_path) - 1 - std::char_traits<char>::length("/.s.PGSQL.65535");
+
+// Characters that survive the libpq URL (host=...), the pg_ctl -o shell line and the server's
+// list parsing of unix_socket_directories without quoting.
+bool PlainPath(const std::string& p) {
+  return std::all_of(p.begin(), p.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '/' || ch == '.' || ch == '_' || ch == '-';
+  });
+}
+
+std::string Octal(mode_t mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+}  // namespace
+
 LocalCluster::LocalCluster(std::string dir) : as_root_(geteuid() == 0) {
   dir_ = fs::absolute(dir).lexically_normal().string();
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   data_dir_ = dir_ + "/data";
-  char hash[32];
-  std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(dir_));
-  socket_dir_ = "/tmp/oml-pg-" + std::string(hash).substr(0, 12);
+  const std::string own = dir_ + "/sock";
+  if (own.size() <= kMaxSocketDirLength && PlainPath(own)) home_socket_dir_ = own;
+  if (as_root_) {
+    if (const passwd* pw = ::getpwnam("postgres")) {
+      pg_uid_ = pw->pw_uid;
+      pg_gid_ = pw->pw_gid;
+    }
+  }
+  // Commands other than Start (`oml cluster stop`, a second Start) find a running server's
+  // socket where it recorded it; before any server ran, the directory's own sock/ if usable.
+  socket_dir_ = RunningSocketDir();
+  if (socket_dir_.empty()) socket_dir_ = home_socket_dir_;
   const char* env = std::getenv("OML_PG_BINDIR");
   if (env && *env) {
     bindir_ = env;
@@ -84,6 +121,107 @@ LocalCluster::LocalCluster(std::string dir) : as_root_(geteuid() == 0) {
       if (fs::exists(d + "/initdb")) { bindir_ = d; break; }
     }
   }
+}
+
+uid_t LocalCluster::ServerUid() const { return as_root_ ? pg_uid_ : ::geteuid(); }
+
+std::string LocalCluster::RunningSocketDir() const {
+  // postmaster.pid, line 5: the server's first unix socket directory (PostgreSQL's
+  // LOCK_FILE_LINE_SOCKET_DIR). Present while a server runs (or after it crashed).
+  std::ifstream in(data_dir_ + "/postmaster.pid");
+  std::string line;
+  for (int i = 1; i <= 5 && std::getline(in, line); ++i) {
+    if (i == 5) return line;
+  }
+  return {};
+}
+
+Status LocalCluster::CheckSocketDir(const std::string& d) const {
+  struct stat st;
+  if (::lstat(d.c_str(), &st) != 0)
+    return FailedPrecondition("socket directory " + d + ": " + std::strerror(errno));
+  const std::string refuse = "; refusing to use it for PostgreSQL (remove it and start again)";
+  if (S_ISLNK(st.st_mode)) return FailedPrecondition("socket directory " + d + " is a symbolic link" + refuse);
+  if (!S_ISDIR(st.st_mode)) return FailedPrecondition("socket directory " + d + " is not a directory" + refuse);
+  if (st.st_uid != ServerUid())
+    return FailedPrecondition("socket directory " + d + " is owned by uid " + std::to_string(st.st_uid) +
+                              ", not by the uid PostgreSQL runs as (" + std::to_string(ServerUid()) + ")" + refuse);
+  if ((st.st_mode & 07777) != 0700)
+    return FailedPrecondition("socket directory " + d + " has mode " + Octal(st.st_mode) + ", not 0700" + refuse);
+  return Status::Ok();
+}
+
+Status LocalCluster::PrepareDir() {
+  if (as_root_ && pg_uid_ == 0) return FailedPrecondition("running as root, but there is no `postgres` system user to run PostgreSQL as");
+  OML_ASSIGN_OR_RETURN(std::vector<std::string> made, CreatePrivateDirs(dir_, 0700));
+  if (as_root_) {
+    // Ancestors created here (normally $OML_HOME): the postgres user must traverse them to reach
+    // dir_, nobody else needs to. dir_ itself is handed to postgres below.
+    for (const auto& d : made) {
+      if (d == dir_) continue;
+      if (::chown(d.c_str(), 0, pg_gid_) != 0 || ::chmod(d.c_str(), 0710) != 0)
+        return Internal("cannot give " + d + " to group postgres: " + std::strerror(errno));
+    }
+    // The postgres user must reach the directory: check traversal of every parent.
+    std::string out;
+    if (!RunCommand({"runuser", "-u", "postgres", "--", "test", "-x", dir_}, &out).ok()) {
+      OML_RETURN_IF_ERROR(RunCommand({"chown", "postgres:postgres", dir_}));
+      if (!RunCommand({"runuser", "-u", "postgres", "--", "test", "-x", dir_}, &out).ok()) {
+        return FailedPrecondition("the postgres system user cannot reach " + dir_ +
+                                  " (a parent directory is not traversable); set OML_HOME to a path under "
+                                  "a world-traversable directory such as /var/lib or /tmp");
+      }
+    }
+    OML_RETURN_IF_ERROR(RunCommand({"chown", "postgres:postgres", dir_}));
+  }
+  // dir_ holds the data directory, the log and the URL files: private, whatever made it.
+  struct stat st;
+  if (::stat(dir_.c_str(), &st) == 0 && st.st_uid == ServerUid() && (st.st_mode & 07777) != 0700 &&
+      ::chmod(dir_.c_str(), 0700) != 0)
+    return Internal("cannot chmod 700 " + dir_ + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+Status LocalCluster::PrepareSocketDir() {
+  if (Running()) {
+    // A server runs already: connect where it listens, checked like a directory we would use.
+    std::string d = RunningSocketDir();
+    if (d.empty()) return FailedPrecondition("PostgreSQL runs in " + data_dir_ + " but its postmaster.pid names no socket directory");
+    OML_RETURN_IF_ERROR(CheckSocketDir(d));
+    socket_dir_ = d;
+    return Status::Ok();
+  }
+  if (!home_socket_dir_.empty()) {
+    const std::string& d = home_socket_dir_;
+    if (::mkdir(d.c_str(), 0700) == 0) {
+      // Pin the mode (the umask may have narrowed it) and owner on what we just made, never
+      // through a symlink swapped in since.
+      int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) return Internal("cannot open " + d + ": " + std::strerror(errno));
+      int rc = ::fchmod(fd, 0700);
+      if (rc == 0 && as_root_) rc = ::fchown(fd, pg_uid_, pg_gid_);
+      const int err = errno;
+      ::close(fd);
+      if (rc != 0) return Internal("cannot prepare socket directory " + d + ": " + std::strerror(err));
+    } else if (errno != EEXIST) {
+      return Internal("cannot create socket directory " + d + ": " + std::strerror(errno));
+    }
+    OML_RETURN_IF_ERROR(CheckSocketDir(d));
+    socket_dir_ = d;
+    return Status::Ok();
+  }
+  // dir_ is too long (or oddly spelled) for a socket path: a fresh private directory in /tmp.
+  // mkdtemp creates it 0700, owned by us, under a name nobody could have prepared.
+  std::string tmpl = std::string(kTmpSocketDirPrefix) + "XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return Internal("cannot create a socket directory in /tmp: " + std::string(std::strerror(errno)));
+  if (as_root_ && ::chown(tmpl.c_str(), pg_uid_, pg_gid_) != 0) {
+    const int err = errno;
+    ::rmdir(tmpl.c_str());
+    return Internal("cannot give socket directory " + tmpl + " to postgres: " + std::strerror(err));
+  }
+  OML_RETURN_IF_ERROR(CheckSocketDir(tmpl));
+  socket_dir_ = tmpl;
+  return Status::Ok();
 }
 
 std::string LocalCluster::Bin(const std::string& name) const {
@@ -112,25 +250,8 @@ bool LocalCluster::Running() const {
 }
 
 Status LocalCluster::Start() {
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return Internal("cannot create " + dir_ + ": " + ec.message());
-  if (as_root_) {
-    // The postgres user must reach the directory: check traversal of every parent.
-    std::string out;
-    if (!RunCommand({"runuser", "-u", "postgres", "--", "test", "-x", dir_}, &out).ok()) {
-      OML_RETURN_IF_ERROR(RunCommand({"chown", "postgres:postgres", dir_}));
-      if (!RunCommand({"runuser", "-u", "postgres", "--", "test", "-x", dir_}, &out).ok()) {
-        return FailedPrecondition("the postgres system user cannot reach " + dir_ +
-                                  " (a parent directory is not traversable); set OML_HOME to a path under "
-                                  "a world-traversable directory such as /var/lib or /tmp");
-      }
-    }
-    OML_RETURN_IF_ERROR(RunCommand({"chown", "postgres:postgres", dir_}));
-  }
-  fs::create_directories(socket_dir_, ec);
-  ::chmod(socket_dir_.c_str(), 0700);
-  if (as_root_) OML_RETURN_IF_ERROR(RunCommand({"chown", "postgres:postgres", socket_dir_}));
+  OML_RETURN_IF_ERROR(PrepareDir());
+  OML_RETURN_IF_ERROR(PrepareSocketDir());
 
   if (!fs::exists(data_dir_ + "/PG_VERSION")) {
     log::Info("initdb", {{"data_dir", data_dir_}});
@@ -139,15 +260,21 @@ Status LocalCluster::Start() {
                             true));
     std::ofstream conf(data_dir_ + "/postgresql.auto.conf", std::ios::app);
     conf << "listen_addresses = ''\n"
-         << "unix_socket_directories = '" << socket_dir_ << "'\n"
          << "unix_socket_permissions = 0700\n"
          << "max_connections = 300\n"
          << "shared_buffers = '256MB'\n"
          << "fsync = on\nsynchronous_commit = on\n";
   }
   if (!Running()) {
-    OML_RETURN_IF_ERROR(
-        Run({Bin("pg_ctl"), "-D", data_dir_, "-l", dir_ + "/postgres.log", "-w", "-t", "60", "start"}, true));
+    // The socket directory on the command line: it overrides the configuration files (clusters
+    // made by older versions name a /tmp/oml-pg-<hash> there). PlainPath/mkdtemp: no quoting needed.
+    Status started = Run({Bin("pg_ctl"), "-D", data_dir_, "-l", dir_ + "/postgres.log", "-o", "-k " + socket_dir_,
+                          "-w", "-t", "60", "start"},
+                         true);
+    if (!started.ok()) {
+      if (home_socket_dir_.empty()) ::rmdir(socket_dir_.c_str());  // this start's mkdtemp directory
+      return started;
+    }
   }
   // Wait for connections, then create the database.
   std::string base = "postgresql:///postgres?host=" + socket_dir_ + "&user=postgres";
@@ -158,9 +285,8 @@ Status LocalCluster::Start() {
       auto r = c->Query("SELECT 1 FROM pg_database WHERE datname = 'oml'");
       if (!r.ok()) return r.status();
       if (r->size() == 0) OML_RETURN_IF_ERROR(c->Exec("CREATE DATABASE oml").status());
-      std::ofstream(dir_ + "/superuser.url") << SuperuserUrl() << "\n";
-      std::ofstream(dir_ + "/app.url") << AppUrl() << "\n";
-      ::chmod((dir_ + "/superuser.url").c_str(), 0600);
+      OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/superuser.url", SuperuserUrl() + "\n"));
+      OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/app.url", AppUrl() + "\n"));
       return Status::Ok();
     }
     last = c.status();
@@ -171,11 +297,13 @@ Status LocalCluster::Start() {
 
 Status LocalCluster::Stop() {
   Status st;
+  std::string sock = RunningSocketDir();
+  if (sock.empty()) sock = socket_dir_;
   if (fs::exists(data_dir_ + "/PG_VERSION") && Running())
     st = Run({Bin("pg_ctl"), "-D", data_dir_, "-m", "fast", "-w", "-t", "60", "stop"}, true);
   // The socket directory is only needed while the server runs; left behind, one empty
-  // /tmp/oml-pg-* per cluster ever started piles up. rmdir only removes it when empty.
-  if (st.ok()) ::rmdir(socket_dir_.c_str());
+  // /tmp/oml-pg-* per cluster ever started piles up. Only ours (checked) and only when empty.
+  if (st.ok() && !sock.empty() && CheckSocketDir(sock).ok()) ::rmdir(sock.c_str());
   return st;
 }
 

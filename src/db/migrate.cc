@@ -75,7 +75,13 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
               "server's language (oml does not depend on them; run oml migrate once as a superuser to fix)");
   }
   if (!opts.app_password.empty()) {
-    OML_RETURN_IF_ERROR(admin.Exec("ALTER ROLE oml_app PASSWORD " + QuoteLiteral(admin, opts.app_password)).status());
+    // The server receives the verifier (hashed on this side with the server's
+    // password_encryption), never the cleartext, so no statement log holds the password.
+    char* verifier = PQencryptPasswordConn(admin.raw(), opts.app_password.c_str(), "oml_app", nullptr);
+    if (verifier == nullptr) return Internal(std::string("cannot hash the oml_app password: ") + PQerrorMessage(admin.raw()));
+    const std::string lit = QuoteLiteral(admin, verifier);
+    PQfreemem(verifier);
+    OML_RETURN_IF_ERROR(admin.Exec("ALTER ROLE oml_app PASSWORD " + lit).status());
   }
   OML_RETURN_IF_ERROR(admin.Exec(
       "DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO oml_app', current_database()); END $$; "
@@ -119,7 +125,8 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
     }
     if (!r.ok()) {
       (void)admin.Exec("ROLLBACK");
-      return Status(r.status().code(), "migration " + m.name + ": " + r.status().message(), r.status().type());
+      return Status(r.status().code(), "migration " + m.name + ": " + r.status().message(), r.status().type())
+          .WithLogDetail(r.status().log_detail());
     }
     OML_RETURN_IF_ERROR(admin.Exec("COMMIT").status());
     log::Info("migration applied", {{"version", m.version}, {"name", m.name}});

@@ -464,7 +464,7 @@ TEST_F(ChainIntegrityTest, TheOutboxIsWrittenOnlyThroughEnqueueOutbox) {
                                  {db::Text(t)}});
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.status().type(), "database-permission-denied");
-  EXPECT_NE(direct.status().message().find("[42501]"), std::string::npos) << direct.status().message();
+  EXPECT_NE(direct.status().log_detail().find("[42501]"), std::string::npos) << direct.status().log_detail();
   auto seq = run(t, {"SELECT nextval('oml.outbox_seq')", {}});
   ASSERT_FALSE(seq.ok());
   EXPECT_EQ(seq.status().type(), "database-permission-denied");
@@ -472,7 +472,9 @@ TEST_F(ChainIntegrityTest, TheOutboxIsWrittenOnlyThroughEnqueueOutbox) {
   const std::string other = NewTenant("outbox-rule-other");
   auto foreign = run(t, {"SELECT oml.enqueue_outbox($1, 'bronze/events', 1, '{}')", {db::Text(other)}});
   ASSERT_FALSE(foreign.ok());
-  EXPECT_NE(foreign.status().message().find("in their own tenant's scope"), std::string::npos) << foreign.status().message();
+  EXPECT_EQ(foreign.status().type(), "database-permission-denied");
+  EXPECT_NE(foreign.status().log_detail().find("in their own tenant's scope"), std::string::npos)
+      << foreign.status().log_detail();
   // In its own scope it works (that is how every event's outbox row is written).
   auto own = run(t, {"SELECT oml.enqueue_outbox($1, 'bronze/events', 1, '{}')", {db::Text(t)}});
   EXPECT_TRUE(own.ok()) << own.status().ToString();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "crypto/crypto.h"
@@ -51,6 +52,8 @@ TEST(EnvelopeTest, WorkedEventMatchesTheCatalog) {
   std::ofstream(path) << "-----BEGIN PRIVATE KEY-----\n"
                          "MC4CAQAwBQYDK2VwBCIEIAEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEB\n"
                          "-----END PRIVATE KEY-----\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace);  // key files must be 0600 to load
   auto key = crypto::SigningKey::LoadFile(path);
   std::remove(path.c_str());
   ASSERT_TRUE(key.ok()) << key.status().ToString();

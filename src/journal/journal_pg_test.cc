@@ -373,7 +373,7 @@ TEST_F(JournalPgTest, TranslatedWarningOnOmlsOwnConnectionStillRefusesTheAcknowl
     ASSERT_TRUE((*h)->Exec("SET lc_messages = '" + ts.locale + "'").ok());
     auto m = (*h)->Exec("SELECT 1/0");
     ASSERT_FALSE(m.ok());
-    ASSERT_EQ(m.status().message().find("division by zero"), std::string::npos) << m.status().message();
+    ASSERT_EQ(m.status().log_detail().find("division by zero"), std::string::npos) << m.status().log_detail();
   }
   auto r = AppendWithCancelledSyncRepWait(j, t->tenant_id);
   ASSERT_FALSE(r.ok()) << "acknowledged a commit the standbys never confirmed (connection language " << ts.locale
@@ -396,7 +396,7 @@ TEST_F(JournalPgTest, TranslatedServerOmlConnectionsRunWithLcMessagesC) {
     ASSERT_TRUE(show.ok());
     EXPECT_EQ(show->Get(0, 0), "C") << url;
     auto err = c->Exec("SELECT 1/0");
-    EXPECT_EQ(err.status().message(), "[22012] ERROR:  division by zero") << url;
+    EXPECT_EQ(err.status().log_detail(), "[22012] ERROR:  division by zero") << url;
   }
   // A pooled connection opened before the default changed (a reload must not translate it).
   auto h = pool_->Acquire();

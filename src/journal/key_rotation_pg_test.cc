@@ -183,11 +183,11 @@ TEST_F(KeyRotationTest, ARetiredKeyIsNeverReinstated) {
   auto app = (*h)->Scoped(kProviderTenant, {"UPDATE oml.signing_keys SET retired_at = NULL WHERE key_id = $1",
                                             {db::Text(retired.key_id())}});
   ASSERT_FALSE(app.ok());
-  EXPECT_NE(app.status().message().find("a retirement is final"), std::string::npos) << app.status().message();
+  EXPECT_NE(app.status().log_detail().find("a retirement is final"), std::string::npos) << app.status().log_detail();
   // ... and neither can the superuser while the guard trigger is on.
   auto sup = su.Query("UPDATE oml.signing_keys SET retired_at = NULL WHERE key_id = $1", {db::Text(retired.key_id())});
   ASSERT_FALSE(sup.ok());
-  EXPECT_NE(sup.status().message().find("a retirement is final"), std::string::npos);
+  EXPECT_NE(sup.status().log_detail().find("a retirement is final"), std::string::npos);
   EXPECT_EQ(CheckSigningKeyInForce(tj_->pool, retired).type(), "signing-key-not-in-force");
   EXPECT_TRUE(CheckSigningKeyInForce(tj_->pool, *current_key_).ok());
 }

@@ -2,6 +2,7 @@
 
 #include <regex>
 
+#include "admission/fields.h"
 #include "crypto/crypto.h"
 
 namespace oml::journal {
@@ -96,9 +97,7 @@ Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key) {
 }
 
 Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
-  static const std::regex kName("^[a-z0-9][a-z0-9_-]{0,62}$");
-  if (!std::regex_match(name, kName))
-    return InvalidArgument("tenant name must match ^[a-z0-9][a-z0-9_-]{0,62}$: '" + name + "'");
+  OML_RETURN_IF_ERROR(admission::CheckTenantName(name));
   const std::string id = crypto::NewUuidV4();
 
   OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
@@ -112,7 +111,7 @@ Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
   };
   auto rc = tx.Append(kProviderTenant, created);
   if (!rc.ok()) {
-    if (rc.status().type() == "constraint" && rc.status().message().find("tenants_name_key") != std::string::npos)
+    if (db::IsViolationOf(rc.status(), "tenants_name_key"))
       return FailedPrecondition("tenant '" + name + "' exists already", "tenant-exists");
     return rc.status();
   }
@@ -143,9 +142,13 @@ Result<TenantInfo> LookupTenant(db::Pool& pool, const std::string& name_or_id) {
 
 Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, const std::string& principal,
                                const std::string& role) {
+  if (tenant_id == kProviderTenant)
+    return PermissionDenied("the provider tenant cannot have API keys: its chain records deployment acts, which only "
+                            "the operator's commands write; create a tenant (`oml tenant create`) for API clients",
+                            "provider-tenant");
   if (role != "writer" && role != "reviewer" && role != "admin")
     return InvalidArgument("role must be writer, reviewer or admin: '" + role + "'");
-  if (principal.empty() || principal.size() > 200) return InvalidArgument("principal must be 1..200 characters");
+  OML_RETURN_IF_ERROR(admission::CheckPrincipal(principal));
   std::string b64 = crypto::Base64(crypto::RandomBytes(32));
   for (auto& ch : b64) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
@@ -167,6 +170,7 @@ Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, con
                              const std::string& reason) {
   static const std::regex kKeyId("^ak_[0-9a-f]{16}$");
   if (!std::regex_match(key_id, kKeyId)) return InvalidArgument("an API key id is ak_ and 16 hex digits: '" + key_id + "'");
+  OML_RETURN_IF_ERROR(admission::CheckReason(reason));
   OML_ASSIGN_OR_RETURN(std::string prefix, crypto::FromHex(key_id.substr(3)));
   db::Rows live;
   {
