@@ -288,6 +288,28 @@ def test_framing_that_could_smuggle_a_request_is_refused(hostile):
     assert d.counts() == before
 
 
+def test_a_long_target_is_414_and_trailers_never_become_headers(hostile):
+    d = hostile
+    # A 16,000-byte path fits the header limit but is refused before routing (whose regex
+    # matcher recurses per character).
+    c = Raw(d.port)
+    c.send(f"GET /v1/claims/{'a' * 16000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    status, _, body = c.response()
+    assert status == 414 and problem_type(body) == "uri-too-long"
+    c.close()
+    # An Authorization sent as a chunked trailer must not authenticate the request.
+    before = d.counts()
+    doc = json.dumps({"body": "t", "workarea_id": "wa-1", "path": "a.md", "provenance": "human"}).encode()
+    c = Raw(d.port)
+    c.send(post_head("/v1/claims", ["Transfer-Encoding: chunked", "Trailer: Authorization"]) +
+           b"%x\r\n" % len(doc) + doc + b"\r\n0\r\n" + f"Authorization: Bearer {d.writer}\r\n\r\n".encode())
+    status, _, body = c.response()
+    assert status == 400 and problem_type(body) == "malformed-request", body
+    assert "trailer" in body["detail"]
+    c.close()
+    assert d.counts() == before
+
+
 def test_a_method_a_path_does_not_take_is_405_with_allow(hostile):
     d = hostile
     for method, path, allow in [("TRACE", "/v1/claims", "POST"), ("DELETE", "/v1/chain/head", "GET"),

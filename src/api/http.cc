@@ -94,10 +94,13 @@ struct Server::Impl {
   ObserveFn observe;
   std::atomic<uint32_t> connections{0};
   std::atomic<bool> stopping{false};
+  std::atomic<int> in_flight{0};  // requests dispatched to a handler whose answer is not yet sent
 
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_backoff{ioc};
+  asio::steady_timer drain_timer{ioc};
+  Clock::time_point drain_deadline;
   asio::thread_pool workers;
 
   Impl(Limits l, std::vector<Route> rs, ProblemFn p, ObserveFn o)
@@ -110,11 +113,17 @@ struct Server::Impl {
   }
 
   void Accept();
+  // Stop(): no new connection, no new request; the requests already dispatched get their
+  // answers (with Connection: close) for up to kDrainTime, then the I/O stops.
+  void Drain();
+  static constexpr auto kDrainTime = std::chrono::seconds(5);
 };
 
 namespace {
 
 // One connection. Lives as long as an operation or a queued handler holds it.
+constexpr size_t kMaxTargetBytes = 2048;  // 414 above
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Server::Impl* srv, tcp::socket socket)
@@ -134,9 +143,12 @@ class Session : public std::enable_shared_from_this<Session> {
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       // Cancelled, or re-armed after this wait had already completed.
       if (ec || self->timer_.expiry() > Clock::now()) return;
+      // cancel() only reaches a read still waiting in the reactor; shutting the receive side
+      // also ends any read started after this point. Every continuation checks timed_out_.
       self->timed_out_ = true;
       beast::error_code ignored;
       self->socket_.cancel(ignored);
+      self->socket_.shutdown(tcp::socket::shutdown_receive, ignored);
     });
   }
 
@@ -146,20 +158,33 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(srv_->limits.max_body_bytes);
     route_ = nullptr;
     captures_.clear();
+    headers_.clear();
+    method_.clear();
+    path_.clear();
+    query_.clear();
+    version_ = 11;
     started_ = Clock::now();
+    if (srv_->stopping.load()) return Close();
     ArmDeadline(srv_->limits.request_timeout);
     bhttp::async_read_header(socket_, buffer_, *parser_,
                              [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnHeader(ec, n); });
   }
 
+  void RequestTimeout() {
+    Refuse(408, "request-timeout",
+           "the request did not arrive within " + std::to_string(srv_->limits.request_timeout.count()) + " ms");
+  }
+
   void OnHeader(beast::error_code ec, size_t bytes) {
+    if (timed_out_) {
+      if (!ec) return RequestTimeout();
+      if (bytes == 0 && buffer_.size() == 0) return Close();  // an idle keep-alive connection
+      return RequestTimeout();
+    }
     if (ec) {
-      if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) return Close();
-      if (timed_out_ || ec == asio::error::operation_aborted) {
-        if (bytes == 0 && buffer_.size() == 0) return Close();  // an idle keep-alive connection
-        return Refuse(408, "request-timeout", "the request did not arrive within " +
-                                                  std::to_string(srv_->limits.request_timeout.count()) + " ms");
-      }
+      if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+          ec == asio::error::operation_aborted)
+        return Close();
       if (ec == bhttp::error::header_limit)
         return Refuse(431, "headers-too-large",
                       "the request line and header fields exceed " + std::to_string(srv_->limits.max_header_bytes) + " bytes");
@@ -171,17 +196,28 @@ class Session : public std::enable_shared_from_this<Session> {
       return Refuse(400, "malformed-request", std::string("malformed HTTP request: ") + ec.message());
     }
     auto& req = parser_->get();
+    started_ = Clock::now();
     method_ = std::string(req.method_string());
+    version_ = req.version();
     const std::string_view target(req.target().data(), req.target().size());
+    // Routing uses std::regex, whose matcher recurses per character: a long target is refused
+    // before it reaches it.
+    if (target.size() > kMaxTargetBytes)
+      return Refuse(414, "uri-too-long", "the request target exceeds " + std::to_string(kMaxTargetBytes) + " bytes");
     const size_t q = target.find('?');
     path_ = std::string(target.substr(0, q));
     query_ = q == std::string_view::npos ? std::string() : std::string(target.substr(q + 1));
 
-    size_t fields = 0;
-    for (auto it = req.begin(); it != req.end(); ++it) ++fields;
-    if (fields > srv_->limits.max_header_fields)
-      return Refuse(431, "headers-too-large",
-                    "more than " + std::to_string(srv_->limits.max_header_fields) + " header fields");
+    // The handler sees the header section as it was now: trailer fields that a chunked body
+    // may carry are never merged into it (RFC 9110 section 6.5.1), see Dispatch.
+    for (const auto& f : req) {
+      if (headers_.size() >= srv_->limits.max_header_fields)
+        return Refuse(431, "headers-too-large",
+                      "more than " + std::to_string(srv_->limits.max_header_fields) + " header fields");
+      std::string name(f.name_string().data(), f.name_string().size());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      headers_.emplace_back(std::move(name), std::string(f.value().data(), f.value().size()));
+    }
 
     // Route: the path first (404), then the method (405 with Allow).
     std::set<std::string> allowed;
@@ -246,11 +282,16 @@ class Session : public std::enable_shared_from_this<Session> {
                         std::to_string(srv_->limits.max_body_bytes) + " bytes");
 
     if (parser_->is_done()) return Dispatch();
-    if (auto ex = req.find(bhttp::field::expect); ex != req.end()) {
+    // A chunked body grows its string by doubling, which could hold up to twice the limit plus
+    // the old copy: reserve the limit once instead. Large reservations are mapped, not
+    // touched, so the resident cost is what actually arrives.
+    if (chunked) req.body().reserve(srv_->limits.max_body_bytes);
+    if (auto ex = req.find(bhttp::field::expect); ex != req.end() && req.version() >= 11) {
       if (!IEquals(Trim(std::string_view(ex->value().data(), ex->value().size())), "100-continue"))
         return Refuse(417, "expectation-failed", "only Expect: 100-continue is supported");
       auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, req.version());
       bhttp::async_write(socket_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+        if (self->timed_out_) return self->RequestTimeout();
         if (ec) return self->Close();
         self->ReadBody();
       });
@@ -260,15 +301,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ReadBody() {
+    if (timed_out_) return RequestTimeout();
     bhttp::async_read(socket_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnBody(ec, n); });
   }
 
   void OnBody(beast::error_code ec, size_t) {
+    if (timed_out_) return RequestTimeout();
     if (ec) {
-      if (timed_out_ || ec == asio::error::operation_aborted)
-        return Refuse(408, "request-timeout", "the request body did not arrive within " +
-                                                  std::to_string(srv_->limits.request_timeout.count()) + " ms");
+      if (ec == asio::error::operation_aborted) return Close();
       if (ec == bhttp::error::body_limit)
         return Refuse(413, "body-too-large",
                       "request body exceeds the limit of " + std::to_string(srv_->limits.max_body_bytes) + " bytes");
@@ -285,20 +326,19 @@ class Session : public std::enable_shared_from_this<Session> {
   void Dispatch() {
     timer_.cancel();
     auto msg = parser_->release();
+    size_t fields = 0;
+    for (auto it = msg.begin(); it != msg.end(); ++it) ++fields;
+    if (fields != headers_.size()) return Refuse(400, "malformed-request", "trailer fields are not accepted");
     ++served_;
-    keep_alive_ = msg.keep_alive() && served_ < srv_->limits.max_requests_per_connection;
-    version_ = msg.version();
+    keep_alive_ = msg.keep_alive() && served_ < srv_->limits.max_requests_per_connection && !srv_->stopping.load();
     auto req = std::make_shared<Request>();
     req->method = method_;
     req->path = path_;
     req->query = query_;
     req->captures = std::move(captures_);
-    for (const auto& f : msg) {
-      std::string name(f.name_string().data(), f.name_string().size());
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-      req->headers.emplace_back(std::move(name), std::string(f.value().data(), f.value().size()));
-    }
+    req->headers = std::move(headers_);
     req->body = std::move(msg.body());
+    srv_->in_flight.fetch_add(1);
     const Route* route = route_;
     asio::post(srv_->workers, [self = shared_from_this(), req, route] {
       auto res = std::make_shared<Response>();
@@ -308,7 +348,9 @@ class Session : public std::enable_shared_from_this<Session> {
         log::Error("handler threw", {{"path", req->path}, {"error", e.what()}});
         *res = self->srv_->problem(500, "internal", "internal error; the server log has the details", req->path);
       }
-      asio::post(self->socket_.get_executor(), [self, res] { self->Write(*res, !self->keep_alive_, /*linger=*/false); });
+      asio::post(self->socket_.get_executor(), [self, res] {
+        self->Write(std::move(*res), !self->keep_alive_ || self->srv_->stopping.load(), /*dispatched=*/true);
+      });
     });
   }
 
@@ -318,17 +360,20 @@ class Session : public std::enable_shared_from_this<Session> {
     timer_.cancel();
     Response r = srv_->problem(status, slug, detail, path_.empty() ? "/" : path_);
     for (auto& h : extra) r.headers.push_back(std::move(h));
-    if (version_ == 0) version_ = 11;
-    Write(r, /*close=*/true, /*linger=*/true);
+    Write(std::move(r), /*close=*/true, /*dispatched=*/false);
   }
 
-  void Write(const Response& r, bool close, bool linger) {
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status), version_ ? version_ : 11);
+  // Sends one answer. `dispatched`: it answers a request handed to a handler (in_flight).
+  // After an answer that closes the connection, the close lingers (LingeringClose).
+  void Write(Response r, bool close, bool dispatched) {
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status),
+                                                                      version_ == 10 ? 10 : 11);
     if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
     for (const auto& [k, v] : r.headers) res->set(k, v);
-    res->body() = r.body;
+    res->body() = std::move(r.body);
     res->keep_alive(!close);
     res->prepare_payload();
+    if (method_ == "HEAD") res->body().clear();  // headers only; Content-Length stays
     srv_->observe(method_, route_ ? route_->name : "unmatched", r.status,
                   std::chrono::duration<double>(Clock::now() - started_).count());
     timer_.expires_after(srv_->limits.write_timeout);
@@ -337,11 +382,11 @@ class Session : public std::enable_shared_from_this<Session> {
       beast::error_code ignored;
       self->socket_.close(ignored);  // a client that does not read its answer
     });
-    bhttp::async_write(socket_, *res, [self = shared_from_this(), res, close, linger](beast::error_code ec, size_t) {
+    bhttp::async_write(socket_, *res, [self = shared_from_this(), res, close, dispatched](beast::error_code ec, size_t) {
+      if (dispatched) self->srv_->in_flight.fetch_sub(1);
       self->timer_.cancel();
       if (ec) return self->Close();
-      if (close) return linger ? self->LingeringClose() : self->Close();
-      self->version_ = 0;
+      if (close) return self->LingeringClose();
       self->ReadHeader();
     });
   }
@@ -382,8 +427,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   const Route* route_ = nullptr;
   std::vector<std::string> captures_;
+  std::vector<std::pair<std::string, std::string>> headers_;  // the header section, lower-cased names
   std::string method_, path_, query_;
-  unsigned version_ = 0;
+  unsigned version_ = 11;
   Clock::time_point started_;
   bool timed_out_ = false;
   bool keep_alive_ = true;
@@ -467,13 +513,23 @@ Status Server::Run() {
   return Status::Ok();
 }
 
+void Server::Impl::Drain() {
+  if (in_flight.load() == 0 || Clock::now() >= drain_deadline) {
+    ioc.stop();
+    return;
+  }
+  drain_timer.expires_after(std::chrono::milliseconds(20));
+  drain_timer.async_wait([this](beast::error_code) { Drain(); });
+}
+
 void Server::Stop() {
   if (impl_->stopping.exchange(true)) return;
   asio::post(impl_->ioc, [this] {
     beast::error_code ignored;
     impl_->acceptor.close(ignored);
+    impl_->drain_deadline = Clock::now() + Impl::kDrainTime;
+    impl_->Drain();
   });
-  impl_->ioc.stop();
 }
 
 }  // namespace oml::api::http

@@ -90,6 +90,9 @@ struct Server::Impl {
   static constexpr auto kUnknownTtl = std::chrono::seconds(5);
   static constexpr size_t kCacheMax = 100000;
   static constexpr auto kAuthWait = std::chrono::milliseconds(50);
+  // How long past kAuthTtl a known key is still honoured when its re-lookup finds the pool's
+  // token-lookup share busy (reads only: writes check the key in their own transaction).
+  static constexpr auto kAuthStale = std::chrono::seconds(60);
   std::map<std::string, Clock::time_point> unknown_cache;
 
   explicit Impl(ServerDeps deps) : d(deps) {}
@@ -137,29 +140,38 @@ struct Server::Impl {
       return Unauthenticated("missing bearer token", "unauthenticated");
     std::string token = h.substr(prefix.size());
     std::string hash = crypto::Sha256(token);
+    std::optional<admission::Caller> stale;  // a known key whose cache entry is past kAuthTtl
     {
       std::lock_guard<std::mutex> l(auth_mu);
+      const auto now = Clock::now();
       auto it = auth_cache.find(hash);
-      if (it != auth_cache.end() && it->second.second > Clock::now()) return it->second.first;
+      if (it != auth_cache.end()) {
+        if (it->second.second > now) return it->second.first;
+        if (it->second.second + kAuthStale > now) stale = it->second.first;
+      }
       auto u = unknown_cache.find(hash);
-      if (u != unknown_cache.end() && u->second > Clock::now()) return Unauthenticated("unknown or revoked API key", "unauthenticated");
+      if (u != unknown_cache.end() && u->second > now) return Unauthenticated("unknown or revoked API key", "unauthenticated");
     }
-    db::Rows r;
-    {
+    Result<db::Rows> r = [&]() -> Result<db::Rows> {
       // Lookups of tokens not in the cache share at most a quarter of the pool and wait for a
       // connection at most kAuthWait: a flood of random tokens leaves the rest of the pool to
       // callers already known, and does not hold the worker threads.
       db::Pool::ScopedShare share("auth", std::max(1, d.pool->size() / 4), kAuthWait);
       OML_ASSIGN_OR_RETURN(db::Pool::Handle c, d.pool->Acquire());
-      OML_ASSIGN_OR_RETURN(r, c->Query("SELECT tenant_id, principal, role FROM oml.authenticate($1)", {db::Bytes(hash)}));
-    }
-    if (r.size() == 0 || r.IsNull(0, 0)) {
+      return c->Query("SELECT tenant_id, principal, role FROM oml.authenticate($1)", {db::Bytes(hash)});
+    }();
+    // While lookups are crowded out (a flood of unknown tokens), a key known within
+    // kAuthStale keeps working: its writes still check it in their own transaction.
+    if (!r.ok() && r.status().type() == "database-busy" && stale) return *stale;
+    if (!r.ok()) return r.status();
+    if (r->size() == 0 || r->IsNull(0, 0)) {
       std::lock_guard<std::mutex> l(auth_mu);
+      auth_cache.erase(hash);
       if (unknown_cache.size() >= kCacheMax) unknown_cache.clear();
       unknown_cache[hash] = Clock::now() + kUnknownTtl;
       return Unauthenticated("unknown or revoked API key", "unauthenticated");
     }
-    admission::Caller caller{r.Get(0, 0), r.Get(0, 1), r.Get(0, 2), journal::ApiKeyId(hash), hash};
+    admission::Caller caller{r->Get(0, 0), r->Get(0, 1), r->Get(0, 2), journal::ApiKeyId(hash), hash};
     std::lock_guard<std::mutex> l(auth_mu);
     unknown_cache.erase(hash);
     if (auth_cache.size() >= kCacheMax) auth_cache.clear();
@@ -415,7 +427,18 @@ struct Server::Impl {
   void Health(const http::Request& req, http::Response& res) {
     json j = {{"status", "ok"}, {"writes", "accepting"}};
     // One query, on one pooled connection: it shows the database answers and the key is in force.
-    const Status k = journal::CheckSigningKeyInForce(*d.pool, d.journal->key());
+    // Unauthenticated, so it gets one connection of its own share and waits briefly: a flood of
+    // health checks cannot take the pool.
+    Status k;
+    {
+      db::Pool::ScopedShare share("health", 1, std::chrono::milliseconds(200));
+      k = journal::CheckSigningKeyInForce(*d.pool, d.journal->key());
+    }
+    if (k.type() == "database-busy") {
+      j["status"] = "busy";
+      j["database"] = "busy";
+      return Json(res, 503, j);
+    }
     if (!k.ok() && k.type() != "signing-key-not-in-force") {
       j["status"] = "unavailable";
       j["writes"] = "refused";

@@ -397,7 +397,7 @@ Result<Pool::Handle> Pool::Acquire() {
   const int cap = share.empty() ? opts_.size
                   : tls_share_cap > 0 ? tls_share_cap
                   : opts_.default_share_cap > 0 ? opts_.default_share_cap
-                                                : std::max(1, opts_.size - opts_.size / 4);
+                                                : std::max(1, opts_.size - std::max(1, opts_.size / 4));
   std::chrono::milliseconds wait = opts_.acquire_timeout;
   if (tls_share_wait.count() > 0 && (wait.count() == 0 || tls_share_wait < wait)) wait = tls_share_wait;
   const bool bounded = wait.count() > 0;

@@ -178,7 +178,7 @@ bool IsViolationOf(const Status& s, const std::string& constraint);
 // Fairness: every acquisition belongs to a share, named by the calling thread's innermost live
 // Pool::ScopedShare (a tenant id, "auth" for API-key lookups; none outside any scope). A named
 // share holds at most its cap of connections at once (by default all but a quarter of the
-// pool, at least 1), so one tenant's readers, or a flood of token lookups, cannot take every
+// pool, and at least one connection less than the pool when it has two or more), so one tenant's readers, or a flood of token lookups, cannot take every
 // connection. Acquisitions outside any share are capped only by the pool size.
 //
 // Deadline: with Options::acquire_timeout > 0, Acquire waits at most that long and then fails
@@ -189,7 +189,7 @@ class Pool {
   struct Options {
     int size = 16;
     std::chrono::milliseconds acquire_timeout{0};
-    int default_share_cap = 0;  // 0: size - size / 4, at least 1
+    int default_share_cap = 0;  // 0: size - max(1, size / 4), at least 1
   };
   Pool(std::string url, int size) : Pool(std::move(url), Options{size}) {}
   Pool(std::string url, Options o);
