@@ -44,19 +44,69 @@ def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
 def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
     d = deployment
     out = d.run("migrate", "--admin-url", d.superuser_url)
-    assert "schema is up to date (version 7)" in out.stdout
+    assert "schema is up to date (version 8)" in out.stdout
     with d.su() as c:
         assert c.execute("SELECT version, name FROM oml.schema_migrations ORDER BY version").fetchall() == [
             (1, "0001_commit_point"), (2, "0002_api_key_events"), (3, "0003_chain_integrity"),
             (4, "0004_durability"), (5, "0005_idempotency_keys"), (6, "0006_kek_id"),
-            (7, "0007_events_visibility")]
+            (7, "0007_events_visibility"), (8, "0008_lakewriter")]
         c.execute("INSERT INTO oml.schema_migrations (version, name, sha256) VALUES (99, '0099_future', 'x')")
     m = d.run("migrate", "--admin-url", d.superuser_url, check=False)
     assert m.returncode == 4
-    assert "database schema version 99 is newer than this binary's 7" in m.stderr
+    assert "database schema version 99 is newer than this binary's 8" in m.stderr
     s = d.run("serve", check=False, timeout=30)
     assert s.returncode == 4
     assert "schema-newer" in s.stderr
+
+
+def test_migrate_takes_the_lakewriter_password_from_a_file_or_the_environment_and_writes_its_url(deployment, tmp_path):
+    """oml_lakewriter (sql/0008) gets its password like oml_app: first line of a file, else the env."""
+    import base64
+    import hashlib
+    import hmac
+    import stat
+    d = deployment
+
+    def matches(password):
+        with d.su() as c:
+            v = c.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'oml_lakewriter'").fetchone()[0]
+        if v is None:
+            return None
+        iter_salt, keys = v.split("$", 1)[1].split("$")
+        iterations, salt = iter_salt.split(":")
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(salt), int(iterations))
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        return hashlib.sha256(client_key).digest() == base64.b64decode(keys.split(":")[0])
+
+    assert matches("x") is None  # the local profile sets none (trust on the private socket)
+    f = tmp_path / "lw-pw"
+    f.write_text("lake-from-file\n")
+    d.run("migrate", "--admin-url", d.superuser_url, "--lakewriter-password-file", str(f),
+          env={"OML_LAKEWRITER_PASSWORD": "ignored"})
+    assert matches("lake-from-file") is True
+    d.run("migrate", "--admin-url", d.superuser_url, env={"OML_LAKEWRITER_PASSWORD": "lake-from-env"})
+    assert matches("lake-from-env") is True
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    bad = d.run("migrate", "--admin-url", d.superuser_url, "--lakewriter-password-file", str(empty), check=False)
+    assert bad.returncode == 2
+    assert "the lakewriter password file" in bad.stderr and "is empty" in bad.stderr
+    missing = d.run("migrate", "--admin-url", d.superuser_url, "--lakewriter-password-file", str(tmp_path / "nope"),
+                    check=False)
+    assert missing.returncode == 6
+    assert matches("lake-from-env") is True
+    # The local profile's URL of the role, 0600, beside app.url; it connects as oml_lakewriter
+    # and reads the outbox (every tenant's) but not the journal.
+    url_file = d.home / "pg" / "lakewriter.url"
+    assert stat.S_IMODE(os.stat(url_file).st_mode) == 0o600
+    url = url_file.read_text().strip()
+    assert url.endswith("&user=oml_lakewriter")
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute("SELECT current_user").fetchone()[0] == "oml_lakewriter"
+        assert c.execute("SELECT count(*) FROM oml.outbox").fetchone()[0] >= 2  # provider genesis, key.issued
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SELECT count(*) FROM oml.journal")
 
 
 def test_signing_key_file_is_0600_and_tenant_names_unique(deployment):

@@ -222,23 +222,26 @@ Status DoInit(const Config& c, bool quiet) {
 // The oml_app password for `oml migrate`: the first line of `file` if given, else
 // $OML_APP_PASSWORD, else "" (no password set). Never from argv, where every local user can read
 // it in the process table (/proc/<pid>/cmdline).
-Result<std::string> AppPassword(const std::string& file) {
+// A login role's password for `oml migrate`: the first line of `file`, else the environment
+// variable `env`, else empty (none is set). Never from argv. `what` names it in errors ("app",
+// "lakewriter").
+Result<std::string> RolePassword(const std::string& file, const char* env, const std::string& what) {
   if (file.empty()) {
-    const char* env = std::getenv("OML_APP_PASSWORD");
-    return std::string(env ? env : "");
+    const char* v = std::getenv(env);
+    return std::string(v ? v : "");
   }
   std::ifstream in(file);
-  if (!in) return NotFound("cannot read the app password file " + file);
+  if (!in) return NotFound("cannot read the " + what + " password file " + file);
   std::string pw;
   std::getline(in, pw);
   if (!pw.empty() && pw.back() == '\r') pw.pop_back();
-  if (pw.empty()) return InvalidArgument("the app password file " + file + " is empty (its first line is the password)");
+  if (pw.empty()) return InvalidArgument("the " + what + " password file " + file + " is empty (its first line is the password)");
   return pw;
 }
 
-Status DoMigrate(const std::string& admin_url, const std::string& app_password) {
+Status DoMigrate(const std::string& admin_url, const db::MigrateOptions& opts) {
   OML_ASSIGN_OR_RETURN(db::Conn admin, db::Conn::Connect(admin_url));
-  OML_ASSIGN_OR_RETURN(auto applied, db::Migrate(admin, {app_password}));
+  OML_ASSIGN_OR_RETURN(auto applied, db::Migrate(admin, opts));
   if (applied.empty()) {
     std::cout << "schema is up to date (version " << db::LatestSchemaVersion() << ")\n";
   } else {
@@ -406,11 +409,14 @@ int Main(int argc, char** argv) {
                   "accept writes without synchronous quorum replication (reported by /v1/health and /metrics)");
 
   auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
-  std::string admin_url, app_password_file, argv_password;
+  std::string admin_url, app_password_file, lakewriter_password_file, argv_password;
   migrate->add_option("--admin-url", admin_url, "libpq URL of an administrator (superuser or CREATEROLE)")->required();
   migrate->add_option("--app-password-file", app_password_file,
                       "file whose first line is the password to set on the oml_app login role "
                       "(else $OML_APP_PASSWORD; else no password is set)");
+  migrate->add_option("--lakewriter-password-file", lakewriter_password_file,
+                      "file whose first line is the password to set on the oml_lakewriter login role "
+                      "(else $OML_LAKEWRITER_PASSWORD; else no password is set)");
   // Removed: a password on the command line is readable by every local user. Still parsed, so
   // that it is refused with the alternatives instead of "unknown option".
   migrate->add_option("--app-password", argv_password)->group("");
@@ -510,10 +516,16 @@ int Main(int argc, char** argv) {
           "--app-password is no longer accepted: a password on the command line is visible to every local user "
           "in the process table. Use --app-password-file FILE or the environment variable OML_APP_PASSWORD "
           "(and consider changing the password you just passed)"));
-    auto pw = AppPassword(app_password_file);
+    auto pw = RolePassword(app_password_file, "OML_APP_PASSWORD", "app");
     if (!pw.ok()) return Fail(pw.status());
-    Status s = DoMigrate(admin_url, *pw);
-    crypto::Wipe(&*pw);
+    auto lw_pw = RolePassword(lakewriter_password_file, "OML_LAKEWRITER_PASSWORD", "lakewriter");
+    if (!lw_pw.ok()) {
+      crypto::Wipe(&*pw);
+      return Fail(lw_pw.status());
+    }
+    db::MigrateOptions opts{*pw, *lw_pw};  // copies, not moves: a moved-from short string keeps its bytes
+    Status s = DoMigrate(admin_url, opts);
+    for (std::string* secret : {&*pw, &*lw_pw, &opts.app_password, &opts.lakewriter_password}) crypto::Wipe(secret);
     return s.ok() ? 0 : Fail(s);
   }
   if (*kek_generate) {

@@ -243,6 +243,9 @@ std::string LocalCluster::SuperuserUrl() const {
 std::string LocalCluster::AppUrl() const {
   return "postgresql:///oml?host=" + socket_dir_ + "&user=oml_app";
 }
+std::string LocalCluster::LakewriterUrl() const {
+  return "postgresql:///oml?host=" + socket_dir_ + "&user=oml_lakewriter";
+}
 
 bool LocalCluster::Running() const {
   std::string out;
@@ -287,6 +290,7 @@ Status LocalCluster::Start() {
       if (r->size() == 0) OML_RETURN_IF_ERROR(c->Exec("CREATE DATABASE oml").status());
       OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/superuser.url", SuperuserUrl() + "\n"));
       OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/app.url", AppUrl() + "\n"));
+      OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/lakewriter.url", LakewriterUrl() + "\n"));
       return Status::Ok();
     }
     last = c.status();

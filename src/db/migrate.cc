@@ -57,34 +57,50 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
       "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_owner') THEN CREATE ROLE oml_owner NOLOGIN; END IF; "
       "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_app') THEN "
       "  CREATE ROLE oml_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE; END IF; "
+      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_lakewriter') THEN "
+      "  CREATE ROLE oml_lakewriter LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE; END IF; "
       "END $$; "
       "ALTER ROLE oml_app NOBYPASSRLS NOSUPERUSER; "
+      "ALTER ROLE oml_lakewriter NOBYPASSRLS NOSUPERUSER; "
       "GRANT oml_owner TO CURRENT_USER;";
   OML_RETURN_IF_ERROR(admin.Exec(roles).status());
+  // The lake writer names the backend that holds its stable horizon back (lake/outbox_cut.h,
+  // HorizonHolders): its transaction start and query start are shown to other roles only with
+  // pg_read_all_stats (statistics, no table data). Without it the holder is still named (pid,
+  // xid, xid age), with those times NULL.
+  if (!admin.Exec("GRANT pg_read_all_stats TO oml_lakewriter").ok()) {
+    log::Warn("this administrator cannot grant pg_read_all_stats to oml_lakewriter: `oml status` will name the "
+              "backend holding the lake horizon back without its transaction and query start times");
+  }
   // English server messages for oml_app (sql/0004_durability.sql says why they are here, not
   // in a migration): lc_messages is superuser-only, so oml_app may SET it only when granted,
   // and granting it takes a superuser (or a holder of SET WITH GRANT OPTION on it).
   OML_ASSIGN_OR_RETURN(Rows may_grant,
                        admin.Query("SELECT has_parameter_privilege('lc_messages', 'SET WITH GRANT OPTION')"));
   if (may_grant.Get(0, 0) == "t") {
-    OML_RETURN_IF_ERROR(admin.Exec("GRANT SET ON PARAMETER lc_messages TO oml_app; "
-                                   "ALTER ROLE oml_app SET lc_messages = 'C';")
+    OML_RETURN_IF_ERROR(admin.Exec("GRANT SET ON PARAMETER lc_messages TO oml_app, oml_lakewriter; "
+                                   "ALTER ROLE oml_app SET lc_messages = 'C'; "
+                                   "ALTER ROLE oml_lakewriter SET lc_messages = 'C';")
                             .status());
   } else {
     log::Warn("this administrator cannot grant SET on lc_messages to oml_app: its server messages follow the "
               "server's language (oml does not depend on them; run oml migrate once as a superuser to fix)");
   }
-  if (!opts.app_password.empty()) {
-    // The server receives the verifier (hashed on this side with the server's
-    // password_encryption), never the cleartext, so no statement log holds the password.
-    char* verifier = PQencryptPasswordConn(admin.raw(), opts.app_password.c_str(), "oml_app", nullptr);
-    if (verifier == nullptr) return Internal(std::string("cannot hash the oml_app password: ") + PQerrorMessage(admin.raw()));
+  // The server receives the verifier (hashed on this side with the server's
+  // password_encryption), never the cleartext, so no statement log holds the password.
+  auto set_password = [&admin](const char* role, const std::string& password) -> Status {
+    if (password.empty()) return Status::Ok();
+    char* verifier = PQencryptPasswordConn(admin.raw(), password.c_str(), role, nullptr);
+    if (verifier == nullptr)
+      return Internal(std::string("cannot hash the ") + role + " password: " + PQerrorMessage(admin.raw()));
     const std::string lit = QuoteLiteral(admin, verifier);
     PQfreemem(verifier);
-    OML_RETURN_IF_ERROR(admin.Exec("ALTER ROLE oml_app PASSWORD " + lit).status());
-  }
+    return admin.Exec(std::string("ALTER ROLE ") + role + " PASSWORD " + lit).status();
+  };
+  OML_RETURN_IF_ERROR(set_password("oml_app", opts.app_password));
+  OML_RETURN_IF_ERROR(set_password("oml_lakewriter", opts.lakewriter_password));
   OML_RETURN_IF_ERROR(admin.Exec(
-      "DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO oml_app', current_database()); END $$; "
+      "DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO oml_app, oml_lakewriter', current_database()); END $$; "
       "CREATE SCHEMA IF NOT EXISTS oml AUTHORIZATION oml_owner; "
       "SET ROLE oml_owner; "
       "CREATE TABLE IF NOT EXISTS oml.schema_migrations ("
@@ -92,6 +108,8 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
       "  applied_at timestamptz NOT NULL DEFAULT now()); "
       "GRANT USAGE ON SCHEMA oml TO oml_app; "
       "GRANT SELECT ON oml.schema_migrations TO oml_app; "
+      "GRANT USAGE ON SCHEMA oml TO oml_lakewriter; "
+      "GRANT SELECT ON oml.schema_migrations TO oml_lakewriter; "
       "RESET ROLE;").status());
 
   OML_ASSIGN_OR_RETURN(Rows applied, admin.Query("SELECT version, sha256 FROM oml.schema_migrations ORDER BY version"));

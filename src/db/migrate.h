@@ -30,10 +30,13 @@ int LatestSchemaVersion();
 struct MigrateOptions {
   // Password for the oml_app login role; empty leaves it unset (trust/peer/cert auth).
   std::string app_password;
+  // Password for the oml_lakewriter login role (`oml lakewriter`); empty leaves it unset.
+  std::string lakewriter_password;
 };
 
 // Runs as an administrator (a superuser or a role with CREATEROLE and CREATE on the database).
-// Creates roles oml_owner (NOLOGIN, owns all objects) and oml_app (LOGIN, NOBYPASSRLS) if missing,
+// Creates roles oml_owner (NOLOGIN, owns all objects), oml_app and oml_lakewriter (LOGIN,
+// NOBYPASSRLS; sql/0008_lakewriter.sql grants the latter its few privileges) if missing,
 // then applies pending migrations as oml_owner. Returns the versions applied now (empty when
 // up to date).
 Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts);

@@ -53,5 +53,9 @@ const std::string& AppUrl() {
   static const std::string url = Get().cluster->AppUrl();
   return url;
 }
+const std::string& LakewriterUrl() {
+  static const std::string url = Get().cluster->LakewriterUrl();
+  return url;
+}
 
 }  // namespace oml::db::testing

@@ -9,5 +9,6 @@ namespace oml::db::testing {
 // Starts the cluster on first use. Aborts the test binary if it cannot start.
 const std::string& SuperuserUrl();
 const std::string& AppUrl();
+const std::string& LakewriterUrl();  // the oml_lakewriter role (sql/0008_lakewriter.sql)
 
 }  // namespace oml::db::testing

@@ -101,4 +101,151 @@ Result<int64_t> TableVersion(const std::string& table_uri) {
   return version;
 }
 
+// ---- DeltaTable ---------------------------------------------------------------------------
+
+namespace {
+
+// Like blob::FromStorageError, plus the lake's own code: a lost commit race is kAborted with
+// the stable type "lake-commit-conflict" (the writer refreshes and re-checks its txn).
+Status FromLakeError(int32_t rc, OmlStorageError& err, const std::string& what) {
+  if (rc == OML_STORAGE_CONFLICT) {
+    std::string msg = what;
+    if (err.message != nullptr) {
+      msg += ": ";
+      msg += err.message;
+      oml_storage_free_string(err.message);
+      err.message = nullptr;
+    }
+    return Status(Code::kAborted, std::move(msg), "lake-commit-conflict");
+  }
+  return FromStorageError(rc, err, what);
+}
+
+std::string MetadataJson(const TxnCommit& commit) {
+  return commit.metadata.is_null() ? std::string() : commit.metadata.dump();
+}
+
+std::string ColumnsJson(const std::vector<std::string>& cols) {
+  return nlohmann::json(cols).dump();
+}
+
+}  // namespace
+
+Result<DeltaTable> DeltaTable::Open(const std::string& table_uri) {
+  OmlStorageError err{};
+  OmlStorageDeltaTable* handle = nullptr;
+  int32_t rc = oml_storage_delta_open(table_uri.c_str(), &handle, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "open Delta table " + table_uri);
+  return DeltaTable(handle, table_uri);
+}
+
+DeltaTable::DeltaTable(DeltaTable&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)), uri_(std::move(other.uri_)) {}
+
+DeltaTable& DeltaTable::operator=(DeltaTable&& other) noexcept {
+  if (this != &other) {
+    oml_storage_delta_close(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+    uri_ = std::move(other.uri_);
+  }
+  return *this;
+}
+
+DeltaTable::~DeltaTable() { oml_storage_delta_close(handle_); }
+
+Result<int64_t> DeltaTable::SnapshotVersion() const {
+  OmlStorageError err{};
+  int64_t version = -1;
+  int32_t rc = oml_storage_delta_snapshot_version(handle_, &version, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "snapshot version of " + uri_);
+  return version;
+}
+
+Result<int64_t> DeltaTable::Refresh() {
+  OmlStorageError err{};
+  int64_t version = -1;
+  int32_t rc = oml_storage_delta_refresh(handle_, &version, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "refresh Delta table " + uri_);
+  return version;
+}
+
+Result<LastTxn> DeltaTable::ReadLastTxn(const std::string& app_id) const {
+  OmlStorageError err{};
+  LastTxn out;
+  int64_t commit_version = -1;
+  char* metadata = nullptr;
+  int32_t rc = oml_storage_delta_last_txn(handle_, app_id.c_str(), &out.version,
+                                          &commit_version, &metadata, &err);
+  if (rc != OML_STORAGE_OK) {
+    return FromLakeError(rc, err, "last txn of " + app_id + " in " + uri_);
+  }
+  if (metadata != nullptr) {
+    std::string text(metadata);
+    oml_storage_free_string(metadata);
+    nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      return Internal("commit metadata of " + uri_ + " is not a JSON object: " + text);
+    }
+    out.metadata = std::move(parsed);
+    out.commit_version = commit_version;
+  }
+  return out;
+}
+
+Result<int64_t> DeltaTable::Append(const std::string& rows_jsonl, const TxnCommit& commit) {
+  OmlStorageError err{};
+  int64_t version = -1;
+  const std::string metadata = MetadataJson(commit);
+  int32_t rc = oml_storage_delta_append(handle_, rows_jsonl.data(), rows_jsonl.size(),
+                                        commit.app_id.c_str(), commit.version, metadata.c_str(),
+                                        &version, &err);
+  if (rc != OML_STORAGE_OK) {
+    return FromLakeError(rc, err, "append to " + uri_ + " (txn " + std::to_string(commit.version) + ")");
+  }
+  return version;
+}
+
+Result<int64_t> DeltaTable::Merge(const std::string& rows_jsonl, const MergeSpec& spec,
+                                  const TxnCommit& commit) {
+  OmlStorageError err{};
+  int64_t version = -1;
+  const std::string metadata = MetadataJson(commit);
+  const std::string keys = ColumnsJson(spec.key_columns);
+  const std::string updates = spec.update_columns ? ColumnsJson(*spec.update_columns) : "";
+  int32_t rc = oml_storage_delta_merge(handle_, rows_jsonl.data(), rows_jsonl.size(), keys.c_str(),
+                                       spec.update_columns ? updates.c_str() : nullptr,
+                                       commit.app_id.c_str(), commit.version, metadata.c_str(),
+                                       &version, &err);
+  if (rc != OML_STORAGE_OK) {
+    return FromLakeError(rc, err, "merge into " + uri_ + " (txn " + std::to_string(commit.version) + ")");
+  }
+  return version;
+}
+
+Result<std::string> DeltaTable::ReadRowsJsonl() const {
+  OmlStorageError err{};
+  char* rows = nullptr;
+  int32_t rc = oml_storage_delta_read_rows(handle_, &rows, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "read rows of " + uri_);
+  std::string out = rows != nullptr ? std::string(rows) : std::string();
+  oml_storage_free_string(rows);
+  return out;
+}
+
+Result<int64_t> DeltaTable::Checkpoint() const {
+  OmlStorageError err{};
+  int64_t version = -1;
+  int32_t rc = oml_storage_delta_checkpoint(handle_, &version, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "checkpoint " + uri_);
+  return version;
+}
+
+Result<int64_t> DeltaTable::Vacuum(int64_t retention_hours) {
+  OmlStorageError err{};
+  int64_t deleted = 0;
+  int32_t rc = oml_storage_delta_vacuum(handle_, retention_hours, &deleted, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "vacuum " + uri_);
+  return deleted;
+}
+
 }  // namespace oml::lake

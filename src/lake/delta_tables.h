@@ -3,9 +3,17 @@
 // the empty tables so their schema is fixed and documented (docs/data/delta-tables.md).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
+
+struct OmlStorageDeltaTable;
 
 namespace oml::lake {
 
@@ -17,5 +25,97 @@ Status EnsureBronzeEvents(const std::string& lake_root);
 
 // Version of the Delta table at uri (0 right after creation). kNotFound if no table is there.
 Result<int64_t> TableVersion(const std::string& table_uri);
+
+// ---- The lake writer's table operations (rust/oml-storage, see oml_storage.h) ---------------
+
+// The txn action and commit metadata that go into a commit, in the same commit as its rows.
+struct TxnCommit {
+  std::string app_id;   // e.g. "oml-lakewriter"; non-empty
+  int64_t version = 0;  // the txn version to record (batch_end); >= 0
+  // A JSON object whose keys all start with "oml." (e.g. "oml.batch_start", "oml.batch_end",
+  // "oml.stream"); anything else is kInvalidArgument. Stored in the commit's commitInfo.
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+// A table's last txn for one appId, as of a DeltaTable's snapshot.
+struct LastTxn {
+  int64_t version = -1;  // -1: no txn for this appId
+  // The commit that recorded it: its table version and its "oml." metadata. Unknown (nullopt)
+  // when there is no txn or that commit's log file has been cleaned up (Delta keeps it 30 days
+  // past a later checkpoint); the txn version itself survives checkpoint and vacuum.
+  std::optional<int64_t> commit_version;
+  std::optional<nlohmann::json> metadata;
+};
+
+// MERGE ON every key column equal: WHEN MATCHED UPDATE SET update_columns, WHEN NOT MATCHED
+// INSERT the whole row.
+struct MergeSpec {
+  std::vector<std::string> key_columns;                      // non-empty; keys never null
+  std::optional<std::vector<std::string>> update_columns;    // nullopt: every non-key column
+};
+
+// One Delta table opened for the lake writer: a handle on a snapshot (a table version) that
+// every read and commit through it is based on.
+//
+// Rows are JSON lines, one object per row, in the table's columns (binary as hex, timestamp
+// as RFC 3339 or integer microseconds); a row that does not fit the schema is kInvalidArgument
+// and nothing is committed.
+//
+// Commits are conditional on the snapshot: if any other commit landed after it, Append/Merge
+// return kAborted with type "lake-commit-conflict", commit nothing, and leave the snapshot
+// where it was: Refresh, re-read LastTxn, and decide again. A successful commit moves the
+// snapshot to the version it wrote. The adapter never compares a commit's txn version with the
+// table's: skipping an applied batch is the caller's check.
+//
+// Move-only; thread-compatible (one thread at a time per object).
+class DeltaTable {
+ public:
+  // Opens the table at table_uri (local path, file:// or s3://) at its latest version.
+  // kNotFound if no Delta table is there.
+  static Result<DeltaTable> Open(const std::string& table_uri);
+
+  DeltaTable(DeltaTable&& other) noexcept;
+  DeltaTable& operator=(DeltaTable&& other) noexcept;
+  DeltaTable(const DeltaTable&) = delete;
+  DeltaTable& operator=(const DeltaTable&) = delete;
+  ~DeltaTable();
+
+  const std::string& uri() const { return uri_; }
+
+  // The snapshot's table version.
+  Result<int64_t> SnapshotVersion() const;
+  // Moves the snapshot to the latest version and returns it.
+  Result<int64_t> Refresh();
+  // The last txn for app_id as of the snapshot.
+  Result<LastTxn> ReadLastTxn(const std::string& app_id) const;
+
+  // Appends rows (JSON lines, at least one row) with commit's txn action and metadata in one
+  // commit. Returns the version written.
+  Result<int64_t> Append(const std::string& rows_jsonl, const TxnCommit& commit);
+  // MERGE (see MergeSpec) in one commit with the txn action and metadata. Rows apply as if one
+  // at a time in their given order: of two rows with one key, the later wins (key and update
+  // columns from the last row, other columns from the first, as sequential application would
+  // leave them). Returns the version written.
+  Result<int64_t> Merge(const std::string& rows_jsonl, const MergeSpec& spec,
+                        const TxnCommit& commit);
+
+  // Every row of the snapshot as JSON lines (every column, null explicit), in no particular
+  // order. The whole table in memory: for tests and small tables.
+  Result<std::string> ReadRowsJsonl() const;
+
+  // Writes a checkpoint of the snapshot version; returns that version.
+  Result<int64_t> Checkpoint() const;
+  // VACUUM (full mode) after refreshing to the latest version: deletes unreferenced data files
+  // older than retention_hours (not clamped to delta.deletedFileRetentionDuration). Returns the
+  // number of files deleted. 0 hours can delete a concurrent writer's not-yet-committed files:
+  // tests only.
+  Result<int64_t> Vacuum(int64_t retention_hours);
+
+ private:
+  DeltaTable(OmlStorageDeltaTable* handle, std::string uri) : handle_(handle), uri_(std::move(uri)) {}
+
+  OmlStorageDeltaTable* handle_ = nullptr;  // owned
+  std::string uri_;
+};
 
 }  // namespace oml::lake

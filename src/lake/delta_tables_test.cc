@@ -3,10 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "oml_storage.h"
 
@@ -94,6 +101,403 @@ TEST(DeltaStorageAbiTest, BadSchemaIsInvalidArgument) {
   ASSERT_NE(err.message, nullptr);
   oml_storage_free_string(err.message);
   EXPECT_FALSE(std::filesystem::exists("/tmp/oml-never-created"));
+}
+
+// ---- DeltaTable: the lake writer's operations -------------------------------------------
+
+constexpr const char* kApp = "oml-lakewriter";
+
+// A claims-like table: key (artifact_id, version); state and seq change on retracts.
+constexpr const char* kTestSchema = R"([
+  {"name":"artifact_id","type":"string","nullable":false},
+  {"name":"version","type":"long","nullable":false},
+  {"name":"state","type":"string","nullable":false},
+  {"name":"path","type":"string","nullable":true},
+  {"name":"seq","type":"long","nullable":false},
+  {"name":"digest","type":"binary","nullable":true},
+  {"name":"at","type":"timestamp","nullable":true}])";
+
+std::string Row(const std::string& artifact, int64_t version, const std::string& state,
+                const std::string& path, int64_t seq) {
+  return nlohmann::json{{"artifact_id", artifact}, {"version", version}, {"state", state},
+                        {"path", path},          {"seq", seq},         {"digest", "00ff10"},
+                        {"at", "2025-01-02T03:04:05.123456Z"}}
+             .dump() +
+         "\n";
+}
+
+TxnCommit Txn(int64_t start, int64_t end) {
+  return TxnCommit{kApp, end,
+                   {{"oml.batch_start", start}, {"oml.batch_end", end}, {"oml.stream", "main"}}};
+}
+
+// The actions of one commit file, in order.
+std::vector<nlohmann::json> LogActions(const fs::path& table, int64_t version) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%020lld.json", static_cast<long long>(version));
+  std::ifstream in(table / "_delta_log" / name);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+int CountActions(const std::vector<nlohmann::json>& actions, const char* kind) {
+  return static_cast<int>(std::count_if(actions.begin(), actions.end(),
+                                        [&](const nlohmann::json& a) { return a.contains(kind); }));
+}
+
+class DeltaAdapterTest : public ::testing::Test {
+ protected:
+  // Creates an empty table with kTestSchema at <tmp>/<name> and returns its path.
+  fs::path MakeTable(const std::string& name, const fs::path& root = {}) {
+    const fs::path dir = (root.empty() ? root_ : root) / name;
+    OmlStorageError err{};
+    int64_t version = -1;
+    int32_t created = 0, matches = 0;
+    EXPECT_EQ(oml_storage_delta_create_table(dir.c_str(), kTestSchema, nullptr, "test.claims",
+                                             &version, &created, &matches, &err),
+              OML_STORAGE_OK)
+        << (err.message ? err.message : "");
+    EXPECT_EQ(created, 1);
+    return dir;
+  }
+
+  static DeltaTable OpenOrDie(const fs::path& dir) {
+    auto t = DeltaTable::Open(dir.string());
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (!t.ok()) std::abort();
+    return std::move(t).value();
+  }
+
+  // Rows sorted by (artifact_id, version).
+  static std::vector<nlohmann::json> Rows(const DeltaTable& t) {
+    auto text = t.ReadRowsJsonl();
+    EXPECT_TRUE(text.ok()) << text.status().ToString();
+    std::vector<nlohmann::json> rows;
+    if (!text.ok()) return rows;
+    size_t pos = 0;
+    while (pos < text->size()) {
+      size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) nl = text->size();
+      if (nl > pos) rows.push_back(nlohmann::json::parse(text->substr(pos, nl - pos)));
+      pos = nl + 1;
+    }
+    std::sort(rows.begin(), rows.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+      return std::make_pair(a["artifact_id"].get<std::string>(), a["version"].get<int64_t>()) <
+             std::make_pair(b["artifact_id"].get<std::string>(), b["version"].get<int64_t>());
+    });
+    return rows;
+  }
+
+  oml::testing::ScopedTempDir tmp_{"oml-lake-adapter"};
+  const fs::path root_ = tmp_.path();
+};
+
+TEST_F(DeltaAdapterTest, AppendCommitsRowsTxnAndMetadataTogether) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  auto none = t.ReadLastTxn(kApp);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->version, -1);
+  EXPECT_FALSE(none->commit_version.has_value());
+  EXPECT_FALSE(none->metadata.has_value());
+
+  auto v = t.Append(Row("a", 1, "promoted", "/x", 3) + Row("b", 1, "promoted", "/y", 5), Txn(0, 5));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 1);
+  EXPECT_EQ(*t.SnapshotVersion(), 1);
+
+  // One commit file holds the rows (add), the txn and the metadata.
+  const auto actions = LogActions(dir, 1);
+  EXPECT_EQ(CountActions(actions, "txn"), 1);
+  EXPECT_EQ(CountActions(actions, "commitInfo"), 1);
+  EXPECT_GE(CountActions(actions, "add"), 1);
+  for (const auto& a : actions) {
+    if (a.contains("txn")) {
+      EXPECT_EQ(a["txn"]["appId"], kApp);
+      EXPECT_EQ(a["txn"]["version"], 5);
+      EXPECT_FALSE(a["txn"].contains("lastUpdated")) << a.dump();
+    }
+    if (a.contains("commitInfo")) {
+      EXPECT_EQ(a["commitInfo"]["oml.batch_start"], 0);
+      EXPECT_EQ(a["commitInfo"]["oml.batch_end"], 5);
+      EXPECT_EQ(a["commitInfo"]["oml.stream"], "main");
+    }
+  }
+
+  // Read back through this handle and through a fresh one.
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    DeltaTable other = OpenOrDie(dir);
+    const DeltaTable& h = fresh ? other : t;
+    auto last = h.ReadLastTxn(kApp);
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    EXPECT_EQ(last->version, 5);
+    EXPECT_EQ(last->commit_version, 1);
+    ASSERT_TRUE(last->metadata.has_value());
+    EXPECT_EQ(*last->metadata, Txn(0, 5).metadata);
+    auto other_app = h.ReadLastTxn("oml-lakewriter-shard2");
+    ASSERT_TRUE(other_app.ok());
+    EXPECT_EQ(other_app->version, -1);
+  }
+
+  const auto rows = Rows(t);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["artifact_id"], "a");
+  EXPECT_EQ(rows[0]["seq"], 3);
+  EXPECT_EQ(rows[0]["digest"], "00ff10");  // binary round-trips as hex
+  EXPECT_EQ(rows[1]["path"], "/y");
+
+  // A second batch moves the txn; the metadata read is that batch's.
+  auto v2 = t.Append(Row("c", 1, "promoted", "/z", 9), Txn(5, 9));
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_EQ(*v2, 2);
+  auto last = t.ReadLastTxn(kApp);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->version, 9);
+  EXPECT_EQ(last->commit_version, 2);
+  EXPECT_EQ((*last->metadata)["oml.batch_start"], 5);
+  EXPECT_EQ(Rows(t).size(), 3u);
+}
+
+TEST_F(DeltaAdapterTest, StaleSnapshotCommitIsAConflictAndCommitsNothing) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable first = OpenOrDie(dir);
+  DeltaTable second = OpenOrDie(dir);  // same snapshot, version 0
+
+  ASSERT_EQ(*first.Append(Row("a", 1, "promoted", "/x", 5), Txn(0, 5)), 1);
+
+  // The second writer read version 0 (txn -1) and now tries the same batch: fenced.
+  auto lost = second.Append(Row("a", 1, "promoted", "/x", 5), Txn(0, 5));
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.status().code(), Code::kAborted) << lost.status().ToString();
+  EXPECT_EQ(lost.status().type(), "lake-commit-conflict");
+  EXPECT_EQ(*second.SnapshotVersion(), 0);  // left where it was
+  auto lost_merge = second.Merge(Row("a", 1, "demoted", "/x", 6), {{"artifact_id", "version"}, std::nullopt},
+                                 Txn(5, 6));
+  ASSERT_FALSE(lost_merge.ok());
+  EXPECT_EQ(lost_merge.status().type(), "lake-commit-conflict") << lost_merge.status().ToString();
+  EXPECT_FALSE(fs::exists(dir / "_delta_log" / "00000000000000000002.json"));
+  EXPECT_EQ(*TableVersion(dir.string()), 1);
+
+  // Refresh, re-check: the batch is already applied (5 <= 5); the row is there once.
+  ASSERT_EQ(*second.Refresh(), 1);
+  EXPECT_EQ(second.ReadLastTxn(kApp)->version, 5);
+  EXPECT_EQ(Rows(second).size(), 1u);
+  // The next batch then commits from the refreshed snapshot.
+  auto next = second.Append(Row("b", 1, "promoted", "/y", 8), Txn(5, 8));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, 2);
+
+  // Any newer commit fences, not only one with the same appId: delta-rs would otherwise check
+  // two blind appends of different apps for conflicts, find none, and rebase.
+  DeltaTable stale = OpenOrDie(dir);  // version 2
+  auto other_app = second.Append(Row("x", 1, "promoted", "/o", 1),
+                                 TxnCommit{"some-other-app", 1, nlohmann::json::object()});
+  ASSERT_TRUE(other_app.ok()) << other_app.status().ToString();
+  auto fenced = stale.Append(Row("c", 1, "promoted", "/z", 9), Txn(8, 9));
+  ASSERT_FALSE(fenced.ok());
+  EXPECT_EQ(fenced.status().type(), "lake-commit-conflict") << fenced.status().ToString();
+  EXPECT_EQ(*TableVersion(dir.string()), 3);
+}
+
+TEST_F(DeltaAdapterTest, RacingWritersExactlyOneCommitsEachVersion) {
+  const fs::path dir = MakeTable("t");
+  constexpr int kRounds = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    DeltaTable a = OpenOrDie(dir);
+    DeltaTable b = OpenOrDie(dir);
+    std::atomic<int> ready{0};
+    Status sa, sb;
+    auto run = [&](DeltaTable& t, Status& out, const std::string& who) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) std::this_thread::yield();
+      auto r = t.Append(Row(who + std::to_string(round), 1, "promoted", "/p", round + 1),
+                        Txn(round, round + 1));
+      out = r.status();
+    };
+    std::thread ta(run, std::ref(a), std::ref(sa), "a");
+    std::thread tb(run, std::ref(b), std::ref(sb), "b");
+    ta.join();
+    tb.join();
+    EXPECT_NE(sa.ok(), sb.ok()) << "round " << round << ": " << sa.ToString() << " / " << sb.ToString();
+    const Status& loser = sa.ok() ? sb : sa;
+    EXPECT_EQ(loser.type(), "lake-commit-conflict") << loser.ToString();
+  }
+  DeltaTable t = OpenOrDie(dir);
+  EXPECT_EQ(*t.SnapshotVersion(), kRounds);
+  EXPECT_EQ(Rows(t).size(), static_cast<size_t>(kRounds));
+  EXPECT_EQ(t.ReadLastTxn(kApp)->version, kRounds);
+}
+
+TEST_F(DeltaAdapterTest, RowsOrMetadataThatDoNotFitCommitNothing) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  const std::string good = Row("a", 1, "promoted", "/x", 1);
+  struct Case {
+    const char* what;
+    std::string rows;
+    TxnCommit commit;
+  } cases[] = {
+      {"unknown column", R"({"artifact_id":"a","version":1,"state":"s","seq":1,"bogus":1})" "\n", Txn(0, 1)},
+      {"missing non-null column", R"({"artifact_id":"a","version":1,"seq":1})" "\n", Txn(0, 1)},
+      {"wrong type", R"({"artifact_id":"a","version":"one","state":"s","seq":1})" "\n", Txn(0, 1)},
+      {"binary not hex", R"({"artifact_id":"a","version":1,"state":"s","seq":1,"digest":"zz"})" "\n", Txn(0, 1)},
+      {"truncated JSON", good.substr(0, good.size() / 2), Txn(0, 1)},
+      {"no rows", "", Txn(0, 1)},
+      {"metadata key without oml.", good, TxnCommit{kApp, 1, {{"batch_end", 1}}}},
+      {"metadata not an object", good, TxnCommit{kApp, 1, nlohmann::json::array({1})}},
+      {"empty app id", good, TxnCommit{"", 1, nlohmann::json::object()}},
+      {"negative txn version", good, TxnCommit{kApp, -2, nlohmann::json::object()}},
+  };
+  for (const auto& c : cases) {
+    auto r = t.Append(c.rows, c.commit);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << c.what << ": " << r.status().ToString();
+  }
+  auto bad_key = t.Merge(good, {{"nope"}, std::nullopt}, Txn(0, 1));
+  EXPECT_EQ(bad_key.status().code(), Code::kInvalidArgument) << bad_key.status().ToString();
+  auto key_as_update = t.Merge(good, {{"artifact_id"}, std::vector<std::string>{"artifact_id"}}, Txn(0, 1));
+  EXPECT_EQ(key_as_update.status().code(), Code::kInvalidArgument) << key_as_update.status().ToString();
+  EXPECT_EQ(*TableVersion(dir.string()), 0);
+  EXPECT_EQ(t.ReadLastTxn(kApp)->version, -1);
+}
+
+TEST_F(DeltaAdapterTest, MergeAppliesRowsInGivenOrderAndFoldsDuplicateKeys) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  const MergeSpec spec{{"artifact_id", "version"}, std::vector<std::string>{"state", "seq"}};
+
+  // One batch: a/1 promoted at 100, b/1 promoted at 120, a/1 demoted at 140 (path differs, but
+  // path is not an update column: the insert at 100 wrote it), then a/1 erased at 150.
+  const std::string batch1 = Row("a", 1, "promoted", "/first", 100) + Row("b", 1, "promoted", "/b", 120) +
+                             Row("a", 1, "demoted", "/second", 140) + Row("a", 1, "erased", "/third", 150);
+  auto v1 = t.Merge(batch1, spec, Txn(90, 150));
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  auto rows = Rows(t);
+  ASSERT_EQ(rows.size(), 2u);  // no duplicate a/1
+  EXPECT_EQ(rows[0]["state"], "erased");
+  EXPECT_EQ(rows[0]["seq"], 150);
+  EXPECT_EQ(rows[0]["path"], "/first");
+  EXPECT_EQ(rows[1]["state"], "promoted");
+
+  // Next batch: matched rows only get the update columns; a new key is inserted whole; two
+  // rows for b/1 in one call fold to the later one.
+  const std::string batch2 = Row("b", 1, "demoted", "/elsewhere", 160) + Row("c", 2, "promoted", "/c", 170) +
+                             Row("b", 1, "promoted", "/again", 180);
+  auto v2 = t.Merge(batch2, spec, Txn(150, 180));
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_EQ(*v2, *v1 + 1);
+  rows = Rows(t);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1]["artifact_id"], "b");
+  EXPECT_EQ(rows[1]["state"], "promoted");
+  EXPECT_EQ(rows[1]["seq"], 180);
+  EXPECT_EQ(rows[1]["path"], "/b");
+  EXPECT_EQ(rows[2]["artifact_id"], "c");
+  EXPECT_EQ(rows[2]["path"], "/c");
+
+  // The MERGE commit carries the txn and the bounds too.
+  auto last = t.ReadLastTxn(kApp);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->version, 180);
+  EXPECT_EQ(last->commit_version, *v2);
+  EXPECT_EQ((*last->metadata)["oml.batch_start"], 150);
+  const auto actions = LogActions(dir, *v2);
+  EXPECT_EQ(CountActions(actions, "txn"), 1);
+  for (const auto& a : actions) {
+    if (a.contains("commitInfo")) {
+      EXPECT_EQ(a["commitInfo"]["operation"], "MERGE") << a.dump();
+    }
+  }
+
+  // update_columns = nullopt: every non-key column, so path follows too.
+  auto v3 = t.Merge(Row("c", 2, "demoted", "/moved", 190), {{"artifact_id", "version"}, std::nullopt},
+                    Txn(180, 190));
+  ASSERT_TRUE(v3.ok()) << v3.status().ToString();
+  rows = Rows(t);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[2]["path"], "/moved");
+  EXPECT_EQ(rows[2]["state"], "demoted");
+}
+
+TEST_F(DeltaAdapterTest, CheckpointAndVacuumKeepTheTxnVersion) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  const MergeSpec spec{{"artifact_id", "version"}, std::nullopt};
+  ASSERT_TRUE(t.Append(Row("a", 1, "promoted", "/a", 5), Txn(0, 5)).ok());
+  // A MERGE that matches rewrites the file: the old one becomes a tombstone vacuum can delete.
+  auto merged = t.Merge(Row("a", 1, "demoted", "/a", 7), spec, Txn(5, 7));
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  ASSERT_EQ(*merged, 2);
+
+  auto cp = t.Checkpoint();
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  EXPECT_EQ(*cp, 2);
+  EXPECT_TRUE(fs::exists(dir / "_delta_log" / "00000000000000000002.checkpoint.parquet"));
+
+  auto deleted = t.Vacuum(0);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_GE(*deleted, 1);
+  const int64_t after_vacuum = *t.SnapshotVersion();
+  EXPECT_GT(after_vacuum, 2);  // VACUUM START/END commits
+
+  auto last = t.ReadLastTxn(kApp);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->version, 7);
+  EXPECT_EQ(last->commit_version, 2);  // found behind the vacuum commits
+  EXPECT_EQ((*last->metadata)["oml.batch_end"], 7);
+
+  // Drop every commit file up to the checkpoint, as expired-log cleanup would: the txn now
+  // comes from the checkpoint alone; its commit's metadata is no longer known.
+  for (int v = 0; v <= 2; ++v) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%020d.json", v);
+    ASSERT_TRUE(fs::remove(dir / "_delta_log" / name)) << name;
+  }
+  DeltaTable reopened = OpenOrDie(dir);
+  EXPECT_EQ(*reopened.SnapshotVersion(), after_vacuum);
+  auto from_checkpoint = reopened.ReadLastTxn(kApp);
+  ASSERT_TRUE(from_checkpoint.ok()) << from_checkpoint.status().ToString();
+  EXPECT_EQ(from_checkpoint->version, 7);
+  EXPECT_FALSE(from_checkpoint->commit_version.has_value());
+  EXPECT_FALSE(from_checkpoint->metadata.has_value());
+  auto rows = Rows(reopened);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["state"], "demoted");
+
+  // No txn retention was ever configured.
+  for (const auto& entry : fs::directory_iterator(dir / "_delta_log")) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find("setTransactionRetentionDuration"), std::string::npos) << entry.path();
+  }
+}
+
+TEST_F(DeltaAdapterTest, OpenMissingTableIsNotFound) {
+  auto t = DeltaTable::Open((root_ / "nothing").string());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kNotFound) << t.status().ToString();
+}
+
+// Leaves a table for tests/test_lake_adapter.py (deltalake and pyarrow read it back) in
+// $OML_LAKE_TEST_OUT/claims when that is set; otherwise in a temp dir, as a smoke test.
+// Contents: version 1 = append of a/1 and b/1 (txn 5, bounds 0..5), version 2 = merge that
+// demotes a/1 and inserts c/1 (txn 9, bounds 5..9).
+TEST_F(DeltaAdapterTest, WritesTableForPythonReaders) {
+  const char* out = std::getenv("OML_LAKE_TEST_OUT");
+  const fs::path root = (out != nullptr && *out != '\0') ? fs::path(out) : root_;
+  const fs::path dir = MakeTable("claims", root);
+  DeltaTable t = OpenOrDie(dir);
+  ASSERT_TRUE(t.Append(Row("a", 1, "promoted", "/a", 3) + Row("b", 1, "promoted", "/b", 5), Txn(0, 5)).ok());
+  auto v = t.Merge(Row("a", 1, "demoted", "/a", 8) + Row("c", 1, "promoted", "/c", 9),
+                   {{"artifact_id", "version"}, std::vector<std::string>{"state", "seq"}}, Txn(5, 9));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 2);
+  EXPECT_EQ(Rows(t).size(), 3u);
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ extern "C" {
 #define OML_STORAGE_UNAVAILABLE 5       /* I/O or network failure; retry later */
 #define OML_STORAGE_INTERNAL 6          /* any other library failure */
 #define OML_STORAGE_PANIC 7             /* a Rust panic was caught at the boundary (a bug) */
+#define OML_STORAGE_CONFLICT 8          /* a Delta commit lost to a concurrent commit: the table
+                                          * has a version newer than the handle's snapshot; nothing
+                                          * was committed. Refresh, re-read the txn, decide again. */
 
 typedef struct OmlStorageError {
   int32_t code;
@@ -110,6 +113,97 @@ int32_t oml_storage_delta_create_table(const char* table_uri, const char* schema
  * OML_STORAGE_NOT_FOUND if there is no Delta table there (including a missing local dir). */
 int32_t oml_storage_delta_table_version(const char* table_uri, int64_t* out_version,
                                         OmlStorageError* err);
+
+/* ---- Delta table handles (the lake writer's operations) -------------------------------- */
+/* A handle holds one table and the snapshot (a table version) that every read and commit
+ * through it is based on. Commits are conditional on that snapshot: commit N+1 is written with
+ * put-if-absent (object_store PutMode::Create; on S3 If-None-Match: *), and delta-rs's own
+ * retry-and-rebase is turned off, so if any other commit landed after the snapshot the call
+ * fails with OML_STORAGE_CONFLICT and commits nothing. A successful commit advances the handle
+ * to the version it wrote; a failed one leaves it unchanged. A handle may be shared between
+ * threads (calls on one handle are serialized).
+ *
+ * Rows are JSON lines: one JSON object per line, decoded with arrow-json against the table's
+ * own Arrow schema, strictly: an unknown field, a wrong type, or null/absent in a non-nullable
+ * column is OML_STORAGE_INVALID_ARGUMENT and commits nothing. Encodings: string as a JSON
+ * string, long/integer as a JSON number, boolean as true/false, binary as a HEX string,
+ * timestamp as RFC 3339 text ("2025-01-02T03:04:05.123456Z") or integer microseconds since the
+ * epoch. An absent nullable column is null. At least one row is required.
+ *
+ * Every commit carries a txn action {appId: app_id, version: txn_version} (no lastUpdated, so
+ * no retention can expire it) and the caller's metadata in its commitInfo. metadata_json: NULL,
+ * "" or a JSON object whose keys all start with "oml." (else OML_STORAGE_INVALID_ARGUMENT).
+ * The adapter does NOT compare txn_version with the table's current txn version for app_id:
+ * skipping an already-applied batch is the caller's check (oml_storage_delta_last_txn). */
+typedef struct OmlStorageDeltaTable OmlStorageDeltaTable; /* opaque */
+
+/* Opens the table at table_uri (see above) at its latest version. OML_STORAGE_NOT_FOUND if no
+ * Delta table is there. Close *out_table with oml_storage_delta_close. */
+int32_t oml_storage_delta_open(const char* table_uri, OmlStorageDeltaTable** out_table,
+                               OmlStorageError* err);
+/* Closes a handle. NULL is a no-op. */
+void oml_storage_delta_close(OmlStorageDeltaTable* table);
+/* The handle's snapshot version. */
+int32_t oml_storage_delta_snapshot_version(const OmlStorageDeltaTable* table,
+                                           int64_t* out_version, OmlStorageError* err);
+/* Moves the handle's snapshot to the table's latest version, written to *out_version. */
+int32_t oml_storage_delta_refresh(OmlStorageDeltaTable* table, int64_t* out_version,
+                                  OmlStorageError* err);
+
+/* As of the handle's snapshot: the latest txn version recorded for app_id, or -1 if none
+ * (*out_txn_version), and the commit that recorded it: its table version (*out_commit_version)
+ * and the "oml."-keys of its commitInfo as a JSON object string (*out_metadata_json, free with
+ * oml_storage_free_string; "{}" if that commit had none). If there is no txn, or the commit's
+ * log file is gone (expired-log cleanup keeps it 30 days past a later checkpoint), then
+ * *out_commit_version = -1 and *out_metadata_json = NULL; the txn version itself survives
+ * checkpoints and vacuum. */
+int32_t oml_storage_delta_last_txn(const OmlStorageDeltaTable* table, const char* app_id,
+                                   int64_t* out_txn_version, int64_t* out_commit_version,
+                                   char** out_metadata_json, OmlStorageError* err);
+
+/* Appends rows (rows_len bytes of JSON lines at rows_jsonl) in one commit with the txn action
+ * and metadata. *out_version: the version written. OML_STORAGE_CONFLICT as above. */
+int32_t oml_storage_delta_append(OmlStorageDeltaTable* table, const char* rows_jsonl,
+                                 size_t rows_len, const char* app_id, int64_t txn_version,
+                                 const char* metadata_json, int64_t* out_version,
+                                 OmlStorageError* err);
+
+/* MERGE in one commit with the txn action and metadata:
+ *   ON every key column equal (key_columns_json: non-empty JSON array of column names; keys
+ *   must be non-null in every row),
+ *   WHEN MATCHED THEN UPDATE SET the update columns (update_columns_json: JSON array of non-key
+ *   column names; NULL = every non-key column; [] = matched rows are left alone),
+ *   WHEN NOT MATCHED THEN INSERT the whole row.
+ * Rows are applied as if one at a time in their given order: rows with equal keys are folded
+ * first (key and update columns from the last such row, the other columns from the first), so
+ * the later row wins and the result equals sequential application. *out_version as append. */
+int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_jsonl,
+                                size_t rows_len, const char* key_columns_json,
+                                const char* update_columns_json, const char* app_id,
+                                int64_t txn_version, const char* metadata_json,
+                                int64_t* out_version, OmlStorageError* err);
+
+/* Every row of the handle's snapshot as JSON lines (*out_jsonl, free with
+ * oml_storage_free_string; "" for an empty table), in no particular order, every column present
+ * (null as null), in the same encodings the writers accept. Holds the whole table in memory:
+ * for tests and small tables. */
+int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** out_jsonl,
+                                    OmlStorageError* err);
+
+/* Writes a checkpoint of the handle's snapshot version (*out_version). Commits also write one
+ * by themselves every delta.checkpointInterval commits (default 100). */
+int32_t oml_storage_delta_checkpoint(const OmlStorageDeltaTable* table, int64_t* out_version,
+                                     OmlStorageError* err);
+/* VACUUM (full mode): deletes data files that the handle's snapshot no longer references
+ * (removed files and orphans such as a fenced writer's uncommitted Parquet files) and that are
+ * older than retention_hours (>= 0; the table's delta.deletedFileRetentionDuration is not
+ * enforced, the caller decides). It first refreshes the handle to the latest version (full
+ * mode would take the files of commits newer than a stale snapshot for orphans). Writes
+ * VACUUM START/END commits when it deletes anything, advancing the handle.
+ * Retention 0 while another writer is between writing files and committing them can delete
+ * those files: use 0 only in tests. *out_files_deleted: the number of files deleted. */
+int32_t oml_storage_delta_vacuum(OmlStorageDeltaTable* table, int64_t retention_hours,
+                                 int64_t* out_files_deleted, OmlStorageError* err);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -19,10 +19,20 @@ use std::ffi::{c_char, CStr, CString};
 use std::future::IntoFuture;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::{Arc, Once, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
-use deltalake::kernel::{DataType, StructField};
+use deltalake::arrow::array::{Array, RecordBatch, UInt32Array};
+use deltalake::arrow::compute::{concat_batches, take};
+use deltalake::arrow::datatypes::SchemaRef;
+use deltalake::arrow::json::ReaderBuilder;
+use deltalake::arrow::row::{RowConverter, SortField};
+use deltalake::datafusion::common::Column;
+use deltalake::datafusion::logical_expr::Expr;
+use deltalake::datafusion::prelude::SessionContext;
+use deltalake::kernel::transaction::{CommitProperties, TransactionError};
+use deltalake::kernel::{DataType, StructField, Transaction};
 use deltalake::operations::create::CreateBuilder;
+use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use futures::TryStreamExt;
@@ -50,6 +60,8 @@ pub const OML_STORAGE_UNAVAILABLE: i32 = 5;
 pub const OML_STORAGE_INTERNAL: i32 = 6;
 /// A Rust panic was caught at the boundary (a bug in this crate or a dependency).
 pub const OML_STORAGE_PANIC: i32 = 7;
+/// A Delta commit lost to a concurrent commit: the table moved past the handle's snapshot.
+pub const OML_STORAGE_CONFLICT: i32 = 8;
 
 #[repr(C)]
 pub struct OmlStorageError {
@@ -830,6 +842,655 @@ pub extern "C" fn oml_storage_delta_table_version(
             }
             None => fail(OML_STORAGE_NOT_FOUND, format!("no Delta table at {uri}")),
         }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delta table handles: what the lake writer protocol needs and nothing more. Append or MERGE a
+// batch with a txn action and commit metadata in ONE conditional commit, read a table's last
+// txn version (and the metadata of the commit that set it), checkpoint, vacuum. The protocol
+// itself (cut, per-table idempotence check, frontier) lives in C++ (src/lake/).
+
+/// Opaque handle: one table and the snapshot every read and commit through it is based on.
+/// Invariant: `table` only ever changes to a state this handle committed or refreshed to; a
+/// failed commit leaves it untouched (operations run on a clone).
+pub struct OmlStorageDeltaTable {
+    uri: String,
+    table: Mutex<DeltaTable>,
+}
+
+fn delta_ref<'a>(t: *const OmlStorageDeltaTable) -> FfiResult<&'a OmlStorageDeltaTable> {
+    if t.is_null() {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "table is NULL");
+    }
+    // SAFETY: a handle from oml_storage_delta_open that has not been closed.
+    Ok(unsafe { &*t })
+}
+
+/// Locks the handle. A poisoned lock is recovered: the table is only ever replaced whole, after
+/// an operation succeeded, so a panic cannot leave it half updated.
+fn lock_table(h: &OmlStorageDeltaTable) -> MutexGuard<'_, DeltaTable> {
+    h.table.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Commit errors: losing to a concurrent commit (the table moved past our snapshot) is
+/// OML_STORAGE_CONFLICT; everything else as map_delta_error.
+fn map_commit_error(e: DeltaTableError) -> Failure {
+    let conflict = matches!(
+        &e,
+        DeltaTableError::VersionAlreadyExists(_)
+            | DeltaTableError::Transaction {
+                source: TransactionError::MaxCommitAttempts(_)
+                    | TransactionError::CommitConflict(_)
+                    | TransactionError::VersionAlreadyExists(_)
+            }
+    );
+    if conflict {
+        Failure {
+            code: OML_STORAGE_CONFLICT,
+            message: format!(
+                "commit conflict: the table has a commit newer than this handle's snapshot ({e})"
+            ),
+        }
+    } else {
+        map_delta_error(e)
+    }
+}
+
+fn invalid_rows(e: impl std::fmt::Display) -> Failure {
+    Failure {
+        code: OML_STORAGE_INVALID_ARGUMENT,
+        message: format!("rows do not match the table schema: {e}"),
+    }
+}
+
+/// Decodes JSON lines (one object per row) against the table's Arrow schema. Strict: an unknown
+/// field, a wrong type or a null in a non-nullable column is OML_STORAGE_INVALID_ARGUMENT.
+/// Encodings are arrow-json's: binary as a hex string, timestamp as RFC 3339 text or integer
+/// microseconds since the epoch.
+fn decode_rows(schema: SchemaRef, data: &[u8]) -> FfiResult<Vec<RecordBatch>> {
+    const BATCH_ROWS: usize = 8192;
+    let mut decoder = ReaderBuilder::new(schema)
+        .with_strict_mode(true)
+        .with_batch_size(BATCH_ROWS)
+        .build_decoder()
+        .map_err(invalid_rows)?;
+    let mut batches = Vec::new();
+    let mut buf = data;
+    loop {
+        let n = decoder.decode(buf).map_err(invalid_rows)?;
+        buf = &buf[n..];
+        let flushed = decoder.flush().map_err(invalid_rows)?;
+        let progressed = n > 0 || flushed.is_some();
+        if let Some(b) = flushed {
+            if b.num_rows() > 0 {
+                batches.push(b);
+            }
+        }
+        if buf.is_empty() {
+            break;
+        }
+        if !progressed {
+            return Err(invalid_rows("the JSON decoder made no progress"));
+        }
+    }
+    if batches.is_empty() {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "no rows");
+    }
+    Ok(batches)
+}
+
+/// The caller's commit metadata: NULL/"" or a JSON object whose keys all start with "oml."
+/// (so they can never collide with the commitInfo fields Delta itself defines).
+fn parse_commit_metadata(
+    json: Option<&str>,
+) -> FfiResult<serde_json::Map<String, serde_json::Value>> {
+    let Some(json) = json.filter(|s| !s.trim().is_empty()) else {
+        return Ok(serde_json::Map::new());
+    };
+    let v: serde_json::Value = serde_json::from_str(json).or_else(|e| {
+        fail(
+            OML_STORAGE_INVALID_ARGUMENT,
+            format!("commit metadata is not JSON: {e}"),
+        )
+    })?;
+    let serde_json::Value::Object(map) = v else {
+        return fail(
+            OML_STORAGE_INVALID_ARGUMENT,
+            "commit metadata must be a JSON object",
+        );
+    };
+    if let Some(k) = map.keys().find(|k| !k.starts_with(OML_METADATA_PREFIX)) {
+        return fail(
+            OML_STORAGE_INVALID_ARGUMENT,
+            format!("commit metadata key {k:?} does not start with {OML_METADATA_PREFIX:?}"),
+        );
+    }
+    Ok(map)
+}
+
+const OML_METADATA_PREFIX: &str = "oml.";
+
+/// One commit: the txn action (app_id, txn_version) and the metadata, and no retry: delta-rs
+/// would otherwise rebase onto a newer table version after its own conflict check, which would
+/// let a second writer commit on top of the first instead of being fenced.
+fn commit_properties(
+    app_id: &str,
+    txn_version: i64,
+    metadata: serde_json::Map<String, serde_json::Value>,
+) -> CommitProperties {
+    // lastUpdated stays unset: with it absent no txn retention policy can ever expire the txn.
+    CommitProperties::default()
+        .with_application_transaction(Transaction::new(app_id, txn_version))
+        .with_metadata(metadata)
+        .with_max_retries(0)
+}
+
+fn txn_args<'a>(app_id: *const c_char, txn_version: i64) -> FfiResult<&'a str> {
+    let app_id = cstr_arg(app_id, "app_id")?;
+    if app_id.is_empty() {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "app_id is empty");
+    }
+    if txn_version < 0 {
+        return fail(
+            OML_STORAGE_INVALID_ARGUMENT,
+            format!("txn_version must be >= 0, got {txn_version}"),
+        );
+    }
+    Ok(app_id)
+}
+
+fn rows_arg<'a>(rows: *const c_char, len: usize) -> FfiResult<&'a [u8]> {
+    if rows.is_null() || len == 0 {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "no rows");
+    }
+    // SAFETY: the caller passes `len` readable bytes at `rows`.
+    Ok(unsafe { std::slice::from_raw_parts(rows as *const u8, len) })
+}
+
+fn column_list(json: &str, what: &str, schema: &SchemaRef) -> FfiResult<Vec<String>> {
+    let cols: Vec<String> = serde_json::from_str(json).or_else(|e| {
+        fail(
+            OML_STORAGE_INVALID_ARGUMENT,
+            format!("{what} must be a JSON array of column names: {e}"),
+        )
+    })?;
+    let mut seen = std::collections::HashSet::new();
+    for c in &cols {
+        if schema.index_of(c).is_err() {
+            return fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                format!("{what}: {c:?} is not a column of the table"),
+            );
+        }
+        if !seen.insert(c) {
+            return fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                format!("{what}: {c:?} is listed twice"),
+            );
+        }
+    }
+    Ok(cols)
+}
+
+/// Folds rows with equal keys so that one MERGE gives the same result as applying the rows one
+/// at a time in their given order: per key, the key and update columns come from the LAST row
+/// (each later matched update overwrites them) and every other column from the FIRST row (the
+/// one an insert would have written). Output keeps first-occurrence order. delta-rs itself
+/// would fail a MERGE whose source has two rows matching one target row, and would insert both
+/// when none matches.
+fn fold_duplicate_keys(
+    batch: &RecordBatch,
+    key_idx: &[usize],
+    update_idx: &[usize],
+) -> FfiResult<RecordBatch> {
+    let internal = |e: deltalake::arrow::error::ArrowError| Failure {
+        code: OML_STORAGE_INTERNAL,
+        message: format!("folding duplicate keys: {e}"),
+    };
+    let fields: Vec<SortField> = key_idx
+        .iter()
+        .map(|&i| SortField::new(batch.schema().field(i).data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields).map_err(internal)?;
+    let key_cols: Vec<_> = key_idx.iter().map(|&i| batch.column(i).clone()).collect();
+    let rows = converter.convert_columns(&key_cols).map_err(internal)?;
+    let mut slot: HashMap<&[u8], usize> = HashMap::with_capacity(batch.num_rows());
+    let mut first: Vec<u32> = Vec::new();
+    let mut last: Vec<u32> = Vec::new();
+    for i in 0..batch.num_rows() {
+        let k = rows.row(i).data();
+        match slot.get(k) {
+            Some(&s) => last[s] = i as u32,
+            None => {
+                slot.insert(k, first.len());
+                first.push(i as u32);
+                last.push(i as u32);
+            }
+        }
+    }
+    if first.len() == batch.num_rows() {
+        return Ok(batch.clone());
+    }
+    let first = UInt32Array::from(first);
+    let last = UInt32Array::from(last);
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (i, c) in batch.columns().iter().enumerate() {
+        let from_last = key_idx.contains(&i) || update_idx.contains(&i);
+        let idx = if from_last { &last } else { &first };
+        columns.push(take(c.as_ref(), idx, None).map_err(internal)?);
+    }
+    RecordBatch::try_new(batch.schema(), columns).map_err(internal)
+}
+
+fn qualified(relation: &str, name: &str) -> Expr {
+    Expr::Column(Column::new(Some(relation), name))
+}
+
+/// Finds the commit (at or below `from_version`) whose txn action set (app_id, txn_version) and
+/// returns its version and the "oml."-prefixed keys of its commitInfo. Ok(None) when that
+/// commit's log file is gone (expired-log cleanup after a checkpoint) or was not found.
+async fn find_txn_commit(
+    t: &DeltaTable,
+    from_version: i64,
+    app_id: &str,
+    txn_version: i64,
+) -> Result<Option<(i64, serde_json::Map<String, serde_json::Value>)>, DeltaTableError> {
+    let log_store = t.log_store();
+    let mut v = from_version;
+    while v >= 0 {
+        let Some(bytes) = log_store.read_commit_entry(v as u64).await? else {
+            return Ok(None);
+        };
+        let mut info = serde_json::Map::new();
+        let mut txn: Option<i64> = None;
+        for line in bytes.split(|b| *b == b'\n') {
+            if line.iter().all(|b| b.is_ascii_whitespace()) {
+                continue;
+            }
+            let Ok(serde_json::Value::Object(mut action)) = serde_json::from_slice(line) else {
+                continue;
+            };
+            if let Some(serde_json::Value::Object(ci)) = action.remove("commitInfo") {
+                info = ci
+                    .into_iter()
+                    .filter(|(k, _)| k.starts_with(OML_METADATA_PREFIX))
+                    .collect();
+            } else if let Some(serde_json::Value::Object(x)) = action.remove("txn") {
+                if x.get("appId").and_then(|a| a.as_str()) == Some(app_id) {
+                    txn = x.get("version").and_then(|n| n.as_i64());
+                }
+            }
+        }
+        match txn {
+            Some(found) if found == txn_version => return Ok(Some((v, info))),
+            // An older txn of the same app: the one we look for is not in the remaining log.
+            Some(_) => return Ok(None),
+            None => v -= 1,
+        }
+    }
+    Ok(None)
+}
+
+/// Opens the Delta table at table_uri. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_open(
+    table_uri: *const c_char,
+    out_table: *mut *mut OmlStorageDeltaTable,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_table, "out_table")?;
+        *out = ptr::null_mut();
+        let uri = cstr_arg(table_uri, "table_uri")?;
+        register_delta_handlers();
+        let url = table_url(uri, false)?;
+        let opts = delta_storage_options(uri);
+        let Some(t) = block_on(load_table(&url, &opts))?.map_err(map_delta_error)? else {
+            return fail(OML_STORAGE_NOT_FOUND, format!("no Delta table at {uri}"));
+        };
+        *out = Box::into_raw(Box::new(OmlStorageDeltaTable {
+            uri: uri.to_string(),
+            table: Mutex::new(t),
+        }));
+        Ok(())
+    })
+}
+
+/// Closes a table handle (NULL is a no-op).
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_close(table: *mut OmlStorageDeltaTable) {
+    no_unwind(|| {
+        if !table.is_null() {
+            // SAFETY: a handle from oml_storage_delta_open, closed once.
+            drop(unsafe { Box::from_raw(table) });
+        }
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_snapshot_version(
+    table: *const OmlStorageDeltaTable,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        *out = table_version(&lock_table(h))?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_refresh(
+    table: *mut OmlStorageDeltaTable,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let mut t = lock_table(h);
+        let mut fresh = t.clone();
+        block_on(fresh.update_state())?.map_err(map_delta_error)?;
+        *t = fresh;
+        *out = table_version(&t)?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_last_txn(
+    table: *const OmlStorageDeltaTable,
+    app_id: *const c_char,
+    out_txn_version: *mut i64,
+    out_commit_version: *mut i64,
+    out_metadata_json: *mut *mut c_char,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out_txn = out_arg(out_txn_version, "out_txn_version")?;
+        let out_commit = out_arg(out_commit_version, "out_commit_version")?;
+        let out_meta = out_arg(out_metadata_json, "out_metadata_json")?;
+        *out_txn = -1;
+        *out_commit = -1;
+        *out_meta = ptr::null_mut();
+        let app_id = cstr_arg(app_id, "app_id")?;
+        if app_id.is_empty() {
+            return fail(OML_STORAGE_INVALID_ARGUMENT, "app_id is empty");
+        }
+        let h = delta_ref(table)?;
+        let t = lock_table(h);
+        let snapshot_version = table_version(&t)?;
+        let log_store = t.log_store();
+        let snap = t.snapshot().map_err(map_delta_error)?;
+        let txn = block_on(snap.transaction_version(log_store.as_ref(), app_id))?
+            .map_err(map_delta_error)?;
+        let Some(txn) = txn else {
+            return Ok(());
+        };
+        *out_txn = txn;
+        if let Some((v, meta)) = block_on(find_txn_commit(&t, snapshot_version, app_id, txn))?
+            .map_err(map_delta_error)?
+        {
+            let json = serde_json::to_string(&meta)
+                .or_else(|e| fail(OML_STORAGE_INTERNAL, format!("cannot encode metadata: {e}")))?;
+            *out_commit = v;
+            *out_meta = to_c_string(&json);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_append(
+    table: *mut OmlStorageDeltaTable,
+    rows_jsonl: *const c_char,
+    rows_len: usize,
+    app_id: *const c_char,
+    txn_version: i64,
+    metadata_json: *const c_char,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let rows = rows_arg(rows_jsonl, rows_len)?;
+        let app_id = txn_args(app_id, txn_version)?;
+        let metadata = parse_commit_metadata(opt_cstr_arg(metadata_json, "metadata_json")?)?;
+        let mut t = lock_table(h);
+        let schema = t
+            .snapshot()
+            .map_err(map_delta_error)?
+            .snapshot()
+            .arrow_schema();
+        let batches = decode_rows(schema, rows)?;
+        let written = block_on(
+            t.clone()
+                .write(batches)
+                .with_save_mode(SaveMode::Append)
+                .with_commit_properties(commit_properties(app_id, txn_version, metadata))
+                .into_future(),
+        )?
+        .map_err(map_commit_error)?;
+        *t = written;
+        *out = table_version(&t)?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_merge(
+    table: *mut OmlStorageDeltaTable,
+    rows_jsonl: *const c_char,
+    rows_len: usize,
+    key_columns_json: *const c_char,
+    update_columns_json: *const c_char,
+    app_id: *const c_char,
+    txn_version: i64,
+    metadata_json: *const c_char,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let rows = rows_arg(rows_jsonl, rows_len)?;
+        let app_id = txn_args(app_id, txn_version)?;
+        let metadata = parse_commit_metadata(opt_cstr_arg(metadata_json, "metadata_json")?)?;
+        let key_json = cstr_arg(key_columns_json, "key_columns_json")?;
+        let update_json = opt_cstr_arg(update_columns_json, "update_columns_json")?;
+        let mut t = lock_table(h);
+        let schema = t
+            .snapshot()
+            .map_err(map_delta_error)?
+            .snapshot()
+            .arrow_schema();
+
+        let keys = column_list(key_json, "key columns", &schema)?;
+        if keys.is_empty() {
+            return fail(OML_STORAGE_INVALID_ARGUMENT, "key columns are empty");
+        }
+        let updates: Vec<String> = match update_json {
+            None => schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .filter(|n| !keys.contains(n))
+                .collect(),
+            Some(j) => column_list(j, "update columns", &schema)?,
+        };
+        if let Some(k) = updates.iter().find(|c| keys.contains(c)) {
+            return fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                format!("update columns: {k:?} is a key column"),
+            );
+        }
+        let key_idx: Vec<usize> = keys
+            .iter()
+            .map(|k| schema.index_of(k).unwrap_or(0))
+            .collect();
+        let update_idx: Vec<usize> = updates
+            .iter()
+            .map(|k| schema.index_of(k).unwrap_or(0))
+            .collect();
+
+        let batches = decode_rows(schema.clone(), rows)?;
+        let batch = concat_batches(&schema, &batches).map_err(invalid_rows)?;
+        for (k, &i) in keys.iter().zip(&key_idx) {
+            if batch.column(i).null_count() > 0 {
+                return fail(
+                    OML_STORAGE_INVALID_ARGUMENT,
+                    format!("key column {k:?} is null in some row"),
+                );
+            }
+        }
+        let batch = fold_duplicate_keys(&batch, &key_idx, &update_idx)?;
+
+        let source = SessionContext::new()
+            .read_batch(batch)
+            .map_err(|e| Failure {
+                code: OML_STORAGE_INTERNAL,
+                message: format!("merge source: {e}"),
+            })?;
+        let predicate = keys
+            .iter()
+            .map(|k| qualified("target", k).eq(qualified("source", k)))
+            .reduce(Expr::and)
+            .unwrap_or_else(|| qualified("target", &keys[0]));
+        let all: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let mut builder = t
+            .clone()
+            .merge(source, predicate)
+            .with_source_alias("source")
+            .with_target_alias("target")
+            .with_commit_properties(commit_properties(app_id, txn_version, metadata));
+        if !updates.is_empty() {
+            builder = builder
+                .when_matched_update(|u| {
+                    updates.iter().fold(u, |u, c| {
+                        u.update(Column::new_unqualified(c.as_str()), qualified("source", c))
+                    })
+                })
+                .map_err(map_delta_error)?;
+        }
+        builder = builder
+            .when_not_matched_insert(|i| {
+                all.iter().fold(i, |i, c| {
+                    i.set(Column::new_unqualified(c.as_str()), qualified("source", c))
+                })
+            })
+            .map_err(map_delta_error)?;
+        let (merged, _metrics) = block_on(builder.into_future())?.map_err(map_commit_error)?;
+        *t = merged;
+        *out = table_version(&t)?;
+        Ok(())
+    })
+}
+
+/// Every row of the handle's snapshot as JSON lines. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_read_rows(
+    table: *const OmlStorageDeltaTable,
+    out_jsonl: *mut *mut c_char,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_jsonl, "out_jsonl")?;
+        *out = ptr::null_mut();
+        let h = delta_ref(table)?;
+        let t = lock_table(h).clone();
+        let batches: Vec<RecordBatch> = block_on(async move {
+            let (_, stream) = t.scan_table().await?;
+            stream
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(DeltaTableError::from)
+        })?
+        .map_err(map_delta_error)?;
+        let mut writer = deltalake::arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, deltalake::arrow::json::writer::LineDelimited>(Vec::new());
+        let refs: Vec<&RecordBatch> = batches.iter().collect();
+        let encode = |e: deltalake::arrow::error::ArrowError| Failure {
+            code: OML_STORAGE_INTERNAL,
+            message: format!("cannot encode rows as JSON: {e}"),
+        };
+        writer.write_batches(&refs).map_err(encode)?;
+        writer.finish().map_err(encode)?;
+        let text = String::from_utf8(writer.into_inner())
+            .or_else(|e| fail(OML_STORAGE_INTERNAL, format!("rows are not UTF-8: {e}")))?;
+        *out = to_c_string(&text);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_checkpoint(
+    table: *const OmlStorageDeltaTable,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let t = lock_table(h);
+        block_on(deltalake::checkpoints::create_checkpoint(&t, None))?.map_err(map_delta_error)?;
+        *out = table_version(&t)?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_vacuum(
+    table: *mut OmlStorageDeltaTable,
+    retention_hours: i64,
+    out_files_deleted: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_files_deleted, "out_files_deleted")?;
+        *out = 0;
+        let h = delta_ref(table)?;
+        if retention_hours < 0 {
+            return fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                format!("retention_hours must be >= 0, got {retention_hours}"),
+            );
+        }
+        let retention = chrono::Duration::try_hours(retention_hours).ok_or_else(|| Failure {
+            code: OML_STORAGE_INVALID_ARGUMENT,
+            message: format!("retention_hours out of range: {retention_hours}"),
+        })?;
+        let mut t = lock_table(h);
+        // Full mode treats every file the snapshot does not reference as an orphan, so plan from
+        // the latest version: a stale snapshot would see newer commits' files as orphans.
+        let mut fresh = t.clone();
+        block_on(fresh.update_state())?.map_err(map_delta_error)?;
+        *t = fresh;
+        let (vacuumed, metrics) = block_on(
+            t.clone()
+                .vacuum()
+                .with_retention_period(retention)
+                .with_enforce_retention_duration(false)
+                .with_mode(VacuumMode::Full)
+                .into_future(),
+        )?
+        .map_err(|e| {
+            let mut f = map_commit_error(e);
+            f.message = format!("vacuum {}: {}", h.uri, f.message);
+            f
+        })?;
+        *t = vacuumed;
+        *out = metrics.files_deleted.len() as i64;
+        Ok(())
     })
 }
 
