@@ -1,6 +1,6 @@
 // The HTTP/1.1 transport of the API, on Boost.Beast.
 //
-// Why Beast (docs/api/README.md has the long form): Debian's cpp-httplib 0.11.4 bounded request
+// Why Beast (docs/operations/deployment.md "Limits" has the long form): Debian's cpp-httplib 0.11.4 bounded request
 // bodies only when they carried Content-Length, inflated gzip bodies into memory, let header
 // lines and counts grow without limit, and gave each connection a thread for its whole
 // keep-alive life. Beast leaves every one of those decisions to us, and is maintained as part of
