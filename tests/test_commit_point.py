@@ -46,10 +46,18 @@ def test_submit_fetch_and_receipt_verifies_offline(served, tmp_path):
     assert "receipt seq differs from the signed envelope" in bad.stdout
 
 
+BRONZE_ROW_KEYS = {"tenant_id", "seq", "prev_hash", "event_hash", "event_type", "key_id", "principal", "occurred_at",
+                   "artifact_id", "version", "workarea_id", "path", "provenance", "simulation_id",
+                   "plaintext_sha256", "ciphertext_sha256", "signed_bytes", "signature"}
+PAYLOAD_COLUMNS = ["artifact_id", "version", "workarea_id", "path", "provenance", "simulation_id",
+                   "plaintext_sha256", "ciphertext_sha256"]
+
+
 def test_every_event_enqueues_one_bronze_outbox_row(served):
     d = served
     for i in range(3):
-        assert d.submit(d.writer, body=f"b{i}").status_code == 201
+        extra = {"simulation_id": "sim-1"} if i == 1 else {}
+        assert d.submit(d.writer, body=f"b{i}", **extra).status_code == 201
     with d.su() as c:
         journal = c.execute("SELECT tenant_id, seq FROM oml.journal ORDER BY 1, 2").fetchall()
         outbox = c.execute("SELECT tenant_id, journal_seq, target_table, xid IS NOT NULL FROM oml.outbox ORDER BY 1, 2").fetchall()
@@ -62,6 +70,24 @@ def test_every_event_enqueues_one_bronze_outbox_row(served):
         assert [s for (s,) in seqs] == list(range(1, 9))
         # the sequence has CACHE 1
         assert c.execute("SELECT cache_size FROM pg_sequences WHERE sequencename = 'outbox_seq'").fetchone()[0] == 1
+        # row_data: the bronze/events columns but outbox_seq (journal/bronze_row.h); a claim's
+        # payload columns equal its artifacts row, every other event has them null.
+        rows = c.execute("SELECT o.row_data, j.event_type FROM oml.outbox o JOIN oml.journal j "
+                         "ON j.tenant_id = o.tenant_id AND j.seq = o.journal_seq ORDER BY o.seq").fetchall()
+        claims = 0
+        for data, event_type in rows:
+            assert set(data) == BRONZE_ROW_KEYS, data
+            assert data["event_type"] == event_type
+            if event_type != "claim.submitted":
+                assert [data[k] for k in PAYLOAD_COLUMNS] == [None] * 8, data
+                continue
+            claims += 1
+            a = c.execute("SELECT artifact_id::text, version, workarea_id, path, provenance, simulation_id, "
+                          "encode(plaintext_sha256, 'hex'), encode(ciphertext_sha256, 'hex') FROM oml.artifacts "
+                          "WHERE tenant_id = %s AND submitted_seq = %s", (data["tenant_id"], data["seq"])).fetchone()
+            assert [data[k] for k in PAYLOAD_COLUMNS] == list(a)
+        assert claims == 3
+        assert sum(1 for data, _ in rows if data["simulation_id"] == "sim-1") == 1
 
 
 # --- enqueue_outbox takes the transaction's xid BEFORE it draws the outbox seq ----------------------

@@ -22,6 +22,9 @@ def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
     want = [("tenant_id", pa.string(), False), ("seq", pa.int64(), False), ("prev_hash", pa.string(), False),
             ("event_hash", pa.string(), False), ("event_type", pa.string(), False), ("key_id", pa.string(), False),
             ("principal", pa.string(), True), ("occurred_at", pa.timestamp("us", tz="UTC"), False),
+            ("artifact_id", pa.string(), True), ("version", pa.int64(), True), ("workarea_id", pa.string(), True),
+            ("path", pa.string(), True), ("provenance", pa.string(), True), ("simulation_id", pa.string(), True),
+            ("plaintext_sha256", pa.string(), True), ("ciphertext_sha256", pa.string(), True),
             ("signed_bytes", pa.binary(), False), ("signature", pa.binary(), False), ("outbox_seq", pa.int64(), False)]
     got = [(f.name, f.type, f.nullable) for f in schema]
     assert [g[0] for g in got] == [w[0] for w in want]

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
@@ -34,7 +35,9 @@
 #include "journal/journal.h"
 #include "journal/provider.h"
 #include "journal/verify.h"
+#include "lake/verify_lake.h"
 #include "lake/delta_tables.h"
+#include "lake/lakewriter.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -64,6 +67,17 @@ Result<std::string> AppUrl(const Config& c) {
   std::string f = PgDir(c) + "/app.url";
   if (fs::exists(f)) return ReadFile(f);
   return FailedPrecondition("no database: set OML_DATABASE_URL (or database_url in oml.toml), or run `oml dev`");
+}
+
+// The lake writer's database URL (role oml_lakewriter): OML_LAKEWRITER_DATABASE_URL, else the
+// local cluster's lakewriter.url.
+Result<std::string> LakewriterUrl(const Config& c) {
+  if (!c.lakewriter_database_url.empty()) return c.lakewriter_database_url;
+  std::string f = PgDir(c) + "/lakewriter.url";
+  if (fs::exists(f)) return ReadFile(f);
+  return FailedPrecondition(
+      "no lake writer database: set OML_LAKEWRITER_DATABASE_URL (or lakewriter_database_url in oml.toml) to a URL "
+      "of the oml_lakewriter role, or run `oml dev`");
 }
 
 std::string PublicKeyFile(const Config& c) { return c.signing_key_file + ".pub"; }
@@ -375,6 +389,27 @@ Status Dev(Config c) {
   return st;
 }
 
+// `oml lakewriter`: the lake writer of one outbox stream (lake/lakewriter.h) until SIGINT/SIGTERM,
+// or with `once` until the stable horizon it finds at start is drained.
+Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
+  sigset_t set = BlockStopSignals();  // before any thread exists (delta-rs starts its own)
+  OML_ASSIGN_OR_RETURN(o.database_url, LakewriterUrl(c));
+  o.lake_root = c.lake_root;
+  log::Info("oml lakewriter", {{"stream", o.stream}, {"lake_root", o.lake_root}, {"once", once},
+                               {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()}});
+  lake::LakeWriter writer(std::move(o));
+  std::atomic<bool> stop{false};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (!stop.exchange(true)) log::Info("lake writer: stopping", {{"signal", sig}});
+  });
+  Status st = once ? writer.RunOnce(&stop) : writer.Run(&stop);
+  if (!stop.exchange(true)) pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return st;
+}
+
 class ProgressBar {
  public:
   explicit ProgressBar(bool on) : on_(on) {}
@@ -475,6 +510,10 @@ int Main(int argc, char** argv) {
   verify->add_option("--threads", verify_threads, "threads checking signatures (default: all cores)");
   bool verify_folds = false;
   verify->add_flag("--folds", verify_folds, "then recompute the fold tables from the chains and report every difference");
+  bool verify_from_lake = false;
+  verify->add_flag("--from-lake", verify_from_lake,
+                   "read the chains from the lake's bronze/events (lake_root), nothing from PostgreSQL");
+  verify->get_option("--from-lake")->excludes(verify->get_option("--folds"));
 
   auto* verify_receipt = app.add_subcommand("verify-receipt", "check a receipt offline with the deployment public key");
   std::string receipt_file, public_key_file;
@@ -490,6 +529,22 @@ int Main(int argc, char** argv) {
   erase->add_option("--reason", erase_reason, "recorded in the event");
 
   auto* doctor = app.add_subcommand("doctor", "explain the deployment's state: database, schema, forks, durability");
+
+  auto* lakewriter = app.add_subcommand(
+      "lakewriter", "drain the outbox into the Delta lake (one writer per stream holds the lease; others wait as standby)");
+  std::string lw_stream = lake::kDefaultStream;
+  bool lw_once = false, lw_bypass_lease = false;
+  int64_t lw_max_rows = 10000;
+  int lw_poll_ms = 200;
+  lakewriter->add_option("--stream", lw_stream, "outbox stream (default: default)");
+  lakewriter->add_flag("--once", lw_once, "drain up to the stable horizon found at start, then exit 0");
+  lakewriter->add_option("--max-rows", lw_max_rows, "outbox rows per batch at most (default 10000)")
+      ->check(CLI::PositiveNumber);
+  lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
+      ->check(CLI::Range(1, 60000));
+  // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
+  // purpose and only the Delta commit conflict fences them. Hidden from --help.
+  lakewriter->add_flag("--test-bypass-lease", lw_bypass_lease)->group("");
 
   try {
     app.parse(argc, argv);
@@ -557,6 +612,15 @@ int Main(int argc, char** argv) {
     Status s = DoInit(cfg, false);
     return s.ok() ? 0 : Fail(s);
   }
+  if (*lakewriter) {
+    lake::LakeWriterOptions o;
+    o.stream = lw_stream;
+    o.max_rows = lw_max_rows;
+    o.poll_every = std::chrono::milliseconds(lw_poll_ms);
+    o.bypass_lease = lw_bypass_lease;
+    Status s = RunLakewriter(cfg, std::move(o), lw_once);
+    return s.ok() ? 0 : Fail(s);
+  }
   if (*key_public) {
     auto k = crypto::SigningKey::LoadFile(cfg.signing_key_file, cfg.allow_insecure_key_files);
     if (!k.ok()) return Fail(k.status());
@@ -595,6 +659,48 @@ int Main(int argc, char** argv) {
     std::cout << "receipt OK: tenant " << r->tenant << " seq " << r->seq << " event_hash " << crypto::Hex(r->event_hash)
               << " signed by " << r->key_id << "\n";
     return 0;
+  }
+
+  // The options both verify modes share: tenant filter, threads, the root key (or a warning
+  // naming where the first key.issued is trusted from), the published heads and a progress bar.
+  std::unique_ptr<blob::ObjectStore> heads_store;
+  auto verify_options = [&](ProgressBar& bar, const char* source) -> Result<journal::VerifyOptions> {
+    journal::VerifyOptions vo;
+    vo.only_tenant = verify_tenant;
+    vo.threads = verify_threads;
+    std::string root_file = verify_root.empty() ? RootKeyFile(cfg) : verify_root;
+    if (!verify_root.empty() || fs::exists(root_file)) {
+      OML_ASSIGN_OR_RETURN(vo.root_public_key, ReadPublicKey(root_file));
+    } else {
+      std::cerr << "warning: no root key (" << root_file << "): trusting the first key.issued in the " << source << "\n";
+    }
+    // Every profile has a heads store: chains are compared with their published signed heads.
+    OML_ASSIGN_OR_RETURN(heads_store, blob::OpenObjectStore(cfg.object_store_url));
+    vo.heads = heads_store.get();
+    vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
+    return vo;
+  };
+
+  if (*verify && verify_from_lake) {
+    // The same chain checks over bronze/events (lake/verify_lake.h); PostgreSQL is not opened.
+    // The published heads (object store) are still compared where the lake holds their seq.
+    ProgressBar bar(isatty(2));
+    auto vo_or = verify_options(bar, "lake");
+    if (!vo_or.ok()) return Fail(vo_or.status());
+    journal::VerifyOptions vo = std::move(vo_or).value();
+    auto t0 = std::chrono::steady_clock::now();
+    auto rep = lake::VerifyChainsFromLake(cfg.lake_root, vo);
+    bar.Done();
+    if (!rep.ok()) return Fail(rep.status());
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const journal::VerifyReport& chains = rep->chains;
+    for (const auto& p : chains.problems)
+      std::cout << "FAIL tenant " << p.tenant_name << " (" << p.tenant_id << ") seq " << p.seq << ": " << p.what << "\n";
+    std::cout << "lake: " << rep->table_uri << " version " << rep->table_version << ", " << rep->rows << " rows\n";
+    std::cout << (chains.problems.empty() ? "OK" : "FAILED") << ": " << chains.tenants << " tenants, " << chains.events
+              << " events verified in " << secs << " s ("
+              << static_cast<int64_t>(chains.events / (secs > 0 ? secs : 1)) << " events/s)\n";
+    return chains.problems.empty() ? 0 : kExitVerifyFailed;
   }
 
   // Everything below talks to the database.
@@ -734,22 +840,9 @@ int Main(int argc, char** argv) {
   }
   if (*verify) {
     ProgressBar bar(isatty(2));
-    journal::VerifyOptions vo;
-    vo.only_tenant = verify_tenant;
-    vo.threads = verify_threads;
-    std::string root_file = verify_root.empty() ? RootKeyFile(cfg) : verify_root;
-    if (!verify_root.empty() || fs::exists(root_file)) {
-      auto root = ReadPublicKey(root_file);
-      if (!root.ok()) return Fail(root.status());
-      vo.root_public_key = *root;
-    } else {
-      std::cerr << "warning: no root key (" << root_file << "): trusting the first key.issued in the database\n";
-    }
-    // Every profile has a heads store: chains are compared with their published signed heads.
-    auto heads_store = blob::OpenObjectStore(cfg.object_store_url);
-    if (!heads_store.ok()) return Fail(heads_store.status());
-    vo.heads = heads_store->get();
-    vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
+    auto vo_or = verify_options(bar, "database");
+    if (!vo_or.ok()) return Fail(vo_or.status());
+    journal::VerifyOptions vo = std::move(vo_or).value();
     // One worker pool for the chain pass's row checks and the folds pass.
     WorkPool checks(verify_threads > 0 ? verify_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     vo.checks = &checks;

@@ -5,6 +5,8 @@
 //
 //   key in oml.toml       environment            default
 //   database_url          OML_DATABASE_URL       "" (oml dev: start the private cluster)
+//   lakewriter_database_url OML_LAKEWRITER_DATABASE_URL "" (`oml lakewriter`, as oml_lakewriter;
+//                                                 empty: $OML_HOME/pg/lakewriter.url when present)
 //   listen                OML_LISTEN             127.0.0.1:8470
 //   signing_key_file      OML_SIGNING_KEY        $OML_HOME/keys/signing.key
 //   kek_file              OML_KEK_FILE           $OML_HOME/keys/kek.key
@@ -53,6 +55,7 @@ namespace oml {
 struct Config {
   std::string home = ".oml";
   std::string database_url;
+  std::string lakewriter_database_url;
   std::string listen = "127.0.0.1:8470";
   std::string signing_key_file;
   std::string kek_file;

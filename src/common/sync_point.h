@@ -5,8 +5,15 @@
 // a non-OK Status, which the marked code returns as if the step had failed (fault injection).
 // With OML_SYNC_POINTS undefined the macro compiles to an OK status and costs nothing.
 //
-// Points can also be armed from the environment for black-box tests:
-//   OML_FAULT=<name>  makes the point named <name> fail with kInternal (type "injected-fault").
+// Points can also be armed from the environment for black-box tests (read once per process):
+//   OML_FAULT=<name>       makes the point named <name> fail with kInternal (type "injected-fault").
+//   OML_FAULT=<name>:kill  kills the process with SIGKILL the first time it reaches <name>: a
+//                          crash with no cleanup at all (tests/test_lakewriter.py kills the lake
+//                          writer at each step of its protocol this way).
+//   OML_FAULT=<name>:stop  stops the process with SIGSTOP the first time it reaches <name>; it goes
+//                          on (as if the point were not armed) after the test sends SIGCONT. Used to
+//                          hold one process at an exact step while another one runs.
+// Point names never contain ':'.
 #pragma once
 
 #include <functional>

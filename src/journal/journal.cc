@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/sync_point.h"
+#include "journal/bronze_row.h"
 
 namespace oml::journal {
 namespace {
@@ -15,15 +16,6 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 // How far ahead of this server's clock a chain head's time may be before writes are refused.
 constexpr int64_t kMaxHeadAheadSeconds = 60;
-
-nlohmann::json BronzeRow(const Envelope& e, const std::string& hash, const std::string& signed_bytes,
-                         const std::string& sig) {
-  return {{"tenant_id", e.tenant},          {"seq", e.seq},
-          {"prev_hash", crypto::Hex(e.prev_hash)}, {"event_hash", crypto::Hex(hash)},
-          {"event_type", e.type},           {"key_id", e.key_id},
-          {"principal", e.principal},       {"occurred_at", e.time},
-          {"signed_bytes", crypto::Base64(signed_bytes)}, {"signature", crypto::Base64(sig)}};
-}
 
 }  // namespace
 

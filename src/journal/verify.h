@@ -22,6 +22,11 @@
 // snapshot, so commits racing with verify never look like a cut tail. Journal rows above the
 // chain head are reported too.
 //
+// Sources (ChainSource): PostgreSQL, or the lake's bronze/events (`oml verify --from-lake`,
+// lake/verify_lake.h), which is a prefix of the journal: there a chain that ends before its
+// published head is the lake writer's lag, not a finding, and there is no chain_heads row (the
+// head is the last row).
+//
 // Key in force: keys come only from key.issued events of the provider chain, each signed by the
 // key it supersedes; a key is issued once. On the provider chain, seq s is signed by the key of
 // the latest key.issued with seq < s (the first key also covers the genesis before it). On
@@ -30,18 +35,79 @@
 // ("retired_heads": rotation is exclusive with appends, so those are exactly the bounds of what
 // K signed). No clock takes part, so no clock skew needs allowing.
 #pragma once
-#pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "blob/object_store.h"
 #include "common/work_pool.h"
 #include "db/conn.h"
+#include "journal/event.h"
+#include "journal/provider.h"
 
 namespace oml::journal {
+
+// One journal row as verification reads it. Hashes and the signature are raw bytes.
+struct ChainRow {
+  int64_t seq = 0;
+  std::string prev_hash, event_hash, type, key_id, signed_bytes, signature;
+  // Further columns a source keeps beside the chain's own (the lake: the bronze row's principal,
+  // occurred_at and payload columns), checked by its CheckRow; null for PostgreSQL.
+  nlohmann::json columns;
+  // A source's finding about the row itself (a column that does not decode); reported at its
+  // seq before the link and row checks. Empty: none.
+  std::string defect;
+};
+
+// Where VerifyChains reads the chains: PostgreSQL (VerifyChains(db::Pool&, ...)) or the lake's
+// bronze/events table (lake/verify_lake.h). The checks are the same; a source supplies rows and
+// heads, its own per-row check, and the wording of a missing chain.
+//
+// REQUIRES: Open() first, once; every later read sees the state Open() fixed. After Open(),
+// every method may be called from several threads at once.
+class ChainSource {
+ public:
+  struct ChainHead {
+    int64_t seq = 0;         // 0: the chain has no head
+    std::string event_hash;  // raw
+  };
+  struct FirstPage {
+    ChainHead head;
+    std::vector<ChainRow> rows;  // ascending seq, from seq 1 up to head.seq, about `limit` rows
+    int64_t above_head = 0;      // lowest stored seq above the head; 0 if none
+    std::string hash_at;         // event_hash stored at the requested seq; "" if none
+  };
+
+  virtual ~ChainSource() = default;
+  // Fixes the state every later read sees.
+  virtual Status Open() = 0;
+  // The tenants the source registers, provider first (PostgreSQL: the tenants table; the lake:
+  // every tenant with a row). kFailedPrecondition if there is no provider chain.
+  virtual Result<std::vector<TenantInfo>> Tenants() = 0;
+  virtual Result<ChainHead> Head(const std::string& tenant) = 0;
+  // The head, and the rows from seq 1 up to it (at most `limit`, more only to keep rows of one
+  // seq together); hash_seq > 0: also the event_hash stored at hash_seq.
+  virtual Result<FirstPage> HeadAndFirstPage(const std::string& tenant, int64_t hash_seq, int limit) = 0;
+  // Rows with after < seq <= upto, ascending, at most `limit` (more only as above).
+  virtual Result<std::vector<ChainRow>> Page(const std::string& tenant, int64_t after, int64_t upto, int limit) = 0;
+  // The chain's first key.issued row; empty if none.
+  virtual Result<std::vector<ChainRow>> FirstKeyIssued(const std::string& tenant) = 0;
+  // The source's own check of a row whose hash and envelope agree with its chain columns; the
+  // failure's message is reported at the row's seq. Runs concurrently on the check pool.
+  virtual Status CheckRow(const std::string& tenant, const ChainRow& row, const Envelope& env) const {
+    return Status::Ok();
+  }
+  // True when the source is a prefix of the journal that may lag it (the lake): a chain shorter
+  // than its published head, or a tenant.created that is the provider chain's last event with
+  // no genesis yet, is then the lag, not a finding.
+  virtual bool IsPrefix() const { return false; }
+  // The finding for a tenant.created without a chain; registered: Tenants() lists the tenant.
+  virtual std::string MissingChain(bool registered) const = 0;
+};
 
 struct VerifyProblem {
   std::string tenant_id;
@@ -73,6 +139,9 @@ struct VerifyReport {
   std::vector<VerifyProblem> problems;  // at most one per tenant: its first bad seq
 };
 
+// Verifies the chains in PostgreSQL (`oml verify`).
 Result<VerifyReport> VerifyChains(db::Pool& pool, const VerifyOptions& opts);
+// Verifies the chains `source` holds, with the same checks (`oml verify --from-lake`).
+Result<VerifyReport> VerifyChains(ChainSource& source, const VerifyOptions& opts);
 
 }  // namespace oml::journal

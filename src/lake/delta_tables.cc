@@ -1,25 +1,36 @@
 // Delta Lake tables of the lake, created through rust/oml-storage (delta-rs). See delta_tables.h.
 //
 // Table bronze/events (Delta name "bronze.events", at <lake_root>/bronze/events):
-// one row per journal event, exactly as signed; later tiers derive from it.
+// one row per journal event, exactly as signed, plus the columns analytics and reconciliation
+// read without parsing the signed bytes (journal/bronze_row.h derives them from the payload);
+// later tiers derive from it. docs/data/delta-tables.md documents each column.
 //
-// | column       | Delta type | nullable | meaning                                              |
-// |--------------|------------|----------|------------------------------------------------------|
-// | tenant_id    | string     | no       | tenant the event belongs to                          |
-// | seq          | long       | no       | per-tenant chain sequence number                     |
-// | prev_hash    | string     | no       | hash of the previous event in the chain (lower hex)  |
-// | event_hash   | string     | no       | hash of this event (lower hex)                       |
-// | event_type   | string     | no       | event type name                                      |
-// | key_id       | string     | no       | id of the signing key                                |
-// | principal    | string     | yes      | acting principal, if any                             |
-// | occurred_at  | timestamp  | no       | event time, microseconds since epoch, UTC            |
-// | signed_bytes | binary     | no       | the exact bytes that were signed                     |
-// | signature    | binary     | no       | signature over signed_bytes                          |
-// | outbox_seq   | long       | no       | outbox sequence the lake writer consumed it from     |
+// | column            | Delta type | nullable | meaning                                              |
+// |-------------------|------------|----------|------------------------------------------------------|
+// | tenant_id         | string     | no       | tenant the event belongs to                          |
+// | seq               | long       | no       | per-tenant chain sequence number                     |
+// | prev_hash         | string     | no       | hash of the previous event in the chain (lower hex)  |
+// | event_hash        | string     | no       | hash of this event (lower hex)                       |
+// | event_type        | string     | no       | event type name                                      |
+// | key_id            | string     | no       | id of the signing key                                |
+// | principal         | string     | yes      | acting principal, if any                             |
+// | occurred_at       | timestamp  | no       | event time, microseconds since epoch, UTC            |
+// | artifact_id       | string     | yes      | payload artifact_id (claim.submitted, artifact.erased) |
+// | version           | long       | yes      | payload version (claim.submitted)                    |
+// | workarea_id       | string     | yes      | payload workarea_id (claim.submitted)                |
+// | path              | string     | yes      | payload path at write (claim.submitted)              |
+// | provenance        | string     | yes      | payload provenance class (claim.submitted)           |
+// | simulation_id     | string     | yes      | payload simulation_id (claim.submitted, may be null) |
+// | plaintext_sha256  | string     | yes      | payload plaintext digest, lower hex                  |
+// | ciphertext_sha256 | string     | yes      | payload ciphertext digest, lower hex                 |
+// | signed_bytes      | binary     | no       | the exact bytes that were signed                     |
+// | signature         | binary     | no       | signature over signed_bytes                          |
+// | outbox_seq        | long       | no       | outbox sequence the lake writer consumed it from     |
 //
-// Partition columns: none. Created empty (version 0) by EnsureBronzeEvents; creation is
+// Partition columns: none (delta-tables.md says why). File statistics: delta-rs's default, on
+// for every column (the first 32). Created empty (version 0) by EnsureBronzeEvents; creation is
 // idempotent and an existing table whose columns (name, type, nullability, order) or partition
-// columns differ is reported as kFailedPrecondition and left untouched.
+// columns differ is reported as kFailedPrecondition naming the columns, and left untouched.
 #include "lake/delta_tables.h"
 
 #include <nlohmann/json.hpp>
@@ -28,6 +39,7 @@
 #include <iterator>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "blob/storage_status.h"
 #include "oml_storage.h"
@@ -42,11 +54,15 @@ struct Column {
 };
 
 constexpr Column kBronzeEvents[] = {
-    {"tenant_id", "string", false},   {"seq", "long", false},
-    {"prev_hash", "string", false},   {"event_hash", "string", false},
-    {"event_type", "string", false},  {"key_id", "string", false},
-    {"principal", "string", true},    {"occurred_at", "timestamp", false},
-    {"signed_bytes", "binary", false}, {"signature", "binary", false},
+    {"tenant_id", "string", false},        {"seq", "long", false},
+    {"prev_hash", "string", false},        {"event_hash", "string", false},
+    {"event_type", "string", false},       {"key_id", "string", false},
+    {"principal", "string", true},         {"occurred_at", "timestamp", false},
+    {"artifact_id", "string", true},       {"version", "long", true},
+    {"workarea_id", "string", true},       {"path", "string", true},
+    {"provenance", "string", true},        {"simulation_id", "string", true},
+    {"plaintext_sha256", "string", true},  {"ciphertext_sha256", "string", true},
+    {"signed_bytes", "binary", false},     {"signature", "binary", false},
     {"outbox_seq", "long", false},
 };
 
@@ -70,6 +86,12 @@ std::string SchemaJson(const Column* cols, size_t n) {
   return arr.dump();
 }
 
+// An existing table whose schema is not `want`: kFailedPrecondition "lake-schema-mismatch"
+// naming the columns it lacks, has in excess, or has with another type, nullability or place,
+// and the fix. The table is never altered in place: adding columns would append them after
+// the existing ones, out of the documented order, so the table would still not match.
+Status SchemaMismatch(const std::string& uri, int64_t version, const Column* want, size_t n);
+
 }  // namespace
 
 Status EnsureBronzeEvents(const std::string& lake_root) {
@@ -85,11 +107,7 @@ Status EnsureBronzeEvents(const std::string& lake_root) {
                                               kBronzeEventsName, &version, &created, &matches,
                                               &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "create Delta table " + uri);
-  if (!matches) {
-    return FailedPrecondition("Delta table " + uri + " (version " + std::to_string(version) +
-                                  ") exists with a schema different from bronze.events",
-                              "lake-schema-mismatch");
-  }
+  if (!matches) return SchemaMismatch(uri, version, kBronzeEvents, std::size(kBronzeEvents));
   return Status::Ok();
 }
 
@@ -232,6 +250,19 @@ Result<std::string> DeltaTable::ReadRowsJsonl() const {
   return out;
 }
 
+Result<nlohmann::json> DeltaTable::Schema() const {
+  OmlStorageError err{};
+  char* out = nullptr;
+  int32_t rc = oml_storage_delta_schema(handle_, &out, &err);
+  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "schema of " + uri_);
+  std::string text = out != nullptr ? std::string(out) : std::string();
+  oml_storage_free_string(out);
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object() || !parsed["columns"].is_array())
+    return Internal("schema of " + uri_ + " is not the adapter's JSON: " + text);
+  return parsed;
+}
+
 Result<int64_t> DeltaTable::Checkpoint() const {
   OmlStorageError err{};
   int64_t version = -1;
@@ -247,5 +278,57 @@ Result<int64_t> DeltaTable::Vacuum(int64_t retention_hours) {
   if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "vacuum " + uri_);
   return deleted;
 }
+
+namespace {
+
+Status SchemaMismatch(const std::string& uri, int64_t version, const Column* want, size_t n) {
+  std::string detail;
+  auto table = DeltaTable::Open(uri);
+  auto got = table.ok() ? table->Schema() : Result<nlohmann::json>(table.status());
+  if (got.ok()) {
+    const nlohmann::json& cols = (*got)["columns"];
+    std::vector<std::string> missing, extra, differ;
+    for (size_t i = 0; i < n; ++i) {
+      size_t j = 0;
+      while (j < cols.size() && cols[j].value("name", "") != want[i].name) ++j;
+      if (j == cols.size()) {
+        missing.push_back(want[i].name);
+      } else if (cols[j].value("type", "") != want[i].type || cols[j].value("nullable", true) != want[i].nullable ||
+                 j != i) {
+        differ.push_back(std::string(want[i].name) + " (is " + cols[j].value("type", "") +
+                         (cols[j].value("nullable", true) ? " nullable" : " not null") + " at position " +
+                         std::to_string(j + 1) + "; want " + want[i].type +
+                         (want[i].nullable ? " nullable" : " not null") + " at position " + std::to_string(i + 1) +
+                         ")");
+      }
+    }
+    for (const auto& c : cols) {
+      bool known = false;
+      for (size_t i = 0; i < n && !known; ++i) known = c.value("name", "") == want[i].name;
+      if (!known) extra.push_back(c.value("name", ""));
+    }
+    auto join = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+      return out;
+    };
+    if (!missing.empty()) detail += "; missing columns: " + join(missing);
+    if (!extra.empty()) detail += "; unknown columns: " + join(extra);
+    if (!differ.empty()) detail += "; differing columns: " + join(differ);
+    if (!(*got)["partition_columns"].empty()) detail += "; partitioned by " + (*got)["partition_columns"].dump() + ", want none";
+  } else {
+    detail = "; its schema cannot be read: " + got.status().message();
+  }
+  const std::string fix =
+      version == 0 ? ". It holds no rows (version 0): remove " + uri + " and run `oml init` again"
+                   : ". It has commits (version " + std::to_string(version) +
+                         "): move it aside (keep it until the new table is filled), remove it from " + uri +
+                         ", run `oml init`, and let the lake writer fill the new table";
+  return FailedPrecondition("Delta table " + uri + " (version " + std::to_string(version) +
+                                ") exists with a schema other than this oml's bronze.events" + detail + fix,
+                            "lake-schema-mismatch");
+}
+
+}  // namespace
 
 }  // namespace oml::lake

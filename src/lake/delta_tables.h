@@ -20,7 +20,10 @@ namespace oml::lake {
 // Creates `<lake_root>/bronze/events` as an empty Delta table if it does not exist yet.
 // lake_root: a local absolute path, file:// URL or s3://bucket/prefix URL.
 // Idempotent: an existing table with the same schema is left alone (OK);
-// an existing table with a different schema is kFailedPrecondition.
+// an existing table with a different schema (e.g. one created by an older oml, before the
+// payload columns artifact_id .. ciphertext_sha256) is kFailedPrecondition
+// "lake-schema-mismatch" naming the missing, unknown and differing columns and the fix; it is
+// never altered.
 Status EnsureBronzeEvents(const std::string& lake_root);
 
 // Version of the Delta table at uri (0 right after creation). kNotFound if no table is there.
@@ -102,6 +105,11 @@ class DeltaTable {
   // Every row of the snapshot as JSON lines (every column, null explicit), in no particular
   // order. The whole table in memory: for tests and small tables.
   Result<std::string> ReadRowsJsonl() const;
+
+  // The snapshot's schema: {"columns": [{"name", "type", "nullable"}, ...] in table order,
+  // "partition_columns": [...]}, types named as EnsureBronzeEvents's schemas name them
+  // (string, long, integer, binary, timestamp, boolean).
+  Result<nlohmann::json> Schema() const;
 
   // Writes a checkpoint of the snapshot version; returns that version.
   Result<int64_t> Checkpoint() const;

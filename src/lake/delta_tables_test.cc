@@ -43,7 +43,9 @@ TEST_F(DeltaTablesTest, CreatesBronzeEventsAtVersionZero) {
   std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(log.find("\"name\":\"bronze.events\""), std::string::npos) << log;
   for (const char* col : {"tenant_id", "seq", "prev_hash", "event_hash", "event_type", "key_id",
-                          "principal", "occurred_at", "signed_bytes", "signature", "outbox_seq"}) {
+                          "principal", "occurred_at", "artifact_id", "version", "workarea_id", "path",
+                          "provenance", "simulation_id", "plaintext_sha256", "ciphertext_sha256",
+                          "signed_bytes", "signature", "outbox_seq"}) {
     EXPECT_NE(log.find(std::string("\\\"") + col + "\\\""), std::string::npos) << col;
   }
 }
@@ -88,6 +90,50 @@ TEST_F(DeltaTablesTest, DifferentExistingSchemaIsFailedPrecondition) {
   EXPECT_EQ(version, 0);
   Status st = EnsureBronzeEvents(root_.string());
   EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(st.type(), "lake-schema-mismatch");
+  EXPECT_NE(st.message().find("missing columns: seq, prev_hash, event_hash"), std::string::npos) << st.message();
+}
+
+// A table created by an oml before the payload columns (11 columns): refused, naming the eight
+// missing columns, the columns that moved, and the fix; left at version 0, unaltered.
+TEST_F(DeltaTablesTest, TableOfTheOlderSchemaIsRefusedNamingTheMissingColumns) {
+  const std::string uri = (root_ / "bronze" / "events").string();
+  OmlStorageError err{};
+  int64_t version = -1;
+  int32_t created = 0, matches = 0;
+  ASSERT_EQ(oml_storage_delta_create_table(uri.c_str(), R"([
+      {"name":"tenant_id","type":"string","nullable":false}, {"name":"seq","type":"long","nullable":false},
+      {"name":"prev_hash","type":"string","nullable":false}, {"name":"event_hash","type":"string","nullable":false},
+      {"name":"event_type","type":"string","nullable":false}, {"name":"key_id","type":"string","nullable":false},
+      {"name":"principal","type":"string","nullable":true}, {"name":"occurred_at","type":"timestamp","nullable":false},
+      {"name":"signed_bytes","type":"binary","nullable":false}, {"name":"signature","type":"binary","nullable":false},
+      {"name":"outbox_seq","type":"long","nullable":false}])",
+                                           nullptr, "bronze.events", &version, &created, &matches, &err),
+            OML_STORAGE_OK)
+      << (err.message ? err.message : "");
+  Status st = EnsureBronzeEvents(root_.string());
+  ASSERT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(st.type(), "lake-schema-mismatch");
+  const std::string& m = st.message();
+  EXPECT_NE(m.find("missing columns: artifact_id, version, workarea_id, path, provenance, simulation_id, "
+                   "plaintext_sha256, ciphertext_sha256;"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("signed_bytes (is binary not null at position 9; want binary not null at position 17)"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("unknown columns"), std::string::npos) << m;
+  EXPECT_NE(m.find("It holds no rows (version 0): remove " + uri + " and run `oml init` again"), std::string::npos) << m;
+  auto v = TableVersion(uri);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 0);
+  auto t = DeltaTable::Open(uri);
+  ASSERT_TRUE(t.ok());
+  auto schema = t->Schema();
+  ASSERT_TRUE(schema.ok()) << schema.status().ToString();
+  EXPECT_EQ((*schema)["columns"].size(), 11u);
+  EXPECT_EQ((*schema)["columns"][7], (nlohmann::json{{"name", "occurred_at"}, {"type", "timestamp"}, {"nullable", false}}));
+  EXPECT_EQ((*schema)["partition_columns"], nlohmann::json::array());
 }
 
 TEST(DeltaStorageAbiTest, BadSchemaIsInvalidArgument) {

@@ -183,6 +183,11 @@ int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_js
                                 int64_t txn_version, const char* metadata_json,
                                 int64_t* out_version, OmlStorageError* err);
 
+/* The handle's snapshot schema as JSON (*out_json, free with oml_storage_free_string):
+ * {"columns": [{"name", "type", "nullable"}, ...] in table order, "partition_columns": [...]},
+ * types named as oml_storage_delta_create_table takes them (others by their Delta name). */
+int32_t oml_storage_delta_schema(const OmlStorageDeltaTable* table, char** out_json,
+                                 OmlStorageError* err);
 /* Every row of the handle's snapshot as JSON lines (*out_jsonl, free with
  * oml_storage_free_string; "" for an empty table), in no particular order, every column present
  * (null as null), in the same encodings the writers accept. Holds the whole table in memory:

@@ -1394,6 +1394,52 @@ pub extern "C" fn oml_storage_delta_merge(
     })
 }
 
+/// The type names parse_type accepts, back from a Delta type (other types by their Delta name).
+fn type_name(t: &DataType) -> String {
+    match t {
+        t if *t == DataType::STRING => "string".to_string(),
+        t if *t == DataType::LONG => "long".to_string(),
+        t if *t == DataType::INTEGER => "integer".to_string(),
+        t if *t == DataType::BINARY => "binary".to_string(),
+        t if *t == DataType::TIMESTAMP => "timestamp".to_string(),
+        t if *t == DataType::BOOLEAN => "boolean".to_string(),
+        other => format!("{other}"),
+    }
+}
+
+/// The handle's snapshot schema and partition columns. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_schema(
+    table: *const OmlStorageDeltaTable,
+    out_json: *mut *mut c_char,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_json, "out_json")?;
+        *out = ptr::null_mut();
+        let h = delta_ref(table)?;
+        let t = lock_table(h);
+        let snap = t.snapshot().map_err(map_delta_error)?;
+        let columns: Vec<serde_json::Value> = snap
+            .schema()
+            .fields()
+            .map(|f| {
+                serde_json::json!({
+                    "name": f.name(),
+                    "type": type_name(f.data_type()),
+                    "nullable": f.is_nullable(),
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "columns": columns,
+            "partition_columns": snap.metadata().partition_columns(),
+        });
+        *out = to_c_string(&doc.to_string());
+        Ok(())
+    })
+}
+
 /// Every row of the handle's snapshot as JSON lines. See oml_storage.h.
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_read_rows(

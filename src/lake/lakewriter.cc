@@ -1,0 +1,450 @@
+#include "lake/lakewriter.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/sync_point.h"
+#include "crypto/crypto.h"
+#include "db/migrate.h"
+
+namespace oml::lake {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kConflict[] = "lake-commit-conflict";
+
+std::string TableUri(const std::string& root, const std::string& name) {
+  std::string out = root;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (out.empty() || out.back() != '/') out += '/';
+  return out + name;
+}
+
+std::string DefaultHolder() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  std::random_device rd;
+  char rnd[17];
+  std::snprintf(rnd, sizeof(rnd), "%08x%08x", rd(), rd());
+  return std::string(host) + ":" + std::to_string(getpid()) + ":" + rnd;
+}
+
+bool Stopped(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
+
+// Sleeps `d`, in short steps so that a stop request is seen within 50 ms.
+void SleepUnlessStopped(std::chrono::milliseconds d, const std::atomic<bool>* stop) {
+  const auto until = Clock::now() + d;
+  while (!Stopped(stop)) {
+    const auto now = Clock::now();
+    if (now >= until) return;
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - now, std::chrono::milliseconds(50)));
+  }
+}
+
+bool IsConflict(const Status& s) { return s.code() == Code::kAborted && s.type() == kConflict; }
+
+bool Retryable(const Status& s) {
+  return s.code() == Code::kAborted || s.code() == Code::kUnavailable || s.code() == Code::kInternal;
+}
+
+int64_t MetaInt(const std::optional<nlohmann::json>& meta, const char* key, int64_t fallback) {
+  if (!meta || !meta->is_object()) return fallback;
+  auto it = meta->find(key);
+  if (it == meta->end() || !it->is_number_integer()) return fallback;
+  return it->get<int64_t>();
+}
+
+const TargetTable* FindTarget(const std::string& name) {
+  for (const auto& t : TargetTables())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+int32_t Fnv1a32(std::string_view s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 16777619u;
+  }
+  return static_cast<int32_t>(h);
+}
+
+const std::vector<TargetTable>& TargetTables() {
+  static const auto* t = new std::vector<TargetTable>{
+      {"bronze/events", {"signed_bytes", "signature"}},
+  };
+  return *t;
+}
+
+Result<std::string> ToDeltaRow(const OutboxRow& row, const TargetTable& table) {
+  auto doc = nlohmann::json::parse(row.row_data, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": row_data is not a JSON object",
+                           "invalid-outbox-row");
+  }
+  for (const auto& col : table.binary_columns) {
+    auto it = doc.find(col);
+    if (it == doc.end() || it->is_null()) continue;
+    if (!it->is_string()) {
+      return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + col + " is not a base64 string",
+                             "invalid-outbox-row");
+    }
+    auto raw = crypto::FromBase64(it->get<std::string>());
+    if (!raw.ok()) {
+      return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + col + " is not valid base64",
+                             "invalid-outbox-row");
+    }
+    *it = crypto::Hex(*raw);
+  }
+  doc["outbox_seq"] = row.seq;
+  return doc.dump() + "\n";
+}
+
+LakeWriter::LakeWriter(LakeWriterOptions o) : opts_(std::move(o)), app_id_(AppIdFor(opts_.stream)) {
+  if (opts_.holder.empty()) opts_.holder = DefaultHolder();
+  if (opts_.max_rows < 1) opts_.max_rows = 1;
+}
+
+LakeWriter::~LakeWriter() = default;
+
+void LakeWriter::Disconnect() {
+  conn_.reset();  // closing the session releases the lease's advisory lock
+  lease_held_ = false;
+}
+
+Status LakeWriter::Connect() {
+  Disconnect();
+  OML_ASSIGN_OR_RETURN(stream_, ResolveStream(opts_.stream));
+  OML_ASSIGN_OR_RETURN(db::Conn c, db::Conn::Connect(opts_.database_url));
+  OML_RETURN_IF_ERROR(db::CheckSchemaVersion(c));
+  conn_ = std::make_unique<db::Conn>(std::move(c));
+  return Status::Ok();
+}
+
+Status LakeWriter::EnsureConnected() {
+  if (conn_ && conn_->healthy()) return Status::Ok();
+  if (conn_) log::Warn("lake writer: database connection lost; reconnecting", {{"stream", opts_.stream}});
+  return Connect();
+}
+
+Result<DeltaTable*> LakeWriter::Table(const std::string& name) {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    const std::string uri = TableUri(opts_.lake_root, name);
+    auto t = DeltaTable::Open(uri);
+    if (!t.ok()) {
+      if (t.status().code() == Code::kNotFound)
+        return FailedPrecondition("lake table " + name + " does not exist at " + uri + " (run `oml init`)",
+                                  "lake-table-missing");
+      return t.status();
+    }
+    it = tables_.emplace(name, std::move(*t)).first;
+  }
+  return &it->second;
+}
+
+Result<bool> LakeWriter::TryAcquireLease() {
+  OML_RETURN_IF_ERROR(EnsureConnected());
+  if (lease_held_) return true;
+  OML_ASSIGN_OR_RETURN(db::Rows got, conn_->Query("SELECT pg_try_advisory_lock($1::int4, $2::int4)",
+                                                  {db::Int(kLeaseClassId), db::Int(Fnv1a32(app_id_))}));
+  if (got.Get(0, 0) != "t") return false;
+  // The lock is ours: record who holds it under a new epoch (lease_expires_at stays NULL: the
+  // lease lasts as long as this session, there is nothing to renew).
+  auto r = conn_->Query(
+      "UPDATE oml.lake_frontier SET lease_holder = $2, lease_epoch = lease_epoch + 1, lease_expires_at = NULL, "
+      "updated_at = now() WHERE stream = $1 RETURNING lease_epoch, frontier_seq",
+      {db::Text(stream_.name), db::Text(opts_.holder)});
+  if (!r.ok() || r->size() != 1) {
+    (void)conn_->Query("SELECT pg_advisory_unlock($1::int4, $2::int4)", {db::Int(kLeaseClassId), db::Int(Fnv1a32(app_id_))});
+    if (!r.ok()) return r.status();
+    return NotFound("outbox stream " + stream_.name + " has no lake_frontier row", "unknown-stream");
+  }
+  epoch_ = r->GetInt(0, 0);
+  lease_held_ = true;
+  ++stats_.lease_acquisitions;
+  log::Info("lake writer: lease acquired",
+            {{"stream", stream_.name}, {"app_id", app_id_}, {"epoch", epoch_}, {"holder", opts_.holder},
+             {"frontier", r->GetInt(0, 1)}});
+  return true;
+}
+
+Result<bool> LakeWriter::AcquireLease(const std::atomic<bool>* stop) {
+  bool announced = false;
+  for (;;) {
+    OML_ASSIGN_OR_RETURN(bool got, TryAcquireLease());
+    if (got) return true;
+    if (!announced) {
+      std::string holder;
+      auto h = conn_->Query("SELECT coalesce(lease_holder, '') FROM oml.lake_frontier WHERE stream = $1",
+                            {db::Text(stream_.name)});
+      if (h.ok() && h->size() == 1) holder = h->Get(0, 0);
+      log::Info("lake writer: standby, another writer holds the lease",
+                {{"stream", stream_.name}, {"holder", holder}, {"poll_ms", opts_.standby_poll.count()}});
+      announced = true;
+    }
+    if (Stopped(stop)) return false;
+    SleepUnlessStopped(opts_.standby_poll, stop);
+    if (Stopped(stop)) return false;
+  }
+}
+
+Status LakeWriter::CheckLease() {
+  if (opts_.bypass_lease) return Status::Ok();
+  if (!lease_held_) return Status(Code::kAborted, "the lake writer lease is not held", "lease-lost");
+  // Our session answering proves its advisory lock is still held; the epoch proves nobody took
+  // the lease over in between (only possible if the lock was released).
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn_->Query("SELECT lease_epoch FROM oml.lake_frontier WHERE stream = $1",
+                                                {db::Text(stream_.name)}));
+  if (r.size() != 1 || r.GetInt(0, 0) != epoch_) {
+    lease_held_ = false;
+    return Status(Code::kAborted, "the lake writer lease was taken over (epoch " + std::to_string(epoch_) + ")",
+                  "lease-lost");
+  }
+  return Status::Ok();
+}
+
+Status LakeWriter::AdvanceFrontier(int64_t batch_end) {
+  // greatest(): a frontier never moves back (the guard trigger would refuse it), and a writer
+  // that finds it already further (a concurrent writer, tests only) leaves it there.
+  Result<db::Rows> r = opts_.bypass_lease
+                           ? conn_->Query("UPDATE oml.lake_frontier SET frontier_seq = greatest(frontier_seq, $2), "
+                                          "updated_at = now() WHERE stream = $1 RETURNING frontier_seq",
+                                          {db::Text(stream_.name), db::Int(batch_end)})
+                           : conn_->Query("UPDATE oml.lake_frontier SET frontier_seq = greatest(frontier_seq, $2), "
+                                          "updated_at = now() WHERE stream = $1 AND lease_epoch = $3 RETURNING frontier_seq",
+                                          {db::Text(stream_.name), db::Int(batch_end), db::Int(epoch_)});
+  if (!r.ok()) return r.status();
+  if (r->size() != 1) {
+    lease_held_ = false;
+    return Status(Code::kAborted, "the lake writer lease was taken over before the frontier advance", "lease-lost");
+  }
+  frontier_ = r->GetInt(0, 0);
+  return Status::Ok();
+}
+
+Status LakeWriter::ApplyBatch(const Batch& b) {
+  const auto t0 = Clock::now();
+  // Group (step 4): each table's rows keep the batch's seq order.
+  std::map<std::string, std::vector<const OutboxRow*>> parts;
+  for (const auto& row : b.rows) {
+    if (FindTarget(row.target_table) == nullptr) {
+      return FailedPrecondition("outbox seq " + std::to_string(row.seq) + " targets unknown lake table '" +
+                                    row.target_table + "'",
+                                "unknown-target-table");
+    }
+    parts[row.target_table].push_back(&row);
+  }
+  nlohmann::json committed = nlohmann::json::array(), skipped = nlohmann::json::array();
+  int64_t rows_written = 0;
+  for (const auto& target : TargetTables()) {
+    auto part = parts.find(target.name);
+    if (part == parts.end()) continue;
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
+    OML_RETURN_IF_ERROR(table->Refresh().status());
+    // Check (step 5): this table already holds this batch (or a later one).
+    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    if (b.end <= last.version) {
+      ++stats_.skipped_tables;
+      skipped.push_back(target.name);
+      continue;
+    }
+    // Rows at or below the table's txn version are in it already (every commit covers its
+    // whole range); only a rebuilt batch after a concurrent writer can start below it.
+    std::string jsonl;
+    int64_t n = 0;
+    for (const OutboxRow* row : part->second) {
+      if (row->seq <= last.version) continue;
+      OML_ASSIGN_OR_RETURN(std::string line, ToDeltaRow(*row, target));
+      jsonl += line;
+      ++n;
+    }
+    if (n == 0) continue;
+    OML_RETURN_IF_ERROR(CheckLease());
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.before_commit." + target.name).c_str()));
+    // Commit (step 6): rows, txn (appId, batch_end) and bounds in one conditional commit.
+    TxnCommit txn{app_id_, b.end,
+                  {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
+    auto version = table->Append(jsonl, txn);
+    if (!version.ok()) {
+      if (IsConflict(version.status())) ++stats_.conflicts;
+      return version.status();
+    }
+    ++stats_.commits;
+    stats_.rows += n;
+    rows_written += n;
+    committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}});
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
+  }
+  // Advance (step 7): every touched table holds the batch now.
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
+  OML_RETURN_IF_ERROR(AdvanceFrontier(b.end));
+  ++stats_.batches;
+  log::Info("lake writer: batch applied",
+            {{"stream", stream_.name}, {"batch_start", b.start}, {"batch_end", b.end},
+             {"rows", static_cast<int64_t>(b.rows.size())}, {"rows_written", rows_written}, {"committed", committed},
+             {"skipped", skipped}, {"frontier", frontier_},
+             {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+  return Status::Ok();
+}
+
+Result<int64_t> LakeWriter::Recover() {
+  OML_RETURN_IF_ERROR(EnsureConnected());
+  OML_ASSIGN_OR_RETURN(int64_t f, ReadFrontier(*conn_, stream_));
+  frontier_ = f;
+  // The newest txn version of any target table, and the bounds its commit recorded.
+  int64_t end = -1;
+  std::string lead;
+  std::optional<nlohmann::json> lead_meta;
+  for (const auto& target : TargetTables()) {
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
+    OML_RETURN_IF_ERROR(table->Refresh().status());
+    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    if (last.version > end) {
+      end = last.version;
+      lead = target.name;
+      lead_meta = last.metadata;
+    }
+  }
+  if (end <= frontier_) return frontier_;
+  // A table is ahead of the frontier: a batch committed to it, and the writer stopped before the
+  // frontier advance. Rebuild that batch by seq range (never a new cut) and finish it. The
+  // rebuilt batch is (frontier, end]: in a single-writer history that is exactly the recorded
+  // bounds, since a batch is only cut from an advanced frontier.
+  const int64_t recorded_start = MetaInt(lead_meta, "oml.batch_start", frontier_);
+  if (recorded_start != frontier_) {
+    log::Warn("lake writer: a table's recorded batch does not start at the frontier; rebuilding from the frontier",
+              {{"stream", stream_.name}, {"table", lead}, {"recorded_start", recorded_start},
+               {"batch_end", end}, {"frontier", frontier_}});
+  }
+  log::Info("lake writer: recovering a batch from the Delta log",
+            {{"stream", stream_.name}, {"table", lead}, {"batch_start", frontier_}, {"batch_end", end},
+             {"recorded_start", recorded_start}});
+  Batch b;
+  b.start = frontier_;
+  b.end = end;
+  OML_ASSIGN_OR_RETURN(b.rows, ReadRange(*conn_, stream_, frontier_, end));
+  OML_RETURN_IF_ERROR(ApplyBatch(b));
+  ++stats_.recovered_batches;
+  return frontier_;
+}
+
+Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
+  if (once) {
+    if (!once_target_) {
+      OML_ASSIGN_OR_RETURN(int64_t h, StableHorizon(*conn_, stream_, frontier_, opts_.once_horizon_wait));
+      if (h <= frontier_) {
+        OML_ASSIGN_OR_RETURN(HorizonProbe p, ProbeHorizon(*conn_, stream_));
+        if (p.candidate > frontier_)
+          log::Warn("lake writer: no newer stable horizon within the wait (a transaction holds it back)",
+                    {{"stream", stream_.name}, {"frontier", frontier_}, {"candidate", p.candidate},
+                     {"waited_ms", opts_.once_horizon_wait.count()}});
+      }
+      once_target_ = h;
+      log::Info("lake writer: draining to the stable horizon",
+                {{"stream", stream_.name}, {"frontier", frontier_}, {"horizon", h}});
+    }
+    while (frontier_ < *once_target_ && !Stopped(stop)) {
+      OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, *once_target_, opts_.max_rows));
+      log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
+                                          {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
+      OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
+      OML_RETURN_IF_ERROR(ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)}));
+    }
+    return Status::Ok();
+  }
+  // The horizon rule of outbox_cut.h, polled without blocking (as HorizonTracker does), except
+  // that a new probe starts only once a seq above the stable horizon has been drawn: a probe
+  // takes an xid, and an idle writer should not consume one per poll.
+  std::optional<HorizonProbe> pending;
+  int64_t stable = frontier_;
+  while (!Stopped(stop)) {
+    if (!pending) {
+      OML_ASSIGN_OR_RETURN(db::Rows l, conn_->Query("SELECT coalesce(pg_sequence_last_value($1::regclass), 0)",
+                                                    {db::Text(stream_.sequence)}));
+      if (l.GetInt(0, 0) > stable) {
+        OML_ASSIGN_OR_RETURN(HorizonProbe p, ProbeHorizon(*conn_, stream_));
+        pending = p;
+      }
+    }
+    if (pending) {
+      OML_ASSIGN_OR_RETURN(bool ok, IsStable(*conn_, *pending));
+      if (ok) {
+        stable = std::max(stable, pending->candidate);
+        pending.reset();
+      }
+    }
+    if (stable <= frontier_) {
+      SleepUnlessStopped(opts_.poll_every, stop);
+      continue;
+    }
+    OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, stable, opts_.max_rows));
+    log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
+                                        {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
+    OML_RETURN_IF_ERROR(ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)}));
+  }
+  return Status::Ok();
+}
+
+Status LakeWriter::Session(const std::atomic<bool>* stop, bool once) {
+  OML_RETURN_IF_ERROR(EnsureConnected());
+  if (!opts_.bypass_lease && !lease_held_) {
+    OML_ASSIGN_OR_RETURN(bool got, AcquireLease(stop));
+    if (!got) return Status::Ok();  // stopped while standby
+  }
+  OML_RETURN_IF_ERROR(Recover().status());
+  return Loop(stop, once);
+}
+
+Status LakeWriter::Run(const std::atomic<bool>* stop) {
+  if (opts_.bypass_lease) log::Warn("lake writer: running WITHOUT the lease (test only)", {{"stream", opts_.stream}});
+  int failures = 0;
+  while (!Stopped(stop)) {
+    const int64_t batches_before = stats_.batches;
+    Status st = Session(stop, /*once=*/false);
+    if (st.ok()) return st;
+    if (stats_.batches > batches_before) failures = 0;
+    ++failures;
+    log::Error("lake writer: batch failed; recovering", {{"stream", opts_.stream}, {"error", st.ToString()},
+                                                        {"attempt", failures}});
+    if (!conn_ || !conn_->healthy()) Disconnect();
+    if (IsConflict(st) && failures <= 3) continue;  // another writer committed: recover at once
+    const auto backoff = std::min(opts_.max_backoff, std::chrono::milliseconds(int64_t{250} << std::min(failures, 8)));
+    SleepUnlessStopped(backoff, stop);
+  }
+  return Status::Ok();
+}
+
+Status LakeWriter::RunOnce(const std::atomic<bool>* stop) {
+  if (opts_.bypass_lease) log::Warn("lake writer: running WITHOUT the lease (test only)", {{"stream", opts_.stream}});
+  once_target_.reset();  // each call takes its own horizon; its retries keep it
+  int failures = 0;
+  for (;;) {
+    const int64_t batches_before = stats_.batches;
+    Status st = Session(stop, /*once=*/true);
+    if (st.ok()) {
+      log::Info("lake writer: drained", {{"stream", stream_.name}, {"frontier", frontier_},
+                                         {"batches", stats_.batches}, {"rows", stats_.rows}});
+      return st;
+    }
+    if (stats_.batches > batches_before) failures = 0;
+    ++failures;
+    log::Error("lake writer: batch failed", {{"stream", opts_.stream}, {"error", st.ToString()}, {"attempt", failures}});
+    if (!Retryable(st) || failures >= opts_.once_max_attempts || Stopped(stop)) return st;
+    if (!conn_ || !conn_->healthy()) Disconnect();
+    if (!IsConflict(st)) SleepUnlessStopped(std::chrono::milliseconds(200) * failures, stop);
+  }
+}
+
+}  // namespace oml::lake

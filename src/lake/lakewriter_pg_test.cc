@@ -1,0 +1,374 @@
+// The lake writer's protocol (lake/lakewriter.h) on the test cluster and a local lake.
+//
+// Each test starts from an empty bronze/events table and a frontier reset to 0 (the guard
+// trigger off, as an operator rebuilding a lake does), so every outbox row of the cluster must
+// end in bronze exactly once. The vocabulary: OutboxSeqs (what must be there), BronzeSeqs (what
+// is there, read back through delta-rs), CommitBounds (each commit's recorded batch bounds, read
+// from the JSON log itself).
+#include "lake/lakewriter.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/sync_point.h"
+#include "common/sync_point_testing.h"
+#include "common/temp_dir_testing.h"
+#include "db/conn.h"
+#include "db/test_cluster.h"
+#include "journal/provider.h"
+#include "journal/test_journal.h"
+
+namespace oml::lake {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kBronze[] = "bronze/events";
+
+struct Bounds {
+  int64_t version, start, end;
+  bool operator==(const Bounds& o) const { return version == o.version && start == o.start && end == o.end; }
+};
+std::ostream& operator<<(std::ostream& os, const Bounds& b) {
+  return os << "v" << b.version << "(" << b.start << "," << b.end << "]";
+}
+
+class LakeWriterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { tj_ = new journal::testing::TestJournal(4); }
+
+  void SetUp() override {
+    SyncPoints::ClearAll();
+    lake_ = std::make_unique<oml::testing::ScopedTempDir>("oml-lakewriter");
+    ASSERT_TRUE(EnsureBronzeEvents(lake_->path().string()).ok());
+    su_ = std::make_unique<db::Conn>(std::move(db::Conn::Connect(db::testing::SuperuserUrl())).value());
+    ASSERT_TRUE(su_->Exec("ALTER TABLE oml.lake_frontier DISABLE TRIGGER lake_frontier_guard; "
+                          "UPDATE oml.lake_frontier SET frontier_seq = 0 WHERE stream = 'default'; "
+                          "ALTER TABLE oml.lake_frontier ENABLE TRIGGER lake_frontier_guard")
+                    .ok());
+  }
+  void TearDown() override { SyncPoints::ClearAll(); }
+
+  LakeWriterOptions Opts(int64_t max_rows, const std::string& holder = "test") {
+    LakeWriterOptions o;
+    o.database_url = db::testing::LakewriterUrl();
+    o.lake_root = lake_->path().string();
+    o.max_rows = max_rows;
+    o.once_horizon_wait = std::chrono::milliseconds(10000);
+    o.standby_poll = std::chrono::milliseconds(50);
+    o.holder = holder;
+    return o;
+  }
+
+  // A tenant and two API keys: five events (tenant.created, genesis, 2 x api_key.created... ).
+  void AddEvents(const std::string& tenant) {
+    auto t = journal::CreateTenant(tj_->journal, tenant);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    for (const char* p : {"p1", "p2"}) ASSERT_TRUE(journal::CreateApiKey(tj_->journal, t->tenant_id, p, "writer").ok());
+  }
+
+  std::vector<int64_t> OutboxSeqs() {
+    auto r = su_->Exec("SELECT seq FROM oml.outbox WHERE target_table = 'bronze/events' ORDER BY seq");
+    EXPECT_TRUE(r.ok());
+    std::vector<int64_t> out;
+    for (int i = 0; r.ok() && i < r->size(); ++i) out.push_back(r->GetInt(i, 0));
+    return out;
+  }
+  int64_t LastOutboxSeq() { return (*su_->Exec("SELECT coalesce(max(seq), 0) FROM oml.outbox")).GetInt(0, 0); }
+  int64_t PgFrontier() {
+    return (*su_->Exec("SELECT frontier_seq FROM oml.lake_frontier WHERE stream = 'default'")).GetInt(0, 0);
+  }
+
+  // outbox_seq of every bronze row, sorted (duplicates kept), read back through delta-rs.
+  std::vector<int64_t> BronzeSeqs() {
+    auto t = DeltaTable::Open((lake_->path() / kBronze).string());
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<int64_t> out;
+    if (!t.ok()) return out;
+    auto text = t->ReadRowsJsonl();
+    EXPECT_TRUE(text.ok()) << text.status().ToString();
+    std::istringstream in(text.ok() ? *text : "");
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      auto j = nlohmann::json::parse(line);
+      out.push_back(j.at("outbox_seq").get<int64_t>());
+      // Binary columns arrive as bytes, not as the base64 text of row_data.
+      EXPECT_EQ(j.at("signature").get<std::string>().size(), 128u) << line;  // 64 bytes, as hex
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // The bounds each writer commit recorded, from the JSON log (versions 1..).
+  std::vector<Bounds> CommitBounds() {
+    std::vector<Bounds> out;
+    for (int64_t v = 1;; ++v) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "%020lld.json", static_cast<long long>(v));
+      std::ifstream in(lake_->path() / kBronze / "_delta_log" / name);
+      if (!in) break;
+      int64_t txn = -1;
+      Bounds b{v, -1, -1};
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        auto a = nlohmann::json::parse(line);
+        if (a.contains("txn")) {
+          EXPECT_EQ(a["txn"]["appId"], "oml-lakewriter");
+          txn = a["txn"]["version"].get<int64_t>();
+        }
+        if (a.contains("commitInfo")) {
+          b.start = a["commitInfo"].value("oml.batch_start", int64_t{-1});
+          b.end = a["commitInfo"].value("oml.batch_end", int64_t{-1});
+          EXPECT_EQ(a["commitInfo"].value("oml.stream", std::string()), "default");
+        }
+      }
+      EXPECT_EQ(txn, b.end) << "the txn version is batch_end at version " << v;
+      out.push_back(b);
+    }
+    return out;
+  }
+
+  // Every row exactly once, the batches contiguous from 0 with no batch committed twice, and
+  // frontier == txn version == the last outbox seq.
+  void ExpectDrainedExactlyOnce() {
+    EXPECT_EQ(BronzeSeqs(), OutboxSeqs());
+    auto bounds = CommitBounds();
+    ASSERT_FALSE(bounds.empty());
+    int64_t prev_end = 0;
+    for (const auto& b : bounds) {
+      EXPECT_EQ(b.start, prev_end) << b;
+      EXPECT_LT(b.start, b.end) << b;
+      prev_end = b.end;
+    }
+    EXPECT_EQ(prev_end, LastOutboxSeq());
+    EXPECT_EQ(PgFrontier(), LastOutboxSeq());
+  }
+
+  static journal::testing::TestJournal* tj_;
+  std::unique_ptr<oml::testing::ScopedTempDir> lake_;
+  std::unique_ptr<db::Conn> su_;
+};
+journal::testing::TestJournal* LakeWriterTest::tj_ = nullptr;
+
+TEST(ToDeltaRowTest, ConvertsTheBinaryColumnsAddsOutboxSeqAndPassesTheRestThrough) {
+  const TargetTable& bronze = TargetTables().at(0);
+  ASSERT_EQ(bronze.name, kBronze);
+  OutboxRow row;
+  row.seq = 42;
+  row.row_data = R"({"seq": 7, "signed_bytes": "AP8Q", "signature": "AQI=", "principal": null,
+                     "a_new_column": {"kept": [1, "x"]}, "artifact_id": "art-1"})";
+  auto line = ToDeltaRow(row, bronze);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  ASSERT_EQ(line->back(), '\n');
+  auto j = nlohmann::json::parse(*line);
+  EXPECT_EQ(j, nlohmann::json::parse(R"({"seq": 7, "signed_bytes": "00ff10", "signature": "0102", "principal": null,
+                                         "a_new_column": {"kept": [1, "x"]}, "artifact_id": "art-1",
+                                         "outbox_seq": 42})"));
+
+  row.row_data = R"({"signed_bytes": "not base64!", "signature": "AQI="})";
+  auto bad = ToDeltaRow(row, bronze);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad.status().type(), "invalid-outbox-row");
+  row.row_data = "[1]";
+  EXPECT_EQ(ToDeltaRow(row, bronze).status().type(), "invalid-outbox-row");
+  row.row_data = R"({"signature": 5})";
+  EXPECT_EQ(ToDeltaRow(row, bronze).status().type(), "invalid-outbox-row");
+}
+
+TEST(LeaseKeyTest, Fnv1a32IsTheReferenceHash) {
+  EXPECT_EQ(static_cast<uint32_t>(Fnv1a32("")), 0x811c9dc5u);
+  EXPECT_EQ(static_cast<uint32_t>(Fnv1a32("a")), 0xe40c292cu);
+  EXPECT_NE(Fnv1a32(AppIdFor("default")), Fnv1a32(AppIdFor("shard-1")));
+}
+
+TEST_F(LakeWriterTest, DrainsEveryRowOnceInContiguousBatchesOfMaxRows) {
+  AddEvents("drain-a");
+  AddEvents("drain-b");
+  const auto want = OutboxSeqs();
+  ASSERT_GE(want.size(), 10u);
+
+  auto w = std::make_unique<LakeWriter>(Opts(3));
+  Status st = w->RunOnce();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectDrainedExactlyOnce();
+  EXPECT_EQ(w->frontier(), LastOutboxSeq());
+  EXPECT_EQ(w->stats().rows, static_cast<int64_t>(want.size()));
+  EXPECT_EQ(w->stats().recovered_batches, 0);
+  EXPECT_EQ(w->stats().conflicts, 0);
+  // Every batch but the last holds max_rows rows.
+  const int64_t commits = w->stats().commits;
+  EXPECT_EQ(commits, static_cast<int64_t>((want.size() + 2) / 3));
+  auto t = DeltaTable::Open((lake_->path() / kBronze).string());
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->ReadLastTxn("oml-lakewriter")->version, LastOutboxSeq());
+  w.reset();  // a finished writer still holds the lease until its session ends
+
+  // Nothing new: a second run commits nothing.
+  LakeWriter again(Opts(3));
+  ASSERT_TRUE(again.RunOnce().ok());
+  EXPECT_EQ(again.stats().commits, 0);
+  EXPECT_EQ(CommitBounds().size(), static_cast<size_t>(commits));
+
+  // New events are drained from the frontier on.
+  AddEvents("drain-c");
+  ASSERT_TRUE(again.RunOnce().ok());
+  ExpectDrainedExactlyOnce();
+}
+
+// A failure at each step leaves the lake and frontier such that a new writer (a restarted
+// process) ends with every row exactly once, and a batch that reached a table is finished from
+// the bounds that table recorded, never re-cut and never committed twice.
+TEST_F(LakeWriterTest, AFailureAtEveryStepIsRecoveredByTheNextWriter) {
+  const std::vector<std::string> points = {"lakewriter.after_cut", "lakewriter.before_commit.bronze/events",
+                                           "lakewriter.after_commit.bronze/events",
+                                           "lakewriter.before_frontier_advance"};
+  for (size_t i = 0; i < points.size(); ++i) {
+    SCOPED_TRACE(points[i]);
+    SetUp();
+    AddEvents("fault-" + std::to_string(i));
+    // A first writer drains a batch, then fails at the point in the second batch for good.
+    int hits = 0;
+    SyncPoints::Set(points[i], [&] {
+      return ++hits >= 2 ? Status(Code::kInternal, "injected", "injected-fault") : Status::Ok();
+    });
+    {
+      LakeWriterOptions o = Opts(4);
+      o.once_max_attempts = 1;
+      LakeWriter first(o);
+      Status st = first.RunOnce();
+      ASSERT_FALSE(st.ok());
+      EXPECT_EQ(st.type(), "injected-fault");
+      EXPECT_EQ(first.stats().batches, 1);
+    }
+    SyncPoints::ClearAll();
+    const auto before = CommitBounds();
+    const bool committed = i >= 2;  // the failing batch reached bronze
+    ASSERT_EQ(before.size(), committed ? 2u : 1u);
+    EXPECT_EQ(PgFrontier(), before[0].end);
+
+    LakeWriter next(Opts(4));
+    Status st = next.RunOnce();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(next.stats().recovered_batches, committed ? 1 : 0);
+    ExpectDrainedExactlyOnce();
+    const auto after = CommitBounds();
+    ASSERT_GE(after.size(), before.size());
+    // The commits of the first writer are untouched, and the failed batch was not written again.
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
+    TearDown();
+  }
+}
+
+// Two writers at once, the lease bypassed on purpose: A is held after its txn check, B drains
+// everything, then A's commit loses to B's on the Delta log and A recovers without writing.
+TEST_F(LakeWriterTest, TwoWritersAtOnceTheDeltaConflictFencesTheSecond) {
+  AddEvents("race-a");
+  LakeWriterOptions oa = Opts(1000, "writer-a"), ob = Opts(1000, "writer-b");
+  oa.bypass_lease = ob.bypass_lease = true;
+  LakeWriter a(oa), b(ob);
+  Status sa;
+  {
+    oml::testing::HoldFirst hold("lakewriter.before_commit.bronze/events");
+    std::thread ta([&] { sa = a.RunOnce(); });
+    hold.WaitUntilHeld();
+    Status sb = b.RunOnce();
+    ASSERT_TRUE(sb.ok()) << sb.ToString();
+    EXPECT_EQ(b.stats().commits, 1);
+    hold.Release();
+    ta.join();
+  }
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  EXPECT_EQ(a.stats().conflicts, 1);
+  EXPECT_EQ(a.stats().commits, 0);
+  ExpectDrainedExactlyOnce();
+  EXPECT_EQ(CommitBounds().size(), 1u);
+}
+
+// Conformance, the stable-prefix race at the writer's level (ARCHITECTURE.md "The outbox cut"):
+// tenant B's transaction draws seq s and stays open, tenant A's event draws s+1 and commits. The
+// running writer must not cut past s-1 while B is open, and takes both once B commits.
+TEST_F(LakeWriterTest, TheRunningWriterNeverCutsPastARowStillInFlight) {
+  AddEvents("race-prefix-a");
+  AddEvents("race-prefix-b");
+  auto ta = journal::LookupTenant(tj_->pool, "race-prefix-a");
+  auto tb = journal::LookupTenant(tj_->pool, "race-prefix-b");
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  LakeWriter w(Opts(1000));
+  std::atomic<bool> stop{false};
+  Status st;
+  std::thread run([&] { st = w.Run(&stop); });
+  oml::testing::WaitUntil([&] { return PgFrontier() == LastOutboxSeq(); }, "the backlog drained");
+
+  auto txn = tj_->journal.Begin();
+  ASSERT_TRUE(txn.ok());
+  journal::EventSpec ev{"test.in_flight", "tester"};
+  auto held = txn->Append(tb->tenant_id, ev);  // seq s drawn, transaction left open
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  // The seq it drew: the sequence's last value (its row is invisible to every other session).
+  auto last_value = [&] {
+    return (*su_->Exec("SELECT pg_sequence_last_value('oml.outbox_seq')")).GetInt(0, 0);
+  };
+  const int64_t s_held = last_value();
+  ASSERT_EQ(LastOutboxSeq(), s_held - 1);
+  auto later = tj_->journal.Append(ta->tenant_id, journal::EventSpec{"test.committed", "tester"});
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  const int64_t s_later = last_value();
+  ASSERT_EQ(LastOutboxSeq(), s_later);
+  ASSERT_GT(s_later, s_held);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // five polls
+  EXPECT_LT(PgFrontier(), s_held) << "the writer cut past a row still in flight";
+  EXPECT_LT(BronzeSeqs().back(), s_held);
+
+  ASSERT_TRUE(txn->Commit().ok());
+  oml::testing::WaitUntil([&] { return PgFrontier() == s_later; }, "both rows drained");
+  stop = true;
+  run.join();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectDrainedExactlyOnce();
+}
+
+TEST_F(LakeWriterTest, TheLeaseIsASingletonAndPassesOnWhenItsSessionEnds) {
+  auto a = std::make_unique<LakeWriter>(Opts(10, "writer-a"));
+  auto got_a = a->TryAcquireLease();
+  ASSERT_TRUE(got_a.ok()) << got_a.status().ToString();
+  ASSERT_TRUE(*got_a);
+  const int64_t epoch_a = a->lease_epoch();
+  EXPECT_EQ((*su_->Exec("SELECT lease_holder, lease_epoch FROM oml.lake_frontier WHERE stream = 'default'")).Get(0, 0),
+            "writer-a");
+
+  LakeWriter b(Opts(10, "writer-b"));
+  auto got_b = b.TryAcquireLease();
+  ASSERT_TRUE(got_b.ok()) << got_b.status().ToString();
+  EXPECT_FALSE(*got_b);
+
+  // B waits as standby in Run; A's session ends (as with kill -9: PostgreSQL drops the lock).
+  std::atomic<bool> stop{false};
+  AddEvents("lease-a");
+  Status sb;
+  std::thread tb([&] { sb = b.Run(&stop); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(b.lease_held());
+  const auto t0 = std::chrono::steady_clock::now();
+  a.reset();
+  oml::testing::WaitUntil([&] { return PgFrontier() == LastOutboxSeq(); }, "the standby takes over and drains");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // Idle, the writer polls every 200 ms without taking an xid (a horizon probe takes one only
+  // once a new seq was drawn): ours are the only xids assigned meanwhile.
+  auto xid = [&] { return std::stoll((*su_->Exec("SELECT pg_current_xact_id()::text")).Get(0, 0)); };
+  const int64_t x0 = xid();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(xid(), x0 + 1);
+  stop = true;
+  tb.join();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  EXPECT_EQ(b.lease_epoch(), epoch_a + 1);
+  EXPECT_EQ((*su_->Exec("SELECT lease_holder FROM oml.lake_frontier WHERE stream = 'default'")).Get(0, 0), "writer-b");
+  ExpectDrainedExactlyOnce();
+}
+
+}  // namespace
+}  // namespace oml::lake

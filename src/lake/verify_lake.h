@@ -1,0 +1,39 @@
+// `oml verify --from-lake`: the chain checks of `oml verify` (journal/verify.h) over the lake's
+// bronze/events table, reading nothing from PostgreSQL.
+//
+// The table is read whole, at its latest version, into memory (DeltaTable::ReadRowsJsonl): one
+// snapshot, so every chain is checked as of one table version. Rows are grouped by tenant_id
+// and walked by seq exactly as `oml verify` walks oml.journal; the head of a chain is its last
+// row. On top of `oml verify`'s checks, each row's own columns must agree with its signed
+// bytes: principal, occurred_at and the payload columns artifact_id .. ciphertext_sha256 (as
+// journal/bronze_row.h derives them), and a (tenant_id, seq) stored twice is reported ("seq N is
+// stored more than once"): exactly-once is what the lake writer promises.
+//
+// The lake is a prefix of the journal (the writer's lag): a chain that ends before its published
+// head, and a tenant.created that is the provider chain's last event in the lake with no genesis
+// yet, are not findings. A tail cut off the lake is therefore not detected here; the lake
+// writer's frontier and `oml status` cover it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "journal/verify.h"
+
+namespace oml::lake {
+
+struct LakeVerifyReport {
+  journal::VerifyReport chains;
+  std::string table_uri;      // <lake_root>/bronze/events
+  int64_t table_version = 0;  // the version read
+  int64_t rows = 0;           // rows in that version
+};
+
+// Verifies every chain in <lake_root>/bronze/events with opts (heads: the published heads are
+// compared where the lake holds their seq). kFailedPrecondition "lake-table-missing" if there is
+// no table, "lake-schema-mismatch" if it lacks a chain column; a row whose chain columns do not
+// decode is a finding at its seq, not an error.
+Result<LakeVerifyReport> VerifyChainsFromLake(const std::string& lake_root, const journal::VerifyOptions& opts);
+
+}  // namespace oml::lake

@@ -1,0 +1,307 @@
+"""`oml lakewriter`: the outbox drained into bronze/events exactly once (issue 8, the D2 protocol).
+
+Real PostgreSQL, the real binary, and the lake read back by readers that did not write it: the
+`deltalake` package, pyarrow over the Parquet files named in the Delta log, and the JSON log
+itself (txn actions and the commit metadata "oml.batch_start" / "oml.batch_end"). Everything is
+compared with the journal and the outbox as the superuser sees them.
+
+Fault points (src/lake/lakewriter.h) are armed with OML_FAULT=<point>:kill (the process kills
+itself with SIGKILL there) or :stop (SIGSTOP, resumed by the test with SIGCONT).
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from conftest import OML_BIN
+
+APP = "oml-lakewriter"
+BRONZE = "bronze/events"
+FAULT_POINTS = [
+    "lakewriter.after_cut",
+    "lakewriter.before_commit.bronze/events",
+    "lakewriter.after_commit.bronze/events",
+    "lakewriter.before_frontier_advance",
+]
+INFO = {"OML_LOG_LEVEL": "info"}
+
+
+# --- vocabulary ------------------------------------------------------------------------------
+def add_events(d, prefix, tenants=3, keys=2):
+    """tenants x (tenant.created + genesis + `keys` api_key.created) journal events."""
+    for i in range(tenants):
+        name = f"{prefix}-{i}"
+        d.tenant(name)
+        for k in range(keys):
+            d.api_key(name, "writer", f"w{k}")
+
+
+def lakewriter(d, *args, env=None, check=True):
+    return d.run("lakewriter", "--once", *args, env={**INFO, **(env or {})}, check=check, timeout=120)
+
+
+def log_lines(text):
+    """The JSON log lines of a run (every stderr line but the OML_FAULT notice is one)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("OML_FAULT:") or not line.strip():
+            continue
+        out.append(json.loads(line))
+    return out
+
+
+def table_path(d):
+    return d.home / "lake" / BRONZE
+
+
+def bronze_rows(d):
+    from deltalake import DeltaTable
+    return DeltaTable(str(table_path(d))).to_pyarrow_table().to_pylist()
+
+
+def commits(d):
+    """[(version, txn_version, batch_start, batch_end, stream)] of every commit after creation."""
+    out = []
+    for f in sorted((table_path(d) / "_delta_log").glob("*.json")):
+        version = int(f.stem)
+        if version == 0:
+            continue
+        actions = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        txns = [a["txn"] for a in actions if "txn" in a]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        assert [t["appId"] for t in txns] == [APP], actions
+        out.append((version, txns[0]["version"], info["oml.batch_start"], info["oml.batch_end"], info["oml.stream"]))
+    return out
+
+
+def outbox_seqs(d):
+    with d.su() as c:
+        return [r[0] for r in c.execute(
+            "SELECT seq FROM oml.outbox WHERE target_table = 'bronze/events' ORDER BY seq").fetchall()]
+
+
+def last_outbox_seq(d):
+    with d.su() as c:
+        return c.execute("SELECT coalesce(max(seq), 0) FROM oml.outbox").fetchone()[0]
+
+
+def frontier(d):
+    with d.su() as c:
+        return c.execute("SELECT frontier_seq FROM oml.lake_frontier WHERE stream = 'default'").fetchone()[0]
+
+
+def lease(d):
+    with d.su() as c:
+        return c.execute("SELECT lease_holder, lease_epoch FROM oml.lake_frontier WHERE stream = 'default'").fetchone()
+
+
+def assert_exactly_once(d):
+    """Every journal event is in bronze once, as signed; the batches are contiguous from 0, each
+    commit's txn version is its batch_end, and frontier == txn version == the last outbox seq."""
+    rows = bronze_rows(d)
+    with d.su() as c:
+        journal = {(str(t), s): (bytes(sb), bytes(sig), et) for t, s, sb, sig, et in c.execute(
+            "SELECT tenant_id, seq, signed_bytes, signature, event_type FROM oml.journal").fetchall()}
+    keys = [(r["tenant_id"], r["seq"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a journal event is in bronze twice"
+    assert set(keys) == set(journal)
+    for r in rows:
+        assert (r["signed_bytes"], r["signature"], r["event_type"]) == journal[(r["tenant_id"], r["seq"])]
+    per_tenant = {}
+    for t, s in keys:
+        per_tenant.setdefault(t, []).append(s)
+    for t, seqs in per_tenant.items():
+        assert sorted(seqs) == list(range(1, len(seqs) + 1)), t
+    assert sorted(r["outbox_seq"] for r in rows) == outbox_seqs(d)
+    cs = commits(d)
+    assert cs
+    prev = 0
+    for version, txn, start, end, stream in cs:
+        assert (start, txn, stream) == (prev, end, "default"), cs
+        assert start < end
+        prev = end
+    last = last_outbox_seq(d)
+    assert prev == last
+    assert frontier(d) == last
+    from deltalake import DeltaTable
+    assert DeltaTable(str(table_path(d))).transaction_version(APP) == last
+    return cs
+
+
+def wait_for(pred, what, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not reached within {timeout} s: {what}")
+
+
+def proc_state(pid):
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+# --- tests -----------------------------------------------------------------------------------
+def test_drain_puts_every_event_in_bronze_exactly_once(deployment):
+    d = deployment
+    add_events(d, "drain")
+    want = outbox_seqs(d)
+    assert len(want) == 2 + 3 * (2 + 2)  # provider genesis, key.issued; 3 tenants
+    p = lakewriter(d, "--max-rows", "4")
+    logs = log_lines(p.stderr)  # JSON lines only
+    applied = [l for l in logs if l["msg"] == "lake writer: batch applied"]
+    assert len(applied) == (len(want) + 3) // 4
+    assert all(l["rows"] <= 4 for l in applied)
+    cs = assert_exactly_once(d)
+    assert [(c[2], c[3]) for c in cs] == [(l["batch_start"], l["batch_end"]) for l in applied]
+    # pyarrow over the Parquet files the log names: the same rows, file statistics on.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    live = {}
+    for f in sorted((table_path(d) / "_delta_log").glob("*.json")):
+        for a in (json.loads(x) for x in f.read_text().splitlines() if x.strip()):
+            if "add" in a:
+                live[a["add"]["path"]] = a["add"]
+            elif "remove" in a:
+                live.pop(a["remove"]["path"], None)
+    tables = []
+    for path, add in live.items():
+        t = pq.read_table(table_path(d) / unquote(path))
+        assert t.num_rows == json.loads(add["stats"])["numRecords"]
+        tables.append(t)
+    assert sorted(pa.concat_tables(tables).column("outbox_seq").to_pylist()) == want
+    # Run again with nothing new: no commit. New events: drained from the frontier on.
+    lakewriter(d)
+    assert len(commits(d)) == len(cs)
+    add_events(d, "drain-more", tenants=1)
+    lakewriter(d)
+    assert len(assert_exactly_once(d)) == len(cs) + 1
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_kill_9_at_every_step_then_restart_applies_every_event_once_with_the_recorded_bounds(deployment, point):
+    d = deployment
+    add_events(d, "before", tenants=1)
+    lakewriter(d, "--max-rows", "4")  # a frontier above 0 before the crash
+    before = commits(d)
+    add_events(d, "crash")
+    first = lakewriter(d, "--max-rows", "4", env={"OML_FAULT": f"{point}:kill"}, check=False)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    assert f"OML_FAULT: SIGKILL at {point}" in first.stderr
+    cut = [l for l in log_lines(first.stderr) if l["msg"] == "lake writer: batch cut"][-1]
+    first_bounds = (cut["batch_start"], cut["batch_end"])
+    assert first_bounds[0] == before[-1][3]  # the first batch after the old frontier
+    crashed = commits(d)
+    committed = point in ("lakewriter.after_commit.bronze/events", "lakewriter.before_frontier_advance")
+    assert crashed[:len(before)] == before
+    assert [(c[2], c[3]) for c in crashed[len(before):]] == ([first_bounds] if committed else [])
+    assert frontier(d) == before[-1][3]  # the crash came before the frontier advance
+
+    # The restart uses other batch sizes where the batch reached the table: a new cut would then
+    # end elsewhere, so the recorded bounds can only come back through the rebuild from the
+    # Delta log. Where nothing was recorded the same sizes cut the same batch again.
+    second = lakewriter(d, "--max-rows", "100" if committed else "4")
+    logs = log_lines(second.stderr)
+    recovered = [l for l in logs if l["msg"] == "lake writer: recovering a batch from the Delta log"]
+    assert [(l["batch_start"], l["batch_end"]) for l in recovered] == ([first_bounds] if committed else [])
+    cs = assert_exactly_once(d)
+    assert cs[:len(crashed)] == crashed  # nothing written before the crash was rewritten
+    bounds = [(c[2], c[3]) for c in cs]
+    assert bounds.count(first_bounds) == 1  # the batch of the first attempt, recorded once, same bounds
+
+
+def test_two_writers_at_once_the_delta_conflict_fences_the_second(deployment, tmp_path):
+    """The lease bypassed on purpose (--test-bypass-lease): A stops right before its commit, B
+    drains everything, A resumes, loses the commit race on the Delta log and writes nothing."""
+    d = deployment
+    add_events(d, "race")
+    a_log = open(tmp_path / "a.log", "w")
+    env = {**d.env, **INFO, "OML_FAULT": "lakewriter.before_commit.bronze/events:stop"}
+    a = subprocess.Popen([OML_BIN, "lakewriter", "--once", "--test-bypass-lease"], env=env, stderr=a_log,
+                         stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: a.poll() is None and proc_state(a.pid) == "T", "writer A stopped before its commit")
+        b = lakewriter(d, "--test-bypass-lease", "--max-rows", "5")
+        assert any(l["msg"] == "lake writer: batch applied" for l in log_lines(b.stderr))
+        b_commits = commits(d)
+        assert len(b_commits) >= 2
+        os.kill(a.pid, signal.SIGCONT)
+        assert a.wait(timeout=60) == 0
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+        a_log.close()
+    a_text = (tmp_path / "a.log").read_text()
+    a_logs = log_lines(a_text)
+    failed = [l for l in a_logs if l["msg"] == "lake writer: batch failed"]
+    assert len(failed) == 1 and "lake-commit-conflict" in failed[0]["error"], a_text
+    assert not [l for l in a_logs if l["msg"] == "lake writer: batch applied" and l["committed"]], a_text
+    assert commits(d) == b_commits  # A committed nothing
+    assert_exactly_once(d)
+
+
+def test_a_standby_takes_over_within_seconds_of_a_kill_9(deployment, tmp_path):
+    d = deployment
+    add_events(d, "lease", tenants=1)
+    env = {**d.env, **INFO}
+    logs = {n: open(tmp_path / f"{n}.log", "w") for n in ("a", "b")}
+    procs = {}
+    try:
+        procs["a"] = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50"], env=env, stderr=logs["a"],
+                                      stdout=subprocess.DEVNULL)
+        wait_for(lambda: frontier(d) == last_outbox_seq(d), "A drains the backlog")
+        holder_a, epoch_a = lease(d)
+        assert holder_a.split(":")[1] == str(procs["a"].pid)
+        procs["b"] = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50"], env=env, stderr=logs["b"],
+                                      stdout=subprocess.DEVNULL)
+        wait_for(lambda: "standby, another writer holds the lease" in (tmp_path / "b.log").read_text(), "B is standby")
+        add_events(d, "lease-a", tenants=1, keys=1)
+        wait_for(lambda: frontier(d) == last_outbox_seq(d), "A drains while B waits")
+        assert lease(d) == (holder_a, epoch_a)
+
+        procs["a"].kill()  # SIGKILL: no cleanup, the lease goes with its PostgreSQL session
+        assert procs["a"].wait(timeout=10) == -signal.SIGKILL
+        t0 = time.time()
+        add_events(d, "lease-b", tenants=1, keys=1)
+        wait_for(lambda: frontier(d) == last_outbox_seq(d), "B takes over and drains", timeout=30)
+        took = time.time() - t0
+        assert took < 5.0, f"takeover took {took:.1f} s"
+        holder_b, epoch_b = lease(d)
+        assert holder_b.split(":")[1] == str(procs["b"].pid)
+        assert epoch_b == epoch_a + 1
+        assert "lake writer: lease acquired" in (tmp_path / "b.log").read_text()
+        procs["b"].send_signal(signal.SIGTERM)
+        assert procs["b"].wait(timeout=20) == 0
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs.values():
+            f.close()
+    assert_exactly_once(d)
+
+
+def test_the_lakewriter_url_comes_from_the_environment_or_the_local_cluster(deployment):
+    d = deployment
+    url_file = d.home / "pg" / "lakewriter.url"
+    url = url_file.read_text().strip()
+    url_file.rename(url_file.with_suffix(".moved"))
+    try:
+        missing = lakewriter(d, check=False)
+        assert missing.returncode == 4
+        assert "no lake writer database: set OML_LAKEWRITER_DATABASE_URL" in missing.stderr
+        lakewriter(d, env={"OML_LAKEWRITER_DATABASE_URL": url})
+        # The application role is not the lake writer's: it cannot read the frontier.
+        wrong = lakewriter(d, env={"OML_LAKEWRITER_DATABASE_URL": d.app_url()}, check=False)
+        assert wrong.returncode == 1, wrong.stderr
+        assert "database-permission-denied" in wrong.stderr
+    finally:
+        url_file.with_suffix(".moved").rename(url_file)
+    assert_exactly_once(d)
