@@ -218,7 +218,15 @@ def test_kill_9_at_every_step_then_restart_applies_every_event_once_with_the_rec
 def test_two_writers_at_once_the_delta_conflict_fences_the_second(deployment, tmp_path):
     """The lease bypassed on purpose (--test-bypass-lease): A stops right before its commit, B
     drains everything, A resumes, loses the commit race on the Delta log and writes nothing."""
-    d = deployment
+    two_writers_race(deployment, tmp_path)
+
+
+def two_writers_race(d, tmp_path, commits_of=None, exactly_once=None):
+    """A (lease bypassed) stops right before its commit; B drains everything; A resumes and must
+    fail with lake-commit-conflict, commit nothing, and leave every event exactly once. Shared
+    with tests/test_lake_s3.py, which passes its S3 readers of the commits and the rows."""
+    commits = commits_of or globals()["commits"]
+    assert_exactly_once = exactly_once or globals()["assert_exactly_once"]
     add_events(d, "race")
     a_log = open(tmp_path / "a.log", "w")
     env = {**d.env, **INFO, "OML_FAULT": "lakewriter.before_commit.bronze/events:stop"}

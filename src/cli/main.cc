@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -38,6 +39,7 @@
 #include "lake/verify_lake.h"
 #include "lake/delta_tables.h"
 #include "lake/lakewriter.h"
+#include "lake/lake_status.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -364,6 +366,10 @@ Status Dev(Config c) {
       // 0600 from the start and whole or not at all (temp file, rename): never a truncated token.
       OML_RETURN_IF_ERROR(WriteSecretFile(token_file, key.token + "\n", 0600, IfExists::kRefuse));
     }
+    // `oml lake tail` of this home, spelled so that it works from any shell.
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    std::string tail_cmd = "OML_HOME=" + c.home + " " + (ec ? std::string("oml") : self.string()) + " lake tail -n 1";
     auto on_ready = [&] {
       std::string base = "http://" + c.listen;
       std::cout << "\noml dev is running (local profile; durability: reduced (local profile), this one disk).\n"
@@ -375,11 +381,33 @@ Status Dev(Config c) {
                 << "    -H \"Authorization: Bearer $(cat " << token_file << ")\" \\\n"
                 << "    -H 'Content-Type: application/json' \\\n"
                 << "    -d '{\"body\":\"hello, oml\",\"workarea_id\":\"wa-1\",\"path\":\"notes/hello.md\",\"provenance\":\"human\"}'\n"
+                << "A second later, its row in the lake (bronze/events, written by the lake writer):\n"
+                << "  sleep 1; " << tail_cmd << "\n"
                 << "Then fetch it with GET " << base << "/v1/claims/<artifact_id> (same header).\n"
-                << "Press Ctrl-C to stop oml and its PostgreSQL.\n"
+                << "Press Ctrl-C to stop oml, its lake writer and its PostgreSQL.\n"
                 << std::flush;
     };
-    return Serve(c, on_ready, /*local_profile=*/true);
+    // The lake writer runs in-process on $OML_HOME/lake (lake_root) as oml_lakewriter. Stop order
+    // on Ctrl-C: the API (Serve returns), then the lake writer (joined here), then PostgreSQL.
+    std::atomic<bool> lw_stop{false};
+    std::thread lw_thread;
+    auto lw_url = LakewriterUrl(c);
+    if (lw_url.ok()) {
+      lake::LakeWriterOptions o;
+      o.database_url = *lw_url;
+      o.lake_root = c.lake_root;
+      lw_thread = std::thread([o = std::move(o), &lw_stop]() mutable {
+        lake::LakeWriter writer(std::move(o));
+        Status s = writer.Run(&lw_stop);
+        if (!s.ok()) log::Error("oml dev: the lake writer stopped", {{"error", s.ToString()}});
+      });
+    } else {
+      log::Warn("oml dev: no lake writer (the lake stays empty)", {{"error", lw_url.status().ToString()}});
+    }
+    Status served = Serve(c, on_ready, /*local_profile=*/true);
+    lw_stop = true;
+    if (lw_thread.joinable()) lw_thread.join();
+    return served;
   }();
   if (cluster) {
     Status stop = cluster->Stop();
@@ -408,6 +436,44 @@ Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
   if (!stop.exchange(true)) pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   return st;
+}
+
+// `oml status`: the lake writer's position (lake/lake_status.h), read as the lakewriter role
+// (the same URL lookup as `oml lakewriter`).
+Status ShowStatus(const Config& c, const std::string& stream, bool as_json) {
+  OML_ASSIGN_OR_RETURN(lake::OutboxStream s, lake::ResolveStream(stream));
+  OML_ASSIGN_OR_RETURN(std::string url, LakewriterUrl(c));
+  OML_ASSIGN_OR_RETURN(db::Conn conn, db::Conn::Connect(url));
+  OML_ASSIGN_OR_RETURN(lake::LakeStatus st, lake::ReadLakeStatus(conn, s, c.lake_root));
+  if (as_json) std::cout << st.ToJson().dump() << "\n";
+  else std::cout << st.ToText();
+  return Status::Ok();
+}
+
+// `oml lake tail`: the newest `n` bronze/events rows (by outbox_seq), oldest first, one JSON
+// object a line, without signed_bytes and signature. Reads the whole table (DeltaTable::
+// ReadRowsJsonl): meant for the local profile and small lakes. No database.
+Status LakeTail(const Config& c, int64_t n, const std::string& tenant_id) {
+  std::string root = c.lake_root;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  OML_ASSIGN_OR_RETURN(lake::DeltaTable t, lake::DeltaTable::Open(root + "/bronze/events"));
+  OML_ASSIGN_OR_RETURN(std::string jsonl, t.ReadRowsJsonl());
+  std::vector<json> rows;
+  std::istringstream in(jsonl);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    json r = json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object()) return Internal("bronze/events: unreadable row from the Delta adapter");
+    if (!tenant_id.empty() && r.value("tenant_id", "") != tenant_id) continue;
+    r.erase("signed_bytes");
+    r.erase("signature");
+    rows.push_back(std::move(r));
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const json& a, const json& b) { return a.value("outbox_seq", int64_t{0}) < b.value("outbox_seq", int64_t{0}); });
+  size_t from = rows.size() > static_cast<size_t>(n) ? rows.size() - static_cast<size_t>(n) : 0;
+  for (size_t i = from; i < rows.size(); ++i) std::cout << rows[i].dump() << "\n";
+  return Status::Ok();
 }
 
 class ProgressBar {
@@ -546,6 +612,23 @@ int Main(int argc, char** argv) {
   // purpose and only the Delta commit conflict fences them. Hidden from --help.
   lakewriter->add_flag("--test-bypass-lease", lw_bypass_lease)->group("");
 
+  auto* lake_cmd = app.add_subcommand("lake", "read the Delta lake");
+  auto* lake_tail = lake_cmd->add_subcommand(
+      "tail", "the last rows of bronze/events as JSON lines (signed bytes and signature left out); reads the whole "
+              "table: for the local profile and small lakes");
+  int64_t tail_n = 10;
+  std::string tail_tenant;
+  lake_tail->add_option("-n,--rows", tail_n, "rows to show (default 10)")->check(CLI::PositiveNumber);
+  lake_tail->add_option("--tenant-id", tail_tenant, "only this tenant's rows (tenant uuid)");
+  lake_cmd->require_subcommand(1);
+
+  auto* status = app.add_subcommand(
+      "status", "where the lake writer stands: frontier, stable horizon, lag, what holds it back, txn versions, dead letters");
+  std::string status_stream = lake::kDefaultStream;
+  bool status_json = false;
+  status->add_option("--stream", status_stream, "outbox stream (default: default)");
+  status->add_flag("--json", status_json, "one JSON object instead of text");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -619,6 +702,14 @@ int Main(int argc, char** argv) {
     o.poll_every = std::chrono::milliseconds(lw_poll_ms);
     o.bypass_lease = lw_bypass_lease;
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*lake_tail) {
+    Status s = LakeTail(cfg, tail_n, tail_tenant);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*status) {
+    Status s = ShowStatus(cfg, status_stream, status_json);
     return s.ok() ? 0 : Fail(s);
   }
   if (*key_public) {
