@@ -27,6 +27,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_moto():
+    """moto's S3 server (real HTTP, S3 protocol) on a free loopback port; returns (process,
+    endpoint URL) once it answers."""
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while True:
+        try:
+            requests.get(url, timeout=1)
+            return p, url
+        except requests.ConnectionError:
+            if time.time() > deadline or p.poll() is not None:
+                p.kill()
+                raise
+            time.sleep(0.1)
+
+
 class Deployment:
     def __init__(self, home: Path, extra_env=None):
         self.home = home

@@ -2,12 +2,11 @@
 import base64
 import json
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import free_port
+from conftest import start_moto
 
 
 def test_head_is_published_about_one_interval_after_commit(served):
@@ -84,21 +83,8 @@ def test_fork_with_divergent_hash(served):
 @pytest.fixture
 def s3():
     """moto's S3 server on loopback (real HTTP, S3 protocol)."""
-    port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import boto3
-    import requests
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while True:
-        try:
-            requests.get(url, timeout=1)
-            break
-        except requests.ConnectionError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.1)
+    p, url = start_moto()
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": url, "AWS_ALLOW_HTTP": "true"}
     client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",

@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import shutil
 import tempfile
 import time
@@ -28,32 +27,13 @@ from urllib.parse import unquote
 
 import pytest
 
-from conftest import OML_BIN, Deployment, free_port
+from conftest import OML_BIN, Deployment, start_moto
 from test_lakewriter import APP, INFO, add_events, lakewriter, log_lines, proc_state, two_writers_race, wait_for
 
 BUCKET = "oml-lake"
 PREFIX = "lake"
 LOG_PREFIX = f"{PREFIX}/bronze/events/_delta_log/"
 TABLE_URI = f"s3://{BUCKET}/{PREFIX}/bronze/events"
-
-
-def start_moto():
-    """moto's S3 server on a free loopback port; returns (process, endpoint URL)."""
-    port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import requests
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while True:
-        try:
-            requests.get(url, timeout=1)
-            return p, url
-        except requests.ConnectionError:
-            if time.time() > deadline or p.poll() is not None:
-                p.kill()
-                raise
-            time.sleep(0.1)
 
 
 def s3_client(url):

@@ -230,22 +230,16 @@ struct Server::Impl {
     return j;
   }
 
-  // A string member. Metadata fields (all but the body) may not hold control characters: they
-  // are stored as text columns, where a NUL would silently truncate them. The body is only ever
-  // stored encrypted (bytea), so any UTF-8 text is fine.
-  static Result<std::string> StringField(const json& j, const char* name, bool required, bool allow_controls = false) {
+  // A string member: present (or absent when not required) and a JSON string. Its content rules
+  // (length, syntax, no control characters in metadata) are admission/fields.h's, applied by
+  // Claims for the API and the CLI alike.
+  static Result<std::string> StringField(const json& j, const char* name, bool required) {
     if (!j.contains(name) || j[name].is_null()) {
       if (required) return InvalidArgument(std::string("missing field '") + name + "'", "missing-field");
       return std::string();
     }
     if (!j[name].is_string()) return InvalidArgument(std::string("field '") + name + "' must be a string", "invalid-field");
-    std::string v = j[name].get<std::string>();
-    if (!allow_controls) {
-      for (unsigned char ch : v)
-        if (ch < 0x20 || ch == 0x7f)
-          return InvalidArgument(std::string("field '") + name + "' may not contain control characters", "invalid-field");
-    }
-    return v;
+    return j[name].get<std::string>();
   }
 
   // A write's optional Idempotency-Key (IETF httpapi draft "The Idempotency-Key HTTP Header
@@ -293,7 +287,7 @@ struct Server::Impl {
     auto j = ParseObject(req, {"body", "workarea_id", "path", "provenance", "simulation_id", "media_type"});
     if (!j.ok()) return Problem(res, req, j.status());
     admission::SubmitRequest sr;
-    auto body = StringField(*j, "body", true, /*allow_controls=*/true);
+    auto body = StringField(*j, "body", true);
     auto wa = StringField(*j, "workarea_id", true);
     auto path = StringField(*j, "path", true);
     auto prov = StringField(*j, "provenance", true);

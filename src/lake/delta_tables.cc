@@ -123,22 +123,6 @@ Result<int64_t> TableVersion(const std::string& table_uri) {
 
 namespace {
 
-// Like blob::FromStorageError, plus the lake's own code: a lost commit race is kAborted with
-// the stable type "lake-commit-conflict" (the writer refreshes and re-checks its txn).
-Status FromLakeError(int32_t rc, OmlStorageError& err, const std::string& what) {
-  if (rc == OML_STORAGE_CONFLICT) {
-    std::string msg = what;
-    if (err.message != nullptr) {
-      msg += ": ";
-      msg += err.message;
-      oml_storage_free_string(err.message);
-      err.message = nullptr;
-    }
-    return Status(Code::kAborted, std::move(msg), "lake-commit-conflict");
-  }
-  return FromStorageError(rc, err, what);
-}
-
 std::string MetadataJson(const TxnCommit& commit) {
   return commit.metadata.is_null() ? std::string() : commit.metadata.dump();
 }
@@ -153,7 +137,7 @@ Result<DeltaTable> DeltaTable::Open(const std::string& table_uri) {
   OmlStorageError err{};
   OmlStorageDeltaTable* handle = nullptr;
   int32_t rc = oml_storage_delta_open(table_uri.c_str(), &handle, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "open Delta table " + table_uri);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "open Delta table " + table_uri);
   return DeltaTable(handle, table_uri);
 }
 
@@ -175,7 +159,7 @@ Result<int64_t> DeltaTable::SnapshotVersion() const {
   OmlStorageError err{};
   int64_t version = -1;
   int32_t rc = oml_storage_delta_snapshot_version(handle_, &version, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "snapshot version of " + uri_);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "snapshot version of " + uri_);
   return version;
 }
 
@@ -183,7 +167,7 @@ Result<int64_t> DeltaTable::Refresh() {
   OmlStorageError err{};
   int64_t version = -1;
   int32_t rc = oml_storage_delta_refresh(handle_, &version, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "refresh Delta table " + uri_);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "refresh Delta table " + uri_);
   return version;
 }
 
@@ -195,7 +179,7 @@ Result<LastTxn> DeltaTable::ReadLastTxn(const std::string& app_id) const {
   int32_t rc = oml_storage_delta_last_txn(handle_, app_id.c_str(), &out.version,
                                           &commit_version, &metadata, &err);
   if (rc != OML_STORAGE_OK) {
-    return FromLakeError(rc, err, "last txn of " + app_id + " in " + uri_);
+    return FromStorageError(rc, err, "last txn of " + app_id + " in " + uri_);
   }
   if (metadata != nullptr) {
     std::string text(metadata);
@@ -218,7 +202,7 @@ Result<int64_t> DeltaTable::Append(const std::string& rows_jsonl, const TxnCommi
                                         commit.app_id.c_str(), commit.version, metadata.c_str(),
                                         &version, &err);
   if (rc != OML_STORAGE_OK) {
-    return FromLakeError(rc, err, "append to " + uri_ + " (txn " + std::to_string(commit.version) + ")");
+    return FromStorageError(rc, err, "append to " + uri_ + " (txn " + std::to_string(commit.version) + ")");
   }
   return version;
 }
@@ -235,7 +219,7 @@ Result<int64_t> DeltaTable::Merge(const std::string& rows_jsonl, const MergeSpec
                                        commit.app_id.c_str(), commit.version, metadata.c_str(),
                                        &version, &err);
   if (rc != OML_STORAGE_OK) {
-    return FromLakeError(rc, err, "merge into " + uri_ + " (txn " + std::to_string(commit.version) + ")");
+    return FromStorageError(rc, err, "merge into " + uri_ + " (txn " + std::to_string(commit.version) + ")");
   }
   return version;
 }
@@ -244,7 +228,7 @@ Result<std::string> DeltaTable::ReadRowsJsonl() const {
   OmlStorageError err{};
   char* rows = nullptr;
   int32_t rc = oml_storage_delta_read_rows(handle_, &rows, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "read rows of " + uri_);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "read rows of " + uri_);
   std::string out = rows != nullptr ? std::string(rows) : std::string();
   oml_storage_free_string(rows);
   return out;
@@ -254,7 +238,7 @@ Result<nlohmann::json> DeltaTable::Schema() const {
   OmlStorageError err{};
   char* out = nullptr;
   int32_t rc = oml_storage_delta_schema(handle_, &out, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "schema of " + uri_);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "schema of " + uri_);
   std::string text = out != nullptr ? std::string(out) : std::string();
   oml_storage_free_string(out);
   nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -267,7 +251,7 @@ Result<int64_t> DeltaTable::Checkpoint() const {
   OmlStorageError err{};
   int64_t version = -1;
   int32_t rc = oml_storage_delta_checkpoint(handle_, &version, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "checkpoint " + uri_);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "checkpoint " + uri_);
   return version;
 }
 
@@ -275,7 +259,7 @@ Result<int64_t> DeltaTable::Vacuum(int64_t retention_hours) {
   OmlStorageError err{};
   int64_t deleted = 0;
   int32_t rc = oml_storage_delta_vacuum(handle_, retention_hours, &deleted, &err);
-  if (rc != OML_STORAGE_OK) return FromLakeError(rc, err, "vacuum " + uri_);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "vacuum " + uri_);
   return deleted;
 }
 

@@ -339,60 +339,42 @@ Result<int64_t> LakeWriter::Recover() {
   return frontier_;
 }
 
+// Cuts (frontier, batch_end] inside `horizon` and applies it (steps 3 to 7).
+Status LakeWriter::CutAndApply(int64_t horizon) {
+  OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, horizon, opts_.max_rows));
+  log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
+                                      {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
+  return ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)});
+}
+
 Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
   if (once) {
     if (!once_target_) {
       OML_ASSIGN_OR_RETURN(int64_t h, StableHorizon(*conn_, stream_, frontier_, opts_.once_horizon_wait));
       if (h <= frontier_) {
-        OML_ASSIGN_OR_RETURN(HorizonProbe p, ProbeHorizon(*conn_, stream_));
-        if (p.candidate > frontier_)
+        OML_ASSIGN_OR_RETURN(int64_t last, LastSeq(*conn_, stream_));
+        if (last > frontier_)
           log::Warn("lake writer: no newer stable horizon within the wait (a transaction holds it back)",
-                    {{"stream", stream_.name}, {"frontier", frontier_}, {"candidate", p.candidate},
+                    {{"stream", stream_.name}, {"frontier", frontier_}, {"candidate", last},
                      {"waited_ms", opts_.once_horizon_wait.count()}});
       }
       once_target_ = h;
       log::Info("lake writer: draining to the stable horizon",
                 {{"stream", stream_.name}, {"frontier", frontier_}, {"horizon", h}});
     }
-    while (frontier_ < *once_target_ && !Stopped(stop)) {
-      OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, *once_target_, opts_.max_rows));
-      log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
-                                          {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
-      OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
-      OML_RETURN_IF_ERROR(ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)}));
-    }
+    while (frontier_ < *once_target_ && !Stopped(stop)) OML_RETURN_IF_ERROR(CutAndApply(*once_target_));
     return Status::Ok();
   }
-  // The horizon rule of outbox_cut.h, polled without blocking (as HorizonTracker does), except
-  // that a new probe starts only once a seq above the stable horizon has been drawn: a probe
-  // takes an xid, and an idle writer should not consume one per poll.
-  std::optional<HorizonProbe> pending;
-  int64_t stable = frontier_;
+  // The horizon rule of outbox_cut.h, polled without blocking; an idle writer takes no xid.
+  HorizonTracker tracker(stream_, frontier_);
   while (!Stopped(stop)) {
-    if (!pending) {
-      OML_ASSIGN_OR_RETURN(db::Rows l, conn_->Query("SELECT coalesce(pg_sequence_last_value($1::regclass), 0)",
-                                                    {db::Text(stream_.sequence)}));
-      if (l.GetInt(0, 0) > stable) {
-        OML_ASSIGN_OR_RETURN(HorizonProbe p, ProbeHorizon(*conn_, stream_));
-        pending = p;
-      }
-    }
-    if (pending) {
-      OML_ASSIGN_OR_RETURN(bool ok, IsStable(*conn_, *pending));
-      if (ok) {
-        stable = std::max(stable, pending->candidate);
-        pending.reset();
-      }
-    }
+    OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
       SleepUnlessStopped(opts_.poll_every, stop);
       continue;
     }
-    OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, stable, opts_.max_rows));
-    log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
-                                        {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
-    OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
-    OML_RETURN_IF_ERROR(ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)}));
+    OML_RETURN_IF_ERROR(CutAndApply(stable));
   }
   return Status::Ok();
 }

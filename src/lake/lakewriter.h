@@ -151,6 +151,7 @@ class LakeWriter {
   Status AdvanceFrontier(int64_t batch_end);
   // One session of work: connect, lease, recover, then drain (once: to once_target_).
   Status Session(const std::atomic<bool>* stop, bool once);
+  Status CutAndApply(int64_t horizon);
   Status Loop(const std::atomic<bool>* stop, bool once);
 
   LakeWriterOptions opts_;

@@ -51,16 +51,30 @@ std::string AppIdFor(std::string_view stream) {
   return "oml-lakewriter-" + std::string(stream);
 }
 
-Result<HorizonProbe> ProbeHorizon(db::Conn& c, const OutboxStream& s) {
-  OML_RETURN_IF_ERROR(RequireIdle(c, "the horizon probe"));
-  HorizonProbe p;
-  // Order matters: L first (round trip 1), X after it (round trip 2). Both are their own
-  // autocommit transactions, so X's has ended when its result arrives.
+Result<int64_t> LastSeq(db::Conn& c, const OutboxStream& s) {
   OML_ASSIGN_OR_RETURN(db::Rows l, c.Query("SELECT coalesce(pg_sequence_last_value($1::regclass), 0)", {db::Text(s.sequence)}));
-  p.candidate = l.GetInt(0, 0);
+  return l.GetInt(0, 0);
+}
+
+namespace {
+
+// X: an xid taken in its own autocommit transaction, after L was read.
+Result<HorizonProbe> FenceAfter(db::Conn& c, int64_t candidate) {
+  HorizonProbe p;
+  p.candidate = candidate;
   OML_ASSIGN_OR_RETURN(db::Rows x, c.Query("SELECT pg_current_xact_id()::text"));
   p.fence_xid = ParseXid(x.Get(0, 0));
   return p;
+}
+
+}  // namespace
+
+Result<HorizonProbe> ProbeHorizon(db::Conn& c, const OutboxStream& s) {
+  OML_RETURN_IF_ERROR(RequireIdle(c, "the horizon probe"));
+  // Order matters: L first (round trip 1), X after it (round trip 2). Both are their own
+  // autocommit transactions, so X's has ended when its result arrives.
+  OML_ASSIGN_OR_RETURN(int64_t l, LastSeq(c, s));
+  return FenceAfter(c, l);
 }
 
 Result<bool> IsStable(db::Conn& c, const HorizonProbe& probe) {
@@ -82,14 +96,18 @@ Result<int64_t> StableHorizon(db::Conn& c, const OutboxStream& s, int64_t previo
 }
 
 Result<int64_t> HorizonTracker::Poll(db::Conn& c) {
-  if (pending_) {
-    OML_ASSIGN_OR_RETURN(bool stable, IsStable(c, *pending_));
-    if (!stable) return stable_;
+  if (!pending_) {
+    OML_RETURN_IF_ERROR(RequireIdle(c, "the horizon probe"));
+    OML_ASSIGN_OR_RETURN(int64_t l, LastSeq(c, stream_));
+    if (l <= stable_) return stable_;  // nothing drawn since: no probe, so no xid spent
+    OML_ASSIGN_OR_RETURN(HorizonProbe p, FenceAfter(c, l));
+    pending_ = p;
+  }
+  OML_ASSIGN_OR_RETURN(bool stable, IsStable(c, *pending_));
+  if (stable) {
     stable_ = std::max(stable_, pending_->candidate);
     pending_.reset();
   }
-  OML_ASSIGN_OR_RETURN(HorizonProbe p, ProbeHorizon(c, stream_));
-  pending_ = p;
   return stable_;
 }
 

@@ -92,14 +92,18 @@ Result<bool> IsStable(db::Conn& c, const HorizonProbe& probe);
 Result<int64_t> StableHorizon(db::Conn& c, const OutboxStream& s, int64_t previous, std::chrono::milliseconds max_wait,
                               std::chrono::milliseconds poll_every = std::chrono::milliseconds(20));
 
+// L: the stream sequence's last value (0 before its first draw).
+Result<int64_t> LastSeq(db::Conn& c, const OutboxStream& s);
+
 // The non-blocking form for the writer's loop: keeps one probe pending across calls, so a long
 // transaction costs one probe (one xid), not one per loop. Not thread-safe.
 class HorizonTracker {
  public:
   explicit HorizonTracker(OutboxStream s, int64_t stable = 0) : stream_(std::move(s)), stable_(stable) {}
 
-  // If a probe is pending and now stable, its candidate becomes the stable horizon. If no probe
-  // is pending (or it just resolved), starts a new one. Returns the stable horizon, which never
+  // Without a pending probe, starts one only if the sequence drew a seq above the stable
+  // horizon (a probe takes an xid; an idle writer spends none). Then, if the pending probe is
+  // stable, its candidate becomes the stable horizon. Returns the stable horizon, which never
   // decreases. REQUIRES: as ProbeHorizon.
   Result<int64_t> Poll(db::Conn& c);
 
