@@ -6,6 +6,7 @@
 #   $(OML_CACHE)/ccache         compiler cache for the C++ build
 #   $(OML_CACHE)/build          the CMake/ninja build tree
 #   $(OML_CACHE)/venv           the Python test tools (tests/requirements.txt)
+#   $(OML_CACHE)/ivy            the delta-spark jars Spark resolves from Maven (tests/test_lake_spark.py)
 OML_CACHE ?= $(HOME)/.cache/oml
 BUILD ?= $(OML_CACHE)/build
 VENV ?= $(OML_CACHE)/venv
@@ -17,7 +18,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 JOBS ?= $(shell nproc)
 OML := $(BUILD)/oml
 
-.PHONY: all deps build run test test-cpp test-py venv bench clean format
+.PHONY: all deps build run test test-cpp test-py venv bench bench-lake clean format
 
 all: build
 
@@ -42,7 +43,7 @@ $(VENV)/.installed: tests/requirements.txt
 	touch $@
 
 CTEST = cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
-PYTEST = OML_BIN=$(OML) $(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
+PYTEST = OML_BIN=$(OML) OML_CACHE=$(OML_CACHE) $(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
 
 # C++ tests first, then Python (in sequence: both start PostgreSQL clusters on the same cores).
 test: build venv
@@ -58,6 +59,14 @@ test-py: build venv
 bench: build venv
 	@scripts/install-deps.sh --bench
 	OML_BIN=$(OML) bench/commit-point
+	@echo "the lake writer's benchmarks (about 20 min at full size): make bench-lake"
+
+# The lake writer (docs/performance.md "Lake"): backlog drain, steady-state lag, Delta commit
+# latency (local disk and moto S3), and the commit point with the writer running beside it.
+# BENCH_LAKE_ARGS picks sub-benchmarks and sizes, e.g. BENCH_LAKE_ARGS="drain --events 20000".
+bench-lake: build venv
+	@scripts/install-deps.sh --bench
+	OML_BIN=$(OML) OML_VENV=$(VENV) $(VENV)/bin/python bench/lake $(BENCH_LAKE_ARGS)
 
 clean:
 	rm -rf $(BUILD)

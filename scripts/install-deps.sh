@@ -12,6 +12,21 @@ APT_PACKAGES=(
 )
 if [ "${1:-}" = "--bench" ]; then APT_PACKAGES+=(wrk openssl); fi
 
+# Spark 4.0 (tests/test_lake_spark.py) runs on Java 17 or 21. Any such runtime already present
+# will do ($JAVA_HOME, java on PATH, /usr/lib/jvm); otherwise Debian's Java 17 runtime.
+java_17_or_21() {
+  local j
+  for j in "${JAVA_HOME:-/nonexistent}/bin/java" "$(command -v java || echo /nonexistent)" /usr/lib/jvm/*/bin/java; do
+    [ -x "$j" ] && "$j" -version 2>&1 | head -1 | grep -qE '"(17|21)[."]' && return 0
+  done
+  return 1
+}
+if ! java_17_or_21; then
+  APT_PACKAGES+=(openjdk-17-jre-headless)
+  # Slim images drop /usr/share/man, and the JRE's postinst fails without its man1 folder.
+  mkdir -p /usr/share/man/man1 2>/dev/null || true
+fi
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

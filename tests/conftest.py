@@ -58,6 +58,8 @@ class Deployment:
             "OML_HOME": str(home),
             "OML_LISTEN": f"127.0.0.1:{self.port}",
             "OML_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}",
+            # Several lake writers run at once in some tests: each picks a free port and logs it.
+            "OML_LAKEWRITER_METRICS_LISTEN": "127.0.0.1:0",
             "OML_HEAD_PUBLISH_MS": "50",
             "OML_LOG_LEVEL": "warn",
             # The private cluster has no standbys: servers in tests run with reduced durability

@@ -291,7 +291,8 @@ def test_metrics_cover_requests_commits_appends_and_lock_wait(served):
 
 
 def test_no_metric_series_carries_a_tenant_label(served):
-    """Series are labelled by bounded sets only (method, route, status, result, kind): writes
+    """Series are labelled by bounded sets only (method, route, status, result, kind, and the lake
+    writer's table and what): writes
     from three tenants add no series and name no tenant."""
     d = served
     tenants = {"acme": (d.tenant_id, d.writer)}
@@ -308,7 +309,7 @@ def test_no_metric_series_carries_a_tenant_label(served):
     for line in series:
         if "{" in line:
             labels |= {kv.split("=", 1)[0] for kv in line[line.index("{") + 1:line.rindex("}")].split(",") if kv}
-    assert labels <= {"method", "route", "status", "result", "kind", "le", "quantile"}, labels
+    assert labels <= {"method", "route", "status", "result", "kind", "table", "what", "le", "quantile"}, labels
     for name, (tid, _) in tenants.items():
         assert tid not in text and name not in text
     assert "oml_chain_appends_total 6" in series  # two claims in each of three tenants, in one series

@@ -69,7 +69,8 @@ def s3_lake(moto):
     try:
         d.start_cluster()
         init = d.init()
-        assert f"lake: s3://{BUCKET}/{PREFIX}/bronze/events" in init.stdout, init.stdout
+        assert f"lake: s3://{BUCKET}/{PREFIX} (bronze/events, silver/claims, gold/daily_activity)" in init.stdout, \
+            init.stdout
         yield d
     finally:
         d.close()

@@ -26,6 +26,7 @@ FAULT_POINTS = [
     "lakewriter.after_cut",
     "lakewriter.before_commit.bronze/events",
     "lakewriter.after_commit.bronze/events",
+    "lakewriter.after_commit.gold/daily_activity",
     "lakewriter.before_frontier_advance",
 ]
 INFO = {"OML_LOG_LEVEL": "info"}
@@ -130,6 +131,14 @@ def assert_exactly_once(d):
     assert frontier(d) == last
     from deltalake import DeltaTable
     assert DeltaTable(str(table_path(d))).transaction_version(APP) == last
+    # gold/daily_activity counts every bronze row once (an increment applied twice shows here).
+    want = {}
+    for r in rows:
+        k = (r["tenant_id"], r["occurred_at"].date(), r["workarea_id"] or "", r["event_type"])
+        want[k] = want.get(k, 0) + 1
+    gold = DeltaTable(str(d.home / "lake" / "gold" / "daily_activity")).to_pyarrow_table().to_pylist()
+    assert {(g["tenant_id"], g["day"], g["workarea_id"], g["event_type"]): g["events"] for g in gold} == want
+    assert len(gold) == len(want)
     return cs
 
 
@@ -197,7 +206,8 @@ def test_kill_9_at_every_step_then_restart_applies_every_event_once_with_the_rec
     first_bounds = (cut["batch_start"], cut["batch_end"])
     assert first_bounds[0] == before[-1][3]  # the first batch after the old frontier
     crashed = commits(d)
-    committed = point in ("lakewriter.after_commit.bronze/events", "lakewriter.before_frontier_advance")
+    committed = point in ("lakewriter.after_commit.bronze/events", "lakewriter.after_commit.gold/daily_activity",
+                          "lakewriter.before_frontier_advance")
     assert crashed[:len(before)] == before
     assert [(c[2], c[3]) for c in crashed[len(before):]] == ([first_bounds] if committed else [])
     assert frontier(d) == before[-1][3]  # the crash came before the frontier advance

@@ -135,3 +135,30 @@ def test_deleted_tenant_row(folded):
     # acme's chain is still found (from tenant.created), and its own rows still agree.
     assert _fold_lines(v.stdout) == [f"FOLD tenants tenant acme {d.tenant_id}: missing row (seq {created_seq})"], v.stdout
     assert "FOLDS FAILED: 1 differences; 2 tenants, " in v.stdout, v.stdout
+
+
+def test_review_acts_are_replayed_and_a_hand_edit_after_them_is_found(served):
+    """claim.promoted / claim.rejected / claim.demoted are folds: after real review acts --folds
+    finds nothing; a row changed by hand afterwards is named with the act's seq."""
+    d = served
+    ids = [d.submit(d.writer, body=f"reviewed {i}").json()["artifact_id"] for i in range(3)]  # seqs 6, 7, 8
+    for art, v in ((ids[0], "accept"), (ids[1], "reject"), (ids[2], "accept")):
+        r = d.post(f"/v1/claims/{art}/verdict", d.reviewer, json={"verdict": v})
+        assert r.status_code == 200, r.text  # seqs 9, 10, 11
+    r = d.post(f"/v1/claims/{ids[2]}/demote", d.reviewer, json={})
+    assert r.status_code == 200 and r.json()["receipt"]["seq"] == 12, r.text
+    d.stop_server()
+    v = _verify_folds(d)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert _fold_lines(v.stdout) == []
+    with d.su() as c:
+        c.execute("UPDATE oml.artifacts SET state = 'promoted', demoted_seq = NULL WHERE artifact_id = %s", (ids[2],))
+        c.execute("ALTER TABLE oml.artifacts DROP CONSTRAINT IF EXISTS artifacts_review_seqs")
+        c.execute("UPDATE oml.artifacts SET promoted_seq = 10 WHERE artifact_id = %s", (ids[1],))
+    v = _verify_folds(d)
+    assert v.returncode == 3, v.stdout + v.stderr
+    assert sorted(_fold_lines(v.stdout)) == sorted([
+        f"FOLD artifacts tenant acme {ids[2]} v1: state expected demoted, found promoted (seq 12)",
+        f"FOLD artifacts tenant acme {ids[2]} v1: demoted_seq expected 12, found NULL (seq 12)",
+        f"FOLD artifacts tenant acme {ids[1]} v1: promoted_seq expected NULL, found 10 (seq 7)",
+    ]), v.stdout

@@ -7,13 +7,54 @@
 namespace oml::admission {
 namespace {
 
-// Own-work rule: a held claim exists only for its author, reviewers and admins (404 for anyone
-// else, so ids cannot be probed). An erased claim stays as private as a held one: its erasure
-// seq is only revealed to those who could read it.
+// Own-work rule: a claim that is not promoted exists only for its author, reviewers and admins
+// (404 for anyone else, so ids cannot be probed): a held claim awaits review, a rejected one was
+// never released, a demoted one was withdrawn. An erased claim stays as private: its erasure seq
+// is only revealed to those who could read it. (admission/events.h applies the same rule.)
 bool HiddenFrom(const ClaimMeta& m, const Caller& c) {
-  return (m.state == "held" || m.state == "erased") && m.principal != c.principal && c.role != "reviewer" &&
-         c.role != "admin";
+  return m.state != "promoted" && m.principal != c.principal && c.role != "reviewer" && c.role != "admin";
 }
+
+// One row per ReviewAct (claims.h). `seq_column` is spliced into the fold's SQL: a constant here.
+struct ReviewRule {
+  const char* from;        // the state the act starts from
+  const char* to;          // the state it sets
+  const char* seq_column;  // artifacts column that records the event's seq
+  const char* wrong_state; // problem type when the claim is not in `from`
+  const char* verdict;     // payload member "verdict"; nullptr: none
+  bool silver;             // enqueues the claim's silver/claims row
+  const char* fold_name;   // prepared-statement name of the fold's UPDATE
+};
+const ReviewRule& RuleOf(ReviewAct act) {
+  static const ReviewRule kAccept{"held", "promoted", "promoted_seq", "claim-not-held", "accept", true, "oml_review_promote"};
+  static const ReviewRule kReject{"held", "rejected", "rejected_seq", "claim-not-held", "reject", false, "oml_review_reject"};
+  static const ReviewRule kDemote{"promoted", "demoted", "demoted_seq", "claim-not-promoted", nullptr, true,
+                                  "oml_review_demote"};
+  switch (act) {
+    case ReviewAct::kAccept: return kAccept;
+    case ReviewAct::kReject: return kReject;
+    case ReviewAct::kDemote: return kDemote;
+  }
+  return kAccept;  // unreachable
+}
+
+// The event of a review act. Types spelled out one per act: docs/data/event-catalog.md lists them.
+journal::EventSpec ReviewEvent(ReviewAct act, const std::string& principal, nlohmann::json payload) {
+  if (act == ReviewAct::kAccept) {
+    journal::EventSpec ev{"claim.promoted", principal, std::move(payload)};
+    return ev;
+  }
+  if (act == ReviewAct::kReject) {
+    journal::EventSpec ev{"claim.rejected", principal, std::move(payload)};
+    return ev;
+  }
+  journal::EventSpec ev{"claim.demoted", principal, std::move(payload)};
+  return ev;
+}
+
+// Enqueues the silver/claims rows of a claim for the event at $4 (sql/0009): $3 NULL = every
+// version that was ever promoted.
+const char* kEnqueueSilver = "SELECT oml.enqueue_silver_claims($1, $2, $3, $4)";
 
 std::string BodyAad(const std::string& t, const std::string& a, int v) {
   return "oml-body|" + t + "|" + a + "|" + std::to_string(v);
@@ -37,7 +78,8 @@ constexpr int kIdempotencyPurgeBatch = 8;
 
 const char* kSelectMeta =
     "SELECT artifact_id, version, workarea_id, path, principal, writer_key_id, provenance, simulation_id, "
-    "media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq, erased_seq "
+    "media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq, erased_seq, "
+    "promoted_seq, rejected_seq, demoted_seq "
     "FROM oml.artifacts WHERE tenant_id = $1 AND artifact_id = $2 ORDER BY version DESC LIMIT 1";
 
 }  // namespace
@@ -156,6 +198,9 @@ Result<std::optional<ClaimMeta>> Claims::Load(db::Conn& conn, const std::string&
   m.state = r.Get(0, 12);
   m.submitted_seq = r.GetInt(0, 13);
   if (!r.IsNull(0, 14)) m.erased_seq = r.GetInt(0, 14);
+  if (!r.IsNull(0, 15)) m.promoted_seq = r.GetInt(0, 15);
+  if (!r.IsNull(0, 16)) m.rejected_seq = r.GetInt(0, 16);
+  if (!r.IsNull(0, 17)) m.demoted_seq = r.GetInt(0, 17);
   return std::optional<ClaimMeta>(m);
 }
 
@@ -233,7 +278,9 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
              "WHERE tenant_id = $1 AND artifact_id = $2 AND erased_seq IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
              {db::Text(tenant), db::Text(artifact_id), db::Int(seq)}},
             {"DELETE FROM oml.artifact_keys WHERE tenant_id = $1 AND artifact_id = $2",
-             {db::Text(tenant), db::Text(artifact_id)}}};
+             {db::Text(tenant), db::Text(artifact_id)}},
+            // Retracts every version that was ever promoted from silver/claims (state "erased").
+            {kEnqueueSilver, {db::Text(tenant), db::Text(artifact_id), db::Null(), db::Int(seq)}, "oml_silver_enqueue"}};
     if (extra != nullptr) {
       ClaimMeta at = meta;
       at.state = "erased";
@@ -251,6 +298,97 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
   }
   meta.state = "erased";
   meta.erased_seq = rc->seq;
+  return std::make_pair(meta, *rc);
+}
+
+// ---- Review (sql/0009_review.sql) ----------------------------------------------------------------
+
+Result<ReviewAct> ParseVerdict(const std::string& verdict) {
+  if (verdict == "accept") return ReviewAct::kAccept;
+  if (verdict == "reject") return ReviewAct::kReject;
+  return InvalidArgument("verdict must be \"accept\" or \"reject\"", "invalid-field");
+}
+
+Result<ClaimMeta> Claims::LoadNewest(const Caller& c, const std::string& artifact_id) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_RETURN_IF_ERROR(conn->Pipeline({{"BEGIN", {}}, db::ScopeTo(c.tenant_id)}).status());
+  auto m = Load(*conn, c.tenant_id, artifact_id);
+  (void)conn->Exec("COMMIT");
+  if (!m.ok()) return m.status();
+  if (!*m) return NotFound("no claim " + artifact_id, "claim-not-found");
+  return **m;
+}
+
+Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Review(const Caller& c, const std::string& artifact_id,
+                                                              ReviewAct act, const std::string& reason) {
+  OML_RETURN_IF_ERROR(CheckReason(reason));
+  return DoReview(c, artifact_id, act, reason, nullptr);
+}
+
+Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c, const std::string& artifact_id,
+                                                                ReviewAct act, const std::string& reason,
+                                                                const ExtraFold* extra) {
+  const ReviewRule& rule = RuleOf(act);
+  if (c.role != "reviewer" && c.role != "admin")
+    return PermissionDenied("role " + c.role + " may not review claims", "forbidden-role");
+  if (!ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
+  // The refusal of a claim in `m`'s state; OK if the act may start from it.
+  auto refusal = [&](const ClaimMeta& m) -> Status {
+    if (HiddenFrom(m, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
+    if (m.erased_seq)
+      return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*m.erased_seq), "erased");
+    if (m.state != rule.from)
+      return FailedPrecondition("claim " + artifact_id + " is " + m.state + ", not " + rule.from, rule.wrong_state);
+    return Status::Ok();
+  };
+  OML_ASSIGN_OR_RETURN(ClaimMeta meta, LoadNewest(c, artifact_id));
+  OML_RETURN_IF_ERROR(refusal(meta));
+
+  nlohmann::json payload = {{"artifact_id", artifact_id},
+                            {"version", meta.version},
+                            {"workarea_id", meta.workarea_id},
+                            {"plaintext_sha256", crypto::Hex(meta.plaintext_sha256)},
+                            {"ciphertext_sha256", crypto::Hex(meta.ciphertext_sha256)},
+                            {"reason", reason}};
+  if (rule.verdict != nullptr) payload["verdict"] = rule.verdict;
+  journal::EventSpec ev = ReviewEvent(act, c.principal, std::move(payload));
+  const std::string tenant = c.tenant_id;
+  ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
+    // Guarded by the starting state: an act that lost a race (the state moved on, or the claim
+    // was erased, after the check above) divides by zero and its transaction leaves nothing.
+    std::vector<db::Stmt> stmts = {
+        {std::string("WITH u AS (UPDATE oml.artifacts SET state = $4, ") + rule.seq_column +
+             " = $5 WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3 AND state = $6 RETURNING 1) "
+             "SELECT 1/count(*) FROM u",
+         {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Text(rule.to), db::Int(seq),
+          db::Text(rule.from)},
+         rule.fold_name}};
+    if (rule.silver)
+      stmts.push_back({kEnqueueSilver, {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Int(seq)},
+                       "oml_silver_enqueue"});
+    if (extra != nullptr) {
+      ClaimMeta at = meta;
+      at.state = rule.to;
+      if (act == ReviewAct::kAccept) at.promoted_seq = seq;
+      if (act == ReviewAct::kReject) at.rejected_seq = seq;
+      if (act == ReviewAct::kDemote) at.demoted_seq = seq;
+      for (auto& st : (*extra)(at, seq)) stmts.push_back(std::move(st));
+    }
+    return stmts;
+  };
+  ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
+  auto rc = journal_->Append(c.tenant_id, ev);
+  if (!rc.ok()) {
+    if (rc.status().type() != db::kZeroRowsGuard) return rc.status();
+    // Lost a race: answer as the act that came second would have been answered.
+    OML_ASSIGN_OR_RETURN(ClaimMeta now, LoadNewest(c, artifact_id));
+    if (Status s = refusal(now); !s.ok()) return s;
+    return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
+  }
+  meta.state = rule.to;
+  if (act == ReviewAct::kAccept) meta.promoted_seq = rc->seq;
+  if (act == ReviewAct::kReject) meta.rejected_seq = rc->seq;
+  if (act == ReviewAct::kDemote) meta.demoted_seq = rc->seq;
   return std::make_pair(meta, *rc);
 }
 
@@ -280,6 +418,14 @@ Result<WriteResponse> Claims::EraseOnce(const Caller& c, const std::string& arti
                                         const IdempotencyKey& idem, const RenderResponse& render) {
   OML_RETURN_IF_ERROR(CheckReason(reason));  // before the key is looked up
   return Once(c, idem, render, [&](const ExtraFold& extra) { return DoErase(c, artifact_id, reason, &extra); });
+}
+
+Result<WriteResponse> Claims::ReviewOnce(const Caller& c, const std::string& artifact_id, ReviewAct act,
+                                         const std::string& reason, const IdempotencyKey& idem,
+                                         const RenderResponse& render) {
+  OML_RETURN_IF_ERROR(CheckReason(reason));  // before the key is looked up
+  return Once(c, idem, render,
+              [&](const ExtraFold& extra) { return DoReview(c, artifact_id, act, reason, &extra); });
 }
 
 Result<WriteResponse> Claims::Once(const Caller& c, const IdempotencyKey& idem, const RenderResponse& render,

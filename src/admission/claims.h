@@ -11,7 +11,13 @@
 // Erasure deletes the artifact_keys row (crypto-shredding) and journals artifact.erased; fetch
 // then answers kGone with the erasure seq.
 //
-// Idempotent writes (SubmitOnce, EraseOnce; table oml.idempotency_keys, sql/0005): the first
+// Review (sql/0009): a reviewer's or admin's verdict on a held claim journals claim.promoted
+// (accept) or claim.rejected (reject); a promoted claim can be demoted (claim.demoted). Each act's
+// fold moves the state with an UPDATE guarded by the state it starts from, so of two racing acts
+// exactly one is journalled. Promotion, demotion and the erasure of a claim that was ever promoted
+// also enqueue silver/claims outbox rows in the same transaction (oml.enqueue_silver_claims).
+//
+// Idempotent writes (SubmitOnce, EraseOnce, ReviewOnce; table oml.idempotency_keys, sql/0005): the first
 // write with an Idempotency-Key records, as fold statements of its own event (so in the same
 // transaction), the response it answers. A retry with the same key and the same request gets that
 // response back, with the receipt re-read from the journal row, instead of a second event.
@@ -57,7 +63,19 @@ struct ClaimMeta {
   std::string plaintext_sha256, ciphertext_sha256;  // raw
   int64_t submitted_seq = 0;
   std::optional<int64_t> erased_seq;
+  // Seqs of the review events (sql/0009); promoted_seq stays set after demotion and erasure.
+  std::optional<int64_t> promoted_seq, rejected_seq, demoted_seq;
 };
+
+// A review act on a claim's newest version. Each is one event type, allowed from one state:
+//   act      event           from      to        seq column     wrong state (409)    silver row
+//   kAccept  claim.promoted  held      promoted  promoted_seq   claim-not-held       yes
+//   kReject  claim.rejected  held      rejected  rejected_seq   claim-not-held       no
+//   kDemote  claim.demoted   promoted  demoted   demoted_seq    claim-not-promoted   yes
+enum class ReviewAct { kAccept, kReject, kDemote };
+
+// "accept" -> kAccept, "reject" -> kReject; anything else kInvalidArgument "invalid-field".
+Result<ReviewAct> ParseVerdict(const std::string& verdict);
 
 struct SubmitResult {
   ClaimMeta meta;
@@ -128,10 +146,27 @@ class Claims {
   // is returned as is.
   // kInvalidArgument "invalid-idempotency-key" for a malformed key or a caller without an API key
   // (the operator). REQUIRES: idem.request_sha256 is 32 bytes, idem.ttl_s >= 1.
+  // A review act (ReviewAct above) on the newest version of a claim. Checks, in order:
+  // kInvalidArgument "invalid-field" if `reason` breaks CheckReason (as Erase); kPermissionDenied
+  // "forbidden-role" unless c.role is reviewer or admin; kNotFound "claim-not-found" for a
+  // malformed, unknown or other tenant's id; kGone "erased" for an erased claim; kFailedPrecondition
+  // "claim-not-held" / "claim-not-promoted" when the claim is not in the act's starting state (the
+  // message names its state). The state is checked again by the fold, in the event's transaction:
+  // an act that loses a race to another act on the same claim journals nothing and answers as if
+  // it had come second (409 naming the new state, or 410 if it was erased).
+  // Payload (digest-only, never a body): artifact_id, version, workarea_id, plaintext_sha256,
+  // ciphertext_sha256 (lowercase hex), reason ("" if none), and verdict ("accept" | "reject") for
+  // kAccept / kReject.
+  Result<std::pair<ClaimMeta, journal::Receipt>> Review(const Caller& c, const std::string& artifact_id, ReviewAct act,
+                                                        const std::string& reason);
+
   Result<WriteResponse> SubmitOnce(const Caller& c, const SubmitRequest& req, const IdempotencyKey& idem,
                                    const RenderResponse& render);
   Result<WriteResponse> EraseOnce(const Caller& c, const std::string& artifact_id, const std::string& reason,
                                   const IdempotencyKey& idem, const RenderResponse& render);
+  // Review at most once per key, as above (the reason check comes before the key is looked up).
+  Result<WriteResponse> ReviewOnce(const Caller& c, const std::string& artifact_id, ReviewAct act,
+                                   const std::string& reason, const IdempotencyKey& idem, const RenderResponse& render);
 
   static bool ValidUuid(const std::string& s);
   // OK iff `key` is 1..255 characters of printable ASCII (0x20..0x7E); else kInvalidArgument
@@ -148,6 +183,11 @@ class Claims {
   // REQUIRES: CheckReason(reason) is OK.
   Result<std::pair<ClaimMeta, journal::Receipt>> DoErase(const Caller& c, const std::string& artifact_id,
                                                          const std::string& reason, const ExtraFold* extra);
+  // REQUIRES: CheckReason(reason) is OK.
+  Result<std::pair<ClaimMeta, journal::Receipt>> DoReview(const Caller& c, const std::string& artifact_id, ReviewAct act,
+                                                          const std::string& reason, const ExtraFold* extra);
+  // The claim's newest version, read in its own short transaction; kNotFound if none.
+  Result<ClaimMeta> LoadNewest(const Caller& c, const std::string& artifact_id);
   Result<WriteResponse> Once(const Caller& c, const IdempotencyKey& idem, const RenderResponse& render,
                              const Write& write);
   // The live record of (c.api_key_hash, idem.key) as a replayed response; nullopt if none.

@@ -14,7 +14,9 @@ const char* kWholeChain =
     "WHERE j.tenant_id = $1 AND j.seq > $2 ORDER BY j.seq LIMIT $3";
 
 // A writer's events (events.h), from the fold tables, each branch by an index of sql/0007 and
-// cut to `limit` before the union, so the work is bounded by the page, not by the chain.
+// cut to `limit` before the union, so the work is bounded by the page, not by the chain. The
+// readable branch names every state but 'promoted' (claims.cc HiddenFrom): a list that contains
+// the index predicate's ('held', 'erased'), so the planner proves it and uses the partial index.
 const char* kWritersEvents =
     "SELECT j.seq, octet_length(j.signed_bytes) + octet_length(j.signature) AS nb "
     "FROM (SELECT v.seq FROM ("
@@ -23,7 +25,8 @@ const char* kWritersEvents =
     "  UNION (SELECT a.erased_seq FROM oml.artifacts a WHERE a.tenant_id = $1 AND a.principal = $5 "
     "     AND a.erased_seq > $2 ORDER BY a.erased_seq LIMIT $3) "
     "  UNION (SELECT a.submitted_seq FROM oml.artifacts a WHERE a.tenant_id = $1 "
-    "     AND a.state NOT IN ('held', 'erased') AND a.submitted_seq > $2 ORDER BY a.submitted_seq LIMIT $3) "
+    "     AND a.state NOT IN ('held', 'erased', 'rejected', 'demoted') AND a.submitted_seq > $2 "
+    "     ORDER BY a.submitted_seq LIMIT $3) "
     "  UNION (SELECT k.created_seq FROM oml.api_keys k WHERE k.tenant_id = $1 AND k.principal = $5 "
     "     AND k.created_seq > $2 ORDER BY k.created_seq LIMIT $3) "
     "  UNION (SELECT k.revoked_seq FROM oml.api_keys k WHERE k.tenant_id = $1 AND k.principal = $5 "

@@ -10,8 +10,8 @@
 //   writer (and any    only the events that concern it, found through the fold tables:
 //   other role)          claim.submitted  of a claim it may read (GET /v1/claims/{id} does not
 //                                         answer 404): its own (artifacts.principal = its
-//                                         principal), or one whose state is neither held nor
-//                                         erased;
+//                                         principal), or one whose state is promoted (not held,
+//                                         rejected, demoted or erased);
 //                        artifact.erased  of its own claims (whoever erased them);
 //                        api_key.created, api_key.revoked of its own API keys
 //                                         (api_keys.principal = its principal).
@@ -20,7 +20,9 @@
 // "Own" is the same notion as Claims::Fetch: the principal of the caller's API key, so two keys
 // of one principal see the same events. Every event a writer can author today (claim.submitted,
 // artifact.erased of its own claim) is in that list; a new event type is hidden from writers
-// until a rule here admits it (fail closed).
+// until a rule here admits it (fail closed). The review events (claim.promoted, claim.rejected,
+// claim.demoted: reviewers' and admins' acts) are not admitted yet, not even for the author's own
+// claims: the author sees the outcome as the claim's state (GET /v1/claims/{id}).
 //
 // A writer's page is therefore not a contiguous piece of the chain: prev_hash links to events it
 // cannot see. Each event still verifies on its own (signature over signed_bytes, event_hash =

@@ -204,7 +204,10 @@ struct Server::Impl {
             {"plaintext_sha256", crypto::Hex(m.plaintext_sha256)},
             {"ciphertext_sha256", crypto::Hex(m.ciphertext_sha256)},
             {"submitted_seq", m.submitted_seq},
-            {"erased_seq", m.erased_seq ? json(*m.erased_seq) : json(nullptr)}};
+            {"erased_seq", m.erased_seq ? json(*m.erased_seq) : json(nullptr)},
+            {"promoted_seq", m.promoted_seq ? json(*m.promoted_seq) : json(nullptr)},
+            {"rejected_seq", m.rejected_seq ? json(*m.rejected_seq) : json(nullptr)},
+            {"demoted_seq", m.demoted_seq ? json(*m.demoted_seq) : json(nullptr)}};
   }
 
   // Parses a JSON object body allowing only `allowed` members.
@@ -362,6 +365,51 @@ struct Server::Impl {
     Json(res, 200, j);
   }
 
+  // POST /v1/claims/{id}/verdict {"verdict": "accept"|"reject", "reason"?} and
+  // POST /v1/claims/{id}/demote {"reason"?}: admission::Claims::Review. Checks in the order of
+  // EraseClaim; the verdict member is checked with the body (400 missing-field / invalid-field).
+  void ReviewClaim(const http::Request& req, http::Response& res, bool demote) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
+    if (Status g = WriteGate(*caller); !g.ok()) return Problem(res, req, g);
+    if (Status g = DurabilityGate(); !g.ok()) return Problem(res, req, g);
+    auto idem = IdempotencyKeyOf(req);
+    if (!idem.ok()) return Problem(res, req, idem.status());
+    admission::ReviewAct act = admission::ReviewAct::kDemote;
+    std::string reason;
+    if (!demote || !req.body.empty()) {
+      auto j = demote ? ParseObject(req, {"reason"}) : ParseObject(req, {"verdict", "reason"});
+      if (!j.ok()) return Problem(res, req, j.status());
+      if (!demote) {
+        auto v = StringField(*j, "verdict", true);
+        if (!v.ok()) return Problem(res, req, v.status());
+        auto a = admission::ParseVerdict(*v);
+        if (!a.ok()) return Problem(res, req, a.status());
+        act = *a;
+      }
+      auto r = StringField(*j, "reason", false);
+      if (!r.ok()) return Problem(res, req, r.status());
+      reason = *r;
+    }
+    if (*idem) {
+      auto once = d.claims->ReviewOnce(*caller, req.captures[0], act, reason, **idem,
+                                       [](const admission::ClaimMeta& m) { return std::make_pair(200, MetaJson(m)); });
+      ForgetIfRevoked(*caller, once.status());
+      if (!once.ok()) return Problem(res, req, once.status());
+      if (once->replayed) res.SetHeader("Idempotent-Replayed", "true");
+      return Json(res, once->status, once->body);
+    }
+    auto out = d.claims->Review(*caller, req.captures[0], act, reason);
+    ForgetIfRevoked(*caller, out.status());
+    if (!out.ok()) return Problem(res, req, out.status());
+    json j = MetaJson(out->first);
+    j["receipt"] = out->second.ToJson();
+    Json(res, 200, j);
+  }
+  void VerdictClaim(const http::Request& req, http::Response& res) { ReviewClaim(req, res, false); }
+  void DemoteClaim(const http::Request& req, http::Response& res) { ReviewClaim(req, res, true); }
+
   void ChainHead(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
@@ -476,6 +524,8 @@ struct Server::Impl {
         {"POST", "/v1/claims", "/v1/claims", BP::kRequired, bind(&Impl::SubmitClaim)},
         {"GET", "/v1/claims/([^/]+)", "/v1/claims/{id}", BP::kNone, bind(&Impl::GetClaim)},
         {"POST", "/v1/claims/([^/]+)/erase", "/v1/claims/{id}/erase", BP::kOptional, bind(&Impl::EraseClaim)},
+        {"POST", "/v1/claims/([^/]+)/verdict", "/v1/claims/{id}/verdict", BP::kRequired, bind(&Impl::VerdictClaim)},
+        {"POST", "/v1/claims/([^/]+)/demote", "/v1/claims/{id}/demote", BP::kOptional, bind(&Impl::DemoteClaim)},
         {"GET", "/v1/chain/head", "/v1/chain/head", BP::kNone, bind(&Impl::ChainHead)},
         {"GET", "/v1/events", "/v1/events", BP::kNone, bind(&Impl::Events)},
         {"GET", "/v1/health", "/v1/health", BP::kNone, bind(&Impl::Health)},

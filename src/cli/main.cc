@@ -19,6 +19,7 @@
 
 #include "admission/claims.h"
 #include "admission/kek_rotation.h"
+#include "api/http.h"
 #include "api/server.h"
 #include "blob/object_store.h"
 #include "cli/exit_codes.h"
@@ -38,6 +39,7 @@
 #include "journal/verify.h"
 #include "lake/verify_lake.h"
 #include "lake/delta_tables.h"
+#include "lake/dead_letter.h"
 #include "lake/lakewriter.h"
 #include "lake/lake_status.h"
 
@@ -80,6 +82,19 @@ Result<std::string> LakewriterUrl(const Config& c) {
   return FailedPrecondition(
       "no lake writer database: set OML_LAKEWRITER_DATABASE_URL (or lakewriter_database_url in oml.toml) to a URL "
       "of the oml_lakewriter role, or run `oml dev`");
+}
+
+// The lake writer's signing key for materialize-skipped (lake/dead_letter.h): the deployment's
+// signing key file. Without it the writer runs, but a poison row stops the stream instead of being
+// dead-lettered (logged).
+std::unique_ptr<crypto::SigningKey> LakeWriterKey(const Config& c) {
+  auto k = crypto::SigningKey::LoadFile(c.signing_key_file, c.allow_insecure_key_files);
+  if (!k.ok()) {
+    log::Warn("lake writer: no signing key; poison rows cannot be dead-lettered",
+              {{"file", c.signing_key_file}, {"error", k.status().ToString()}});
+    return nullptr;
+  }
+  return std::make_unique<crypto::SigningKey>(std::move(k).value());
 }
 
 std::string PublicKeyFile(const Config& c) { return c.signing_key_file + ".pub"; }
@@ -227,10 +242,13 @@ Status DoInit(const Config& c, bool quiet) {
   OML_RETURN_IF_ERROR(EnsureKeys(c));
   OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true));
   OML_ASSIGN_OR_RETURN(bool created, journal::InitProvider(*rt->journal));
-  OML_RETURN_IF_ERROR(lake::EnsureBronzeEvents(c.lake_root));
+  OML_RETURN_IF_ERROR(lake::EnsureLakeTables(c.lake_root));
   if (!quiet) {
     std::cout << (created ? "initialized: provider chain genesis and key.issued for " : "already initialized; signing key ")
-              << rt->key->key_id() << "\nlake: " << c.lake_root << "/bronze/events\n";
+              << rt->key->key_id() << "\nlake: " << c.lake_root << " (";
+    const auto names = lake::LakeTableNames();
+    for (size_t i = 0; i < names.size(); ++i) std::cout << (i ? ", " : "") << names[i];
+    std::cout << ")\n";
   }
   return Status::Ok();
 }
@@ -392,10 +410,12 @@ Status Dev(Config c) {
     std::atomic<bool> lw_stop{false};
     std::thread lw_thread;
     auto lw_url = LakewriterUrl(c);
+    std::unique_ptr<crypto::SigningKey> lw_key = LakeWriterKey(c);
     if (lw_url.ok()) {
       lake::LakeWriterOptions o;
       o.database_url = *lw_url;
       o.lake_root = c.lake_root;
+      o.signing_key = lw_key.get();  // outlives the thread: joined below
       lw_thread = std::thread([o = std::move(o), &lw_stop]() mutable {
         lake::LakeWriter writer(std::move(o));
         Status s = writer.Run(&lw_stop);
@@ -418,13 +438,45 @@ Status Dev(Config c) {
 }
 
 // `oml lakewriter`: the lake writer of one outbox stream (lake/lakewriter.h) until SIGINT/SIGTERM,
-// or with `once` until the stable horizon it finds at start is drained.
+// or with `once` until the stable horizon it finds at start is drained. Serves GET /metrics
+// (common/metrics.h, oml_lake_*) on lakewriter_metrics_listen unless that is "off".
 Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
   sigset_t set = BlockStopSignals();  // before any thread exists (delta-rs starts its own)
   OML_ASSIGN_OR_RETURN(o.database_url, LakewriterUrl(c));
   o.lake_root = c.lake_root;
+  std::unique_ptr<crypto::SigningKey> key = LakeWriterKey(c);
+  o.signing_key = key.get();
   log::Info("oml lakewriter", {{"stream", o.stream}, {"lake_root", o.lake_root}, {"once", once},
-                               {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()}});
+                               {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()},
+                               {"dead_letter_after", o.dead_letter_after},
+                               {"metrics", c.lakewriter_metrics_listen}});
+  std::unique_ptr<api::http::Server> metrics;
+  std::thread metrics_thread;
+  if (!c.lakewriter_metrics_listen.empty()) {
+    api::http::Limits ml;
+    ml.worker_threads = 1;
+    ml.max_connections = 64;
+    ml.max_body_bytes = 0;
+    std::vector<api::http::Route> routes = {{"GET", "/metrics", "/metrics", api::http::BodyPolicy::kNone,
+                                             [](const api::http::Request&, api::http::Response& res) {
+                                               res.content_type = "text/plain; version=0.0.4";
+                                               res.body = Metrics::Get().Serialize();
+                                             }}};
+    auto problem = [](int status, const std::string& slug, const std::string& detail, const std::string&) {
+      api::http::Response r;
+      r.status = status;
+      r.content_type = "application/problem+json";
+      r.body = json{{"type", slug}, {"status", status}, {"detail", detail}}.dump();
+      return r;
+    };
+    metrics = std::make_unique<api::http::Server>(ml, std::move(routes), problem,
+                                                  [](const std::string&, const std::string&, int, double) {});
+    const std::string& m = c.lakewriter_metrics_listen;
+    OML_RETURN_IF_ERROR(metrics->Bind(Config::HostOf(m), Config::PortOf(m)));
+    log::Info("lake writer: metrics listening",
+              {{"address", Config::HostOf(m) + ":" + std::to_string(metrics->port())}});
+    metrics_thread = std::thread([&metrics] { (void)metrics->Run(); });
+  }
   lake::LakeWriter writer(std::move(o));
   std::atomic<bool> stop{false};
   std::thread waiter([&] {
@@ -435,6 +487,10 @@ Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
   Status st = once ? writer.RunOnce(&stop) : writer.Run(&stop);
   if (!stop.exchange(true)) pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
+  if (metrics) {
+    metrics->Stop();
+    metrics_thread.join();
+  }
   return st;
 }
 
@@ -622,6 +678,19 @@ int Main(int argc, char** argv) {
   lake_tail->add_option("--tenant-id", tail_tenant, "only this tenant's rows (tenant uuid)");
   lake_cmd->require_subcommand(1);
 
+  auto* dead_letter = app.add_subcommand("dead-letter", "outbox rows the lake writer moved aside (materialize-skipped)");
+  std::string dl_stream = lake::kDefaultStream;
+  bool dl_json = false;
+  int64_t dl_id = 0;
+  auto* dl_list = dead_letter->add_subcommand("list", "every dead letter of the stream, oldest first");
+  dl_list->add_option("--stream", dl_stream, "outbox stream (default: default)");
+  dl_list->add_flag("--json", dl_json, "JSON lines instead of a table");
+  auto* dl_requeue = dead_letter->add_subcommand(
+      "requeue", "enqueue a dead letter's row again, through a journalled materialize-requeued event (once)");
+  dl_requeue->add_option("ID", dl_id, "dead letter id (oml dead-letter list)")->required()->check(CLI::PositiveNumber);
+  dl_requeue->add_option("--stream", dl_stream, "outbox stream (default: default)");
+  dead_letter->require_subcommand(1);
+
   auto* status = app.add_subcommand(
       "status", "where the lake writer stands: frontier, stable horizon, lag, what holds it back, txn versions, dead letters");
   std::string status_stream = lake::kDefaultStream;
@@ -795,7 +864,7 @@ int Main(int argc, char** argv) {
   }
 
   // Everything below talks to the database.
-  bool need_key = *tenant_create || *key_rotate || *erase || *key_create || *key_revoke || *kek_rotate;
+  bool need_key = *tenant_create || *key_rotate || *erase || *key_create || *key_revoke || *kek_rotate || *dl_requeue;
   auto rt = Runtime::Open(cfg, need_key);
   if (!rt.ok()) return Fail(rt.status());
   Runtime& R = **rt;
@@ -916,6 +985,36 @@ int Main(int argc, char** argv) {
               << "Make sure every server has kek_file = " << new_kek_file
               << ", then remove previous_kek_file and destroy the old KEK file\n"
               << "(backups taken before this rotation still need the old KEK).\n";
+    return 0;
+  }
+  if (*dl_list) {
+    auto h = R.pool->Acquire();
+    if (!h.ok()) return Fail(h.status());
+    auto all = lake::ListDeadLetters(**h, dl_stream);
+    if (!all.ok()) return Fail(all.status());
+    if (dl_json) {
+      for (const auto& d : *all) std::cout << d.dump() << "\n";
+      return 0;
+    }
+    if (all->empty()) {
+      std::cout << "no dead letters in stream " << dl_stream << "\n";
+      return 0;
+    }
+    for (const auto& d : *all) {
+      std::cout << "#" << d["id"] << "  outbox seq " << d["outbox_seq"] << "  " << d["target_table"].get<std::string>()
+                << "  tenant " << d["tenant_id"].get<std::string>() << " seq " << d["journal_seq"] << "  skipped by seq "
+                << d["skipped_seq"] << "  " << d["attempts"] << " attempts  "
+                << (d["requeued_at"].is_null() ? std::string("not requeued")
+                                               : "requeued as outbox seq " + d["requeued_outbox_seq"].dump())
+                << "\n    " << d["error"].get<std::string>() << "\n";
+    }
+    return 0;
+  }
+  if (*dl_requeue) {
+    auto out = lake::RequeueDeadLetter(*R.journal, dl_stream, dl_id, "operator");
+    if (!out.ok()) return Fail(out.status());
+    std::cout << json{{"dead_letter_id", dl_id}, {"outbox_seq", out->outbox_seq}, {"receipt", out->receipt.ToJson()}}.dump()
+              << "\n";
     return 0;
   }
   if (*erase) {

@@ -75,6 +75,7 @@ Result<Config> LoadConfig() {
       {"reduced_durability", "OML_REDUCED_DURABILITY", ""}, {"durability_check_ms", "OML_DURABILITY_CHECK_MS", ""},
       {"allow_insecure_key_files", "OML_ALLOW_INSECURE_KEY_FILES", ""},
       {"metrics_listen", "OML_METRICS_LISTEN", ""},
+      {"lakewriter_metrics_listen", "OML_LAKEWRITER_METRICS_LISTEN", ""},
       {"http_max_request_bytes", "OML_HTTP_MAX_REQUEST_BYTES", ""},
       {"http_max_header_bytes", "OML_HTTP_MAX_HEADER_BYTES", ""},
       {"http_request_timeout_ms", "OML_HTTP_REQUEST_TIMEOUT_MS", ""},
@@ -140,6 +141,8 @@ Result<Config> LoadConfig() {
   }
   if (c.durability_check_ms < 100) return InvalidArgument("setting durability_check_ms: must be at least 100");
   if (!get("metrics_listen").empty()) c.metrics_listen = get("metrics_listen") == "off" ? "" : get("metrics_listen");
+  if (!get("lakewriter_metrics_listen").empty())
+    c.lakewriter_metrics_listen = get("lakewriter_metrics_listen") == "off" ? "" : get("lakewriter_metrics_listen");
   // The HTTP limits (docs/operations/deployment.md "Limits"): each a positive integer within a
   // range that keeps the server usable.
   struct Bound { const char* key; int64_t lo, hi; int64_t* out; };

@@ -22,6 +22,7 @@
 //   reduced_durability    OML_REDUCED_DURABILITY false  (true/false, 1/0, yes/no, on/off; toml bool ok)
 //   durability_check_ms   OML_DURABILITY_CHECK_MS 5000  (at least 100)
 //   metrics_listen        OML_METRICS_LISTEN     127.0.0.1:8471 ("off": no metrics listener)
+//   lakewriter_metrics_listen OML_LAKEWRITER_METRICS_LISTEN 127.0.0.1:8472 (`oml lakewriter`'s /metrics; "off": none)
 //   http_max_request_bytes   OML_HTTP_MAX_REQUEST_BYTES   6 * max_body_bytes + 64 KiB (body on the wire)
 //   http_max_header_bytes    OML_HTTP_MAX_HEADER_BYTES    16384 (request line + header lines)
 //   http_request_timeout_ms  OML_HTTP_REQUEST_TIMEOUT_MS  10000 (whole request, idle keep-alive included)
@@ -71,6 +72,7 @@ struct Config {
   bool reduced_durability = false;
   int durability_check_ms = 5000;
   std::string metrics_listen = "127.0.0.1:8471";
+  std::string lakewriter_metrics_listen = "127.0.0.1:8472";
   uint64_t http_max_request_bytes = 6 * (1 << 20) + 64 * 1024;
   int http_max_header_bytes = 16384;
   int http_request_timeout_ms = 10000;

@@ -41,6 +41,40 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                   "synchronous standbys")
                             .Register(*registry_)
                             .Add({});
+  lake_commit_seconds_ = &prometheus::BuildHistogram()
+                              .Name("oml_lake_commit_seconds")
+                              .Help("Lake writer: one Delta commit (rows, txn and bounds), by table")
+                              .Register(*registry_);
+  lake_rows_ = &prometheus::BuildCounter()
+                    .Name("oml_lake_rows_total")
+                    .Help("Lake writer: rows committed to Delta tables, by table")
+                    .Register(*registry_);
+  lake_batch_rows_ = &prometheus::BuildHistogram()
+                          .Name("oml_lake_batch_rows")
+                          .Help("Lake writer: outbox rows per applied batch")
+                          .Register(*registry_)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{1, 10, 100, 1000, 10000, 100000});
+  lake_batch_seconds_ = &prometheus::BuildHistogram()
+                             .Name("oml_lake_batch_seconds")
+                             .Help("Lake writer: one batch from cut to frontier advance")
+                             .Register(*registry_)
+                             .Add({}, kLatency);
+  lake_retries_ = &prometheus::BuildCounter()
+                       .Name("oml_lake_retries_total")
+                       .Help("Lake writer: failed attempts retried, by kind (conflict, row-refused, error)")
+                       .Register(*registry_);
+  lake_dead_letters_ = &prometheus::BuildCounter()
+                            .Name("oml_lake_dead_letters_total")
+                            .Help("Lake writer: outbox rows moved to dead_letter")
+                            .Register(*registry_)
+                            .Add({});
+  auto& lake_gauges = prometheus::BuildGauge()
+                          .Name("oml_lake_position")
+                          .Help("Lake writer: frontier seq, lag in rows past it, age of the oldest of them (s)")
+                          .Register(*registry_);
+  lake_frontier_ = &lake_gauges.Add({{"what", "frontier_seq"}});
+  lake_lag_rows_ = &lake_gauges.Add({{"what", "lag_rows"}});
+  lake_lag_seconds_ = &lake_gauges.Add({{"what", "lag_seconds"}});
 }
 
 Metrics& Metrics::Get() {
@@ -67,6 +101,26 @@ void Metrics::ChainIntegrity(const std::string& kind) { integrity_->Add({{"kind"
 void Metrics::Durability(bool reduced, bool quorum) {
   durability_reduced_->Set(reduced ? 1 : 0);
   durability_quorum_->Set(quorum ? 1 : 0);
+}
+
+void Metrics::LakeCommit(const std::string& table, int64_t rows, double seconds) {
+  lake_commit_seconds_->Add({{"table", table}}, kLatency).Observe(seconds);
+  lake_rows_->Add({{"table", table}}).Increment(static_cast<double>(rows));
+}
+
+void Metrics::LakeBatch(int64_t rows, double seconds) {
+  lake_batch_rows_->Observe(static_cast<double>(rows));
+  lake_batch_seconds_->Observe(seconds);
+}
+
+void Metrics::LakeRetry(const std::string& kind) { lake_retries_->Add({{"kind", kind}}).Increment(); }
+
+void Metrics::LakeDeadLetter() { lake_dead_letters_->Increment(); }
+
+void Metrics::LakeLag(int64_t frontier, int64_t rows, double seconds) {
+  lake_frontier_->Set(static_cast<double>(frontier));
+  lake_lag_rows_->Set(static_cast<double>(rows));
+  lake_lag_seconds_->Set(seconds);
 }
 
 std::string Metrics::Serialize() const {

@@ -37,6 +37,20 @@ class Metrics {
   // or the local profile); oml_durability_quorum 1 when the last check found it configured.
   // Writes are refused (503 durability-reduced) while both are 0.
   void Durability(bool reduced, bool quorum);
+  // The lake writer (lake/lakewriter.h); labels: table (the lake's three tables), result.
+  // One Delta commit of `rows` rows to `table` that took `seconds` (oml_lake_commit_seconds,
+  // oml_lake_rows_total).
+  void LakeCommit(const std::string& table, int64_t rows, double seconds);
+  // One batch applied (frontier advanced): its rows (oml_lake_batch_rows) and duration.
+  void LakeBatch(int64_t rows, double seconds);
+  // A failed attempt that the writer retries, by kind: conflict (another writer committed),
+  // row-refused (a poison row's attempt), error (anything else) (oml_lake_retries_total).
+  void LakeRetry(const std::string& kind);
+  void LakeDeadLetter();  // oml_lake_dead_letters_total
+  // Where the stream stands, set every poll: frontier, rows enqueued past it, and the age of the
+  // oldest of them in seconds (0 when none) (oml_lake_frontier_seq, oml_lake_lag_rows,
+  // oml_lake_lag_seconds).
+  void LakeLag(int64_t frontier, int64_t rows, double seconds);
   // Prometheus text exposition format.
   std::string Serialize() const;
 
@@ -51,6 +65,15 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* integrity_;
   prometheus::Gauge* durability_reduced_;
   prometheus::Gauge* durability_quorum_;
+  prometheus::Family<prometheus::Histogram>* lake_commit_seconds_;
+  prometheus::Family<prometheus::Counter>* lake_rows_;
+  prometheus::Histogram* lake_batch_rows_;
+  prometheus::Histogram* lake_batch_seconds_;
+  prometheus::Family<prometheus::Counter>* lake_retries_;
+  prometheus::Counter* lake_dead_letters_;
+  prometheus::Gauge* lake_frontier_;
+  prometheus::Gauge* lake_lag_rows_;
+  prometheus::Gauge* lake_lag_seconds_;
 };
 
 }  // namespace oml

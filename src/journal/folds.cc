@@ -42,12 +42,15 @@ struct ArtifactRow {
   std::string plaintext_sha256, ciphertext_sha256;  // lowercase hex
   std::string state;
   int64_t submitted_seq = 0, erased_seq = 0;
+  int64_t promoted_seq = 0, rejected_seq = 0, demoted_seq = 0;  // review acts (sql/0009)
+  int64_t state_seq = 0;  // the event that last set `state`
 };
 using ArtifactKey = std::pair<std::string, int64_t>;  // (artifact_id, version)
 
 // One chain's fold state, replayed in seq order. Mirrors the fold statements of provider.cc
 // (tenant.created, key.issued, api_key.created, api_key.revoked) and admission/claims.cc
-// (claim.submitted, artifact.erased). Any other event type has no fold on these tables.
+// (claim.submitted, claim.promoted, claim.rejected, claim.demoted, artifact.erased). Any other
+// event type has no fold on these tables.
 class ChainFold {
  public:
   explicit ChainFold(bool provider) : provider_(provider) {}
@@ -104,7 +107,27 @@ class ChainFold {
       a.ciphertext_sha256 = Str(p, "ciphertext_sha256");
       a.state = "held";
       a.submitted_seq = seq;
+      a.state_seq = seq;
       artifacts.emplace(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()}, std::move(a));
+    } else if (e.type == "claim.promoted" || e.type == "claim.rejected" || e.type == "claim.demoted") {
+      // UPDATE … SET state, <act>_seq = seq WHERE (artifact_id, version) AND state = <from>: the
+      // fold refuses (the transaction fails) when the state is not the act's starting state, so a
+      // journalled act always found it.
+      auto it = artifacts.find(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()});
+      if (it != artifacts.end()) {
+        ArtifactRow& a = it->second;
+        if (e.type == "claim.promoted") {
+          a.state = "promoted";
+          a.promoted_seq = seq;
+        } else if (e.type == "claim.rejected") {
+          a.state = "rejected";
+          a.rejected_seq = seq;
+        } else {
+          a.state = "demoted";
+          a.demoted_seq = seq;
+        }
+        a.state_seq = seq;
+      }
     } else if (e.type == "artifact.erased") {
       // UPDATE … SET state = 'erased', erased_seq = seq WHERE artifact_id AND erased_seq IS NULL
       // (every version).
@@ -114,6 +137,7 @@ class ChainFold {
         if (it->second.erased_seq != 0) continue;
         it->second.state = "erased";
         it->second.erased_seq = seq;
+        it->second.state_seq = seq;
       }
     }
     return Status::Ok();
@@ -291,7 +315,8 @@ class FoldVerifier {
           auto page,
           c.Pipeline({{"SELECT artifact_id::text, version, workarea_id, path, principal, writer_key_id, provenance, "
                        "simulation_id, media_type, size_bytes, encode(plaintext_sha256, 'hex'), "
-                       "encode(ciphertext_sha256, 'hex'), state, submitted_seq, erased_seq "
+                       "encode(ciphertext_sha256, 'hex'), state, submitted_seq, erased_seq, promoted_seq, rejected_seq, "
+                       "demoted_seq "
                        "FROM oml.artifacts WHERE tenant_id = $1 AND (artifact_id, version) > ($2::uuid, $3::integer) "
                        "ORDER BY artifact_id, version LIMIT $4",
                        {db::Text(t.id), db::Text(after.first), db::Int(after.second), db::Int(page_)},
@@ -307,7 +332,7 @@ class FoldVerifier {
           continue;
         }
         const ArtifactRow& x = it->second;
-        const int64_t s = x.submitted_seq, state_seq = x.erased_seq ? x.erased_seq : x.submitted_seq;
+        const int64_t s = x.submitted_seq, state_seq = x.state_seq;
         d.Compare(key, "workarea_id", x.workarea_id, r.Get(i, 2), s);
         d.Compare(key, "path", x.path, r.Get(i, 3), s);
         d.Compare(key, "principal", x.principal, r.Get(i, 4), s);
@@ -321,6 +346,12 @@ class FoldVerifier {
         d.Compare(key, "state", x.state, r.Get(i, 12), state_seq);
         d.Compare(key, "submitted_seq", SeqText(x.submitted_seq), SeqText(r.GetInt(i, 13)), s);
         d.Compare(key, "erased_seq", SeqText(x.erased_seq), r.IsNull(i, 14) ? "NULL" : SeqText(r.GetInt(i, 14)), state_seq);
+        d.Compare(key, "promoted_seq", SeqText(x.promoted_seq), r.IsNull(i, 15) ? "NULL" : SeqText(r.GetInt(i, 15)),
+                  x.promoted_seq ? x.promoted_seq : s);
+        d.Compare(key, "rejected_seq", SeqText(x.rejected_seq), r.IsNull(i, 16) ? "NULL" : SeqText(r.GetInt(i, 16)),
+                  x.rejected_seq ? x.rejected_seq : s);
+        d.Compare(key, "demoted_seq", SeqText(x.demoted_seq), r.IsNull(i, 17) ? "NULL" : SeqText(r.GetInt(i, 17)),
+                  x.demoted_seq ? x.demoted_seq : s);
         fold.artifacts.erase(it);
       }
       if (r.size() < page_) break;

@@ -66,8 +66,43 @@ constexpr Column kBronzeEvents[] = {
     {"outbox_seq", "long", false},
 };
 
-constexpr const char* kBronzeEventsName = "bronze.events";
-constexpr const char* kBronzeEventsPath = "bronze/events";
+// silver/claims: one row per promoted claim version (tenant_id, artifact_id, version); written by
+// MERGE from the silver outbox rows that promotion, demotion and erasure enqueue
+// (admission/review). Never plaintext, never a held body: digests and where the ciphertext lives.
+constexpr Column kSilverClaims[] = {
+    {"tenant_id", "string", false},          {"artifact_id", "string", false},
+    {"version", "long", false},              {"workarea_id", "string", false},
+    {"path", "string", false},               {"writer_key_id", "string", false},
+    {"principal", "string", false},          {"submitted_at", "timestamp", false},
+    {"promoted_at", "timestamp", false},     {"provenance", "string", false},
+    {"simulation_id", "string", true},       {"plaintext_sha256", "string", false},
+    {"ciphertext_sha256", "string", false},  {"media_type", "string", false},
+    {"size_bytes", "long", false},           {"body_location", "string", false},
+    {"state", "string", false},              {"state_changed_at", "timestamp", false},
+    {"last_event_seq", "long", false},       {"outbox_seq", "long", false},
+};
+
+// gold/daily_activity: events per (tenant, UTC day, workarea, event type), derived by the lake
+// writer from each batch's bronze rows and MERGEd with `events` added. workarea_id is "" for
+// events that name no workarea (keys are never null).
+constexpr Column kGoldDailyActivity[] = {
+    {"tenant_id", "string", false}, {"day", "date", false},
+    {"workarea_id", "string", false}, {"event_type", "string", false},
+    {"events", "long", false},      {"last_outbox_seq", "long", false},
+};
+
+struct TableDef {
+  const char* path;  // under the lake root; also outbox.target_table
+  const char* name;  // Delta table name
+  const Column* cols;
+  size_t n;
+};
+
+constexpr TableDef kTables[] = {
+    {"bronze/events", "bronze.events", kBronzeEvents, std::size(kBronzeEvents)},
+    {"silver/claims", "silver.claims", kSilverClaims, std::size(kSilverClaims)},
+    {"gold/daily_activity", "gold.daily_activity", kGoldDailyActivity, std::size(kGoldDailyActivity)},
+};
 
 using blob::FromStorageError;
 
@@ -94,21 +129,37 @@ Status SchemaMismatch(const std::string& uri, int64_t version, const Column* wan
 
 }  // namespace
 
-Status EnsureBronzeEvents(const std::string& lake_root) {
+namespace {
+
+Status EnsureTable(const std::string& lake_root, const TableDef& def) {
   if (lake_root.empty()) return InvalidArgument("lake root is empty");
-  const std::string uri = JoinUri(lake_root, kBronzeEventsPath);
-  const std::string schema = SchemaJson(kBronzeEvents, std::size(kBronzeEvents));
+  const std::string uri = JoinUri(lake_root, def.path);
+  const std::string schema = SchemaJson(def.cols, def.n);
   OmlStorageError err{};
   int64_t version = -1;
   int32_t created = 0;
   int32_t matches = 0;
   int32_t rc = oml_storage_delta_create_table(uri.c_str(), schema.c_str(),
-                                              /*partition_columns_json=*/nullptr,
-                                              kBronzeEventsName, &version, &created, &matches,
-                                              &err);
+                                              /*partition_columns_json=*/nullptr, def.name,
+                                              &version, &created, &matches, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "create Delta table " + uri);
-  if (!matches) return SchemaMismatch(uri, version, kBronzeEvents, std::size(kBronzeEvents));
+  if (!matches) return SchemaMismatch(uri, version, def.cols, def.n);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status EnsureBronzeEvents(const std::string& lake_root) { return EnsureTable(lake_root, kTables[0]); }
+
+Status EnsureLakeTables(const std::string& lake_root) {
+  for (const auto& def : kTables) OML_RETURN_IF_ERROR(EnsureTable(lake_root, def));
+  return Status::Ok();
+}
+
+std::vector<std::string> LakeTableNames() {
+  std::vector<std::string> out;
+  for (const auto& def : kTables) out.emplace_back(def.path);
+  return out;
 }
 
 Result<int64_t> TableVersion(const std::string& table_uri) {
@@ -214,14 +265,26 @@ Result<int64_t> DeltaTable::Merge(const std::string& rows_jsonl, const MergeSpec
   const std::string metadata = MetadataJson(commit);
   const std::string keys = ColumnsJson(spec.key_columns);
   const std::string updates = spec.update_columns ? ColumnsJson(*spec.update_columns) : "";
+  const std::string adds = spec.add_columns.empty() ? std::string() : ColumnsJson(spec.add_columns);
   int32_t rc = oml_storage_delta_merge(handle_, rows_jsonl.data(), rows_jsonl.size(), keys.c_str(),
                                        spec.update_columns ? updates.c_str() : nullptr,
+                                       adds.empty() ? nullptr : adds.c_str(),
                                        commit.app_id.c_str(), commit.version, metadata.c_str(),
                                        &version, &err);
   if (rc != OML_STORAGE_OK) {
     return FromStorageError(rc, err, "merge into " + uri_ + " (txn " + std::to_string(commit.version) + ")");
   }
   return version;
+}
+
+Result<RowCheck> DeltaTable::CheckRows(const std::string& rows_jsonl) const {
+  OmlStorageError err{};
+  int64_t bad = -1;
+  int32_t rc = oml_storage_delta_check_rows(handle_, rows_jsonl.data(), rows_jsonl.size(), &bad, &err);
+  if (rc == OML_STORAGE_OK) return RowCheck{};
+  Status st = FromStorageError(rc, err, "row does not fit " + uri_);
+  if (rc == OML_STORAGE_INVALID_ARGUMENT && bad >= 0) return RowCheck{bad, st.message()};
+  return st;
 }
 
 Result<std::string> DeltaTable::ReadRowsJsonl() const {

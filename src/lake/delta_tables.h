@@ -1,6 +1,6 @@
-// Delta Lake tables of the lake (D2), created through rust/oml-storage (delta-rs).
-// The lake writer that fills them comes later (ROADMAP.md); for now `oml init` creates
-// the empty tables so their schema is fixed and documented (docs/data/delta-tables.md).
+// Delta Lake tables of the lake (D2), created through rust/oml-storage (delta-rs). `oml init`
+// creates them empty so their schema is fixed and documented (docs/data/delta-tables.md); the
+// lake writer (lake/lakewriter.h) fills them.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,13 @@ namespace oml::lake {
 // "lake-schema-mismatch" naming the missing, unknown and differing columns and the fix; it is
 // never altered.
 Status EnsureBronzeEvents(const std::string& lake_root);
+
+// Creates every table of the lake that does not exist yet (bronze/events, silver/claims,
+// gold/daily_activity), each as EnsureBronzeEvents does (same refusal of a differing schema).
+// `oml init` and `oml dev` call it.
+Status EnsureLakeTables(const std::string& lake_root);
+// The lake's table paths under the root, in creation order ("bronze/events", ...).
+std::vector<std::string> LakeTableNames();
 
 // Version of the Delta table at uri (0 right after creation). kNotFound if no table is there.
 Result<int64_t> TableVersion(const std::string& table_uri);
@@ -52,9 +59,18 @@ struct LastTxn {
 
 // MERGE ON every key column equal: WHEN MATCHED UPDATE SET update_columns, WHEN NOT MATCHED
 // INSERT the whole row.
+// add_columns: WHEN MATCHED also SET c = target.c + source.c (non-nullable long columns, not
+// keys, not update columns); with add columns the rows' keys must be unique (aggregate first).
 struct MergeSpec {
   std::vector<std::string> key_columns;                      // non-empty; keys never null
-  std::optional<std::vector<std::string>> update_columns;    // nullopt: every non-key column
+  std::optional<std::vector<std::string>> update_columns;    // nullopt: every non-key, non-add column
+  std::vector<std::string> add_columns;
+};
+
+// The result of DeltaTable::CheckRows.
+struct RowCheck {
+  int64_t bad_line = -1;  // 0-based line of the first row that does not fit alone; -1: all fit
+  std::string error;      // why it does not fit
 };
 
 // One Delta table opened for the lake writer: a handle on a snapshot (a table version) that
@@ -101,6 +117,10 @@ class DeltaTable {
   // leave them). Returns the version written.
   Result<int64_t> Merge(const std::string& rows_jsonl, const MergeSpec& spec,
                         const TxnCommit& commit);
+
+  // Decodes rows against the snapshot's schema and writes nothing: RowCheck{-1} if every row
+  // fits, else the first line that does not fit on its own. Other failures are errors.
+  Result<RowCheck> CheckRows(const std::string& rows_jsonl) const;
 
   // Every row of the snapshot as JSON lines (every column, null explicit), in no particular
   // order. The whole table in memory: for tests and small tables.

@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/sync_point.h"
 #include "crypto/crypto.h"
 #include "db/migrate.h"
+#include "lake/dead_letter.h"
 
 namespace oml::lake {
 namespace {
@@ -20,6 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kConflict[] = "lake-commit-conflict";
+constexpr char kBronze[] = "bronze/events";
+constexpr char kRowRefused[] = "lake-row-refused";
 
 std::string TableUri(const std::string& root, const std::string& name) {
   std::string out = root;
@@ -51,6 +56,12 @@ void SleepUnlessStopped(std::chrono::milliseconds d, const std::atomic<bool>* st
 
 bool IsConflict(const Status& s) { return s.code() == Code::kAborted && s.type() == kConflict; }
 
+const char* RetryKind(const Status& s) {
+  if (IsConflict(s)) return "conflict";
+  if (s.code() == Code::kAborted && s.type() == kRowRefused) return "row-refused";
+  return "error";
+}
+
 bool Retryable(const Status& s) {
   return s.code() == Code::kAborted || s.code() == Code::kUnavailable || s.code() == Code::kInternal;
 }
@@ -62,10 +73,36 @@ int64_t MetaInt(const std::optional<nlohmann::json>& meta, const char* key, int6
   return it->get<int64_t>();
 }
 
-const TargetTable* FindTarget(const std::string& name) {
+// The table an outbox row may target (derived tables are never an outbox target).
+const TargetTable* FindOutboxTarget(const std::string& name) {
   for (const auto& t : TargetTables())
-    if (t.name == name) return &t;
+    if (t.name == name && !t.derived) return &t;
   return nullptr;
+}
+
+// "YYYY-MM-DD" of an RFC 3339 UTC text ("2026-11-30T15:37:13.123456Z") or of integer microseconds
+// since the epoch (the two encodings bronze's occurred_at accepts); "" if neither.
+std::string UtcDay(const nlohmann::json& v) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() >= 20 && s[4] == '-' && s[7] == '-' && s[10] == 'T' && s.back() == 'Z') {
+      for (int i : {0, 1, 2, 3, 5, 6, 8, 9})
+        if (s[i] < '0' || s[i] > '9') return "";
+      return s.substr(0, 10);
+    }
+    return "";
+  }
+  if (v.is_number_integer()) {
+    const int64_t us = v.get<int64_t>();
+    const int64_t days = (us >= 0 ? us : us - 86'399'999'999) / 86'400'000'000;
+    const std::chrono::sys_days d{std::chrono::days(days)};
+    const std::chrono::year_month_day ymd{d};
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%04d-%02u-%02u", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
+    return buf;
+  }
+  return "";
 }
 
 }  // namespace
@@ -81,12 +118,160 @@ int32_t Fnv1a32(std::string_view s) {
 
 const std::vector<TargetTable>& TargetTables() {
   static const auto* t = new std::vector<TargetTable>{
-      {"bronze/events", {"signed_bytes", "signature"}},
+      {kBronze, {"signed_bytes", "signature"}, TableWrite::kAppend, {}, false},
+      // Promotion inserts; demotion and erasure (later rows of the same key) set the state. The
+      // identity and provenance columns are the promotion's and never change.
+      {"silver/claims",
+       {},
+       TableWrite::kMerge,
+       MergeSpec{{"tenant_id", "artifact_id", "version"},
+                 std::vector<std::string>{"promoted_at", "state", "state_changed_at", "last_event_seq", "outbox_seq"},
+                 {}},
+       false},
+      {"gold/daily_activity",
+       {},
+       TableWrite::kMerge,
+       MergeSpec{{"tenant_id", "day", "workarea_id", "event_type"}, std::vector<std::string>{"last_outbox_seq"},
+                 {"events"}},
+       true},
   };
   return *t;
 }
 
+Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows, int64_t above_seq,
+                                      int64_t* bad_seq) {
+  struct Count {
+    int64_t events = 0;
+    int64_t last = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, Count> counts;
+  for (const OutboxRow* row : rows) {
+    if (row->target_table != kBronze || row->seq <= above_seq) continue;
+    auto doc = nlohmann::json::parse(row->row_data, nullptr, /*allow_exceptions=*/false);
+    std::string day;
+    bool ok = doc.is_object() && doc.contains("tenant_id") && doc["tenant_id"].is_string() &&
+              doc.contains("event_type") && doc["event_type"].is_string() && doc.contains("occurred_at");
+    if (ok) day = UtcDay(doc["occurred_at"]);
+    if (!ok || day.empty()) {
+      if (bad_seq != nullptr) *bad_seq = row->seq;
+      return InvalidArgument("outbox seq " + std::to_string(row->seq) +
+                                 ": no tenant_id, event_type or occurred_at to count in gold/daily_activity",
+                             "invalid-outbox-row");
+    }
+    std::string workarea;
+    if (auto w = doc.find("workarea_id"); w != doc.end() && w->is_string()) workarea = w->get<std::string>();
+    Count& c = counts[{doc["tenant_id"].get<std::string>(), day, workarea, doc["event_type"].get<std::string>()}];
+    ++c.events;
+    c.last = std::max(c.last, row->seq);
+  }
+  std::string out;
+  for (const auto& [k, c] : counts) {
+    out += nlohmann::json{{"tenant_id", std::get<0>(k)},
+                          {"day", std::get<1>(k)},
+                          {"workarea_id", std::get<2>(k)},
+                          {"event_type", std::get<3>(k)},
+                          {"events", c.events},
+                          {"last_outbox_seq", c.last}}
+               .dump();
+    out += '\n';
+  }
+  return out;
+}
+
+namespace {
+
+// The fast path of ToDeltaRow: one byte scan of the row_data text instead of a JSON parse and
+// dump (the drain's hot loop, docs/performance.md "Lake"). It finds the object's top-level keys
+// (tracking strings, escapes and nesting), converts the binary columns' base64 strings to hex in
+// place and appends "outbox_seq" before the closing brace; everything else is passed through
+// byte for byte. nullopt whenever the input is not the simple case (not an object, a top-level
+// "outbox_seq" already there, a binary value that is neither null nor a plain string, base64
+// that does not decode, a line break): the slow path then decides, with its precise errors. Both paths give
+// the same JSON value (ToDeltaRowTest).
+std::optional<std::string> ToDeltaRowFast(const OutboxRow& row, const TargetTable& table) {
+  const std::string& t = row.row_data;
+  size_t end = t.size();
+  while (end > 0 && (t[end - 1] == ' ' || t[end - 1] == '\n' || t[end - 1] == '\t' || t[end - 1] == '\r')) --end;
+  if (t.empty() || t[0] != '{' || end < 2 || t[end - 1] != '}') return std::nullopt;
+  // One row, one line: a raw line break (only possible between tokens) goes the slow way.
+  if (std::string_view(t.data(), end).find_first_of("\n\r") != std::string_view::npos) return std::nullopt;
+  struct Splice {
+    size_t from, to;  // the value's bytes [from, to), quotes included
+  };
+  std::vector<Splice> splices;
+  int depth = 0;
+  bool expect_key = false, any_key = false;
+  for (size_t i = 0; i < end; ++i) {
+    const char c = t[i];
+    if (c == '"') {
+      // A string: find its end.
+      size_t j = i + 1;
+      while (j < end && t[j] != '"') j += (t[j] == '\\') ? 2 : 1;
+      if (j >= end) return std::nullopt;
+      if (depth == 1 && expect_key) {
+        expect_key = false;
+        any_key = true;
+        const std::string_view key(t.data() + i + 1, j - i - 1);
+        if (key == "outbox_seq") return std::nullopt;
+        size_t v = j + 1;
+        while (v < end && (t[v] == ' ' || t[v] == '\n' || t[v] == '\t' || t[v] == '\r')) ++v;
+        if (v >= end || t[v] != ':') return std::nullopt;
+        ++v;
+        while (v < end && (t[v] == ' ' || t[v] == '\n' || t[v] == '\t' || t[v] == '\r')) ++v;
+        bool binary = false;
+        for (const auto& col : table.binary_columns) binary = binary || key == col;
+        if (binary) {
+          if (t.compare(v, 4, "null") == 0) {
+            i = v + 3;
+            continue;
+          }
+          if (v >= end || t[v] != '"') return std::nullopt;
+          size_t w = v + 1;
+          while (w < end && t[w] != '"' && t[w] != '\\') ++w;
+          if (w >= end || t[w] != '"') return std::nullopt;
+          splices.push_back({v, w + 1});
+          i = w;
+          continue;
+        }
+        i = v - 1;  // the value is scanned as usual
+        continue;
+      }
+      i = j;
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      ++depth;
+      expect_key = (c == '{' && depth == 1);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == ',' && depth == 1) {
+      expect_key = true;
+    }
+  }
+  if (depth != 0) return std::nullopt;
+  std::string out;
+  out.reserve(end + 64 + splices.size() * 64);
+  size_t at = 0;
+  for (const auto& sp : splices) {
+    auto raw = crypto::FromBase64(std::string_view(t.data() + sp.from + 1, sp.to - sp.from - 2));
+    if (!raw.ok()) return std::nullopt;
+    out.append(t, at, sp.from - at);
+    out += '"';
+    out += crypto::Hex(*raw);
+    out += '"';
+    at = sp.to;
+  }
+  out.append(t, at, end - 1 - at);  // up to the closing brace
+  out += any_key ? ", \"outbox_seq\": " : "\"outbox_seq\": ";
+  out += std::to_string(row.seq);
+  out += "}\n";
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> ToDeltaRow(const OutboxRow& row, const TargetTable& table) {
+  if (auto fast = ToDeltaRowFast(row, table)) return std::move(*fast);
   auto doc = nlohmann::json::parse(row.row_data, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": row_data is not a JSON object",
@@ -234,22 +419,69 @@ Status LakeWriter::AdvanceFrontier(int64_t batch_end) {
 }
 
 Status LakeWriter::ApplyBatch(const Batch& b) {
+  // Rows dead-lettered earlier (by this writer or a previous one) are not part of any batch.
+  OML_ASSIGN_OR_RETURN(std::set<int64_t> dead, DeadLetteredSeqs(*conn_, stream_.name, b.start, b.end));
+  for (;;) {
+    std::optional<Poison> poison;
+    OML_RETURN_IF_ERROR(ApplyParts(b, dead, &poison));
+    if (!poison) return Status::Ok();
+    OML_ASSIGN_OR_RETURN(bool moved, HandlePoison(*poison));
+    if (!moved) {
+      return Status(Code::kAborted, "outbox seq " + std::to_string(poison->row->seq) + " refused (attempt " +
+                                        std::to_string(refusals_[poison->row->seq]) + " of " +
+                                        std::to_string(opts_.dead_letter_after) + "): " + poison->error,
+                    kRowRefused);
+    }
+    dead.insert(poison->row->seq);  // and apply the batch again without it
+  }
+}
+
+Result<bool> LakeWriter::HandlePoison(const Poison& p) {
+  const int attempts = ++refusals_[p.row->seq];
+  ++stats_.refused_rows;
+  log::Warn("lake writer: a row is refused", {{"stream", stream_.name}, {"outbox_seq", p.row->seq},
+                                             {"target_table", p.row->target_table}, {"attempt", attempts},
+                                             {"budget", opts_.dead_letter_after}, {"error", p.error}});
+  if (attempts < opts_.dead_letter_after) return false;
+  if (opts_.signing_key == nullptr) {
+    log::Error("lake writer: a poison row cannot be dead-lettered without a signing key; the stream waits",
+               {{"stream", stream_.name}, {"outbox_seq", p.row->seq}});
+    return false;
+  }
+  if (opts_.bypass_lease) return FailedPrecondition("dead letters need the lease", "lease-bypassed");
+  OML_RETURN_IF_ERROR(CheckLease());
+  OML_ASSIGN_OR_RETURN(DeadLetterResult dl,
+                       DeadLetterRow(*conn_, *opts_.signing_key, stream_.name, epoch_, *p.row, p.error, attempts));
+  refusals_.erase(p.row->seq);
+  ++stats_.dead_letters;
+  Metrics::Get().LakeDeadLetter();
+  log::Warn("lake writer: row dead-lettered",
+            {{"stream", stream_.name}, {"outbox_seq", p.row->seq}, {"dead_letter_id", dl.id},
+             {"tenant", dl.receipt.tenant}, {"skipped_seq", dl.receipt.seq}, {"attempts", attempts}});
+  return true;
+}
+
+Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std::optional<Poison>* poison) {
   const auto t0 = Clock::now();
-  // Group (step 4): each table's rows keep the batch's seq order.
+  // Group (step 4): each table's rows keep the batch's seq order. Derived tables (gold) are fed
+  // from the bronze rows.
   std::map<std::string, std::vector<const OutboxRow*>> parts;
+  int64_t live_rows = 0;
   for (const auto& row : b.rows) {
-    if (FindTarget(row.target_table) == nullptr) {
-      return FailedPrecondition("outbox seq " + std::to_string(row.seq) + " targets unknown lake table '" +
-                                    row.target_table + "'",
-                                "unknown-target-table");
+    if (dead.count(row.seq)) continue;
+    ++live_rows;
+    if (FindOutboxTarget(row.target_table) == nullptr) {
+      *poison = Poison{&row, "unknown-target-table: outbox seq " + std::to_string(row.seq) +
+                                 " targets unknown lake table '" + row.target_table + "'"};
+      return Status::Ok();
     }
     parts[row.target_table].push_back(&row);
   }
   nlohmann::json committed = nlohmann::json::array(), skipped = nlohmann::json::array();
   int64_t rows_written = 0;
   for (const auto& target : TargetTables()) {
-    auto part = parts.find(target.name);
-    if (part == parts.end()) continue;
+    const auto& source = parts[target.derived ? std::string(kBronze) : target.name];
+    if (source.empty()) continue;
     OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
     OML_RETURN_IF_ERROR(table->Refresh().status());
     // Check (step 5): this table already holds this batch (or a later one).
@@ -262,12 +494,31 @@ Status LakeWriter::ApplyBatch(const Batch& b) {
     // Rows at or below the table's txn version are in it already (every commit covers its
     // whole range); only a rebuilt batch after a concurrent writer can start below it.
     std::string jsonl;
+    std::vector<const OutboxRow*> lines;  // the outbox row of each JSON line (not for derived)
     int64_t n = 0;
-    for (const OutboxRow* row : part->second) {
-      if (row->seq <= last.version) continue;
-      OML_ASSIGN_OR_RETURN(std::string line, ToDeltaRow(*row, target));
-      jsonl += line;
-      ++n;
+    if (target.derived) {
+      int64_t bad = 0;
+      auto rows = DailyActivityRows(source, last.version, &bad);
+      if (!rows.ok()) {
+        for (const OutboxRow* r : source)
+          if (r->seq == bad) *poison = Poison{r, rows.status().message()};
+        if (*poison) return Status::Ok();
+        return rows.status();
+      }
+      jsonl = std::move(*rows);
+      n = static_cast<int64_t>(std::count(jsonl.begin(), jsonl.end(), '\n'));
+    } else {
+      for (const OutboxRow* row : source) {
+        if (row->seq <= last.version) continue;
+        auto line = ToDeltaRow(*row, target);
+        if (!line.ok()) {
+          *poison = Poison{row, line.status().message()};
+          return Status::Ok();
+        }
+        jsonl += *line;
+        lines.push_back(row);
+        ++n;
+      }
     }
     if (n == 0) continue;
     OML_RETURN_IF_ERROR(CheckLease());
@@ -275,13 +526,24 @@ Status LakeWriter::ApplyBatch(const Batch& b) {
     // Commit (step 6): rows, txn (appId, batch_end) and bounds in one conditional commit.
     TxnCommit txn{app_id_, b.end,
                   {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
-    auto version = table->Append(jsonl, txn);
+    const auto c0 = Clock::now();
+    auto version = target.write == TableWrite::kMerge ? table->Merge(jsonl, target.merge, txn) : table->Append(jsonl, txn);
     if (!version.ok()) {
       if (IsConflict(version.status())) ++stats_.conflicts;
+      // Rows that do not fit the table: find the first one; it is the poison (nothing committed).
+      if (version.status().code() == Code::kInvalidArgument && !target.derived) {
+        auto check = table->CheckRows(jsonl);
+        if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(lines.size())) {
+          *poison = Poison{lines[check->bad_line], check->error};
+          return Status::Ok();
+        }
+      }
       return version.status();
     }
+    Metrics::Get().LakeCommit(target.name, n, std::chrono::duration<double>(Clock::now() - c0).count());
     ++stats_.commits;
     stats_.rows += n;
+    stats_.rows_by_table[target.name] += n;
     rows_written += n;
     committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}});
     OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
@@ -290,9 +552,11 @@ Status LakeWriter::ApplyBatch(const Batch& b) {
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
   OML_RETURN_IF_ERROR(AdvanceFrontier(b.end));
   ++stats_.batches;
+  Metrics::Get().LakeBatch(live_rows, std::chrono::duration<double>(Clock::now() - t0).count());
   log::Info("lake writer: batch applied",
             {{"stream", stream_.name}, {"batch_start", b.start}, {"batch_end", b.end},
-             {"rows", static_cast<int64_t>(b.rows.size())}, {"rows_written", rows_written}, {"committed", committed},
+             {"rows", live_rows}, {"dead_lettered", static_cast<int64_t>(dead.size())},
+             {"rows_written", rows_written}, {"committed", committed},
              {"skipped", skipped}, {"frontier", frontier_},
              {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
   return Status::Ok();
@@ -339,6 +603,19 @@ Result<int64_t> LakeWriter::Recover() {
   return frontier_;
 }
 
+Status LakeWriter::PublishLag() {
+  // One index probe: the oldest row past the frontier, and the sequence's last value.
+  OML_ASSIGN_OR_RETURN(
+      db::Rows r, conn_->Query("SELECT coalesce(pg_sequence_last_value($2::regclass), 0), "
+                               "(SELECT extract(epoch FROM now() - enqueued_at)::float8 FROM " + stream_.table +
+                                   " WHERE seq > $1 ORDER BY seq LIMIT 1)",
+                               {db::Int(frontier_), db::Text(stream_.sequence)}));
+  const int64_t last = r.GetInt(0, 0);
+  const double age = r.IsNull(0, 1) ? 0.0 : std::stod(r.Get(0, 1));
+  Metrics::Get().LakeLag(frontier_, std::max<int64_t>(0, last - frontier_), std::max(0.0, age));
+  return Status::Ok();
+}
+
 // Cuts (frontier, batch_end] inside `horizon` and applies it (steps 3 to 7).
 Status LakeWriter::CutAndApply(int64_t horizon) {
   OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, horizon, opts_.max_rows));
@@ -368,7 +645,12 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
   }
   // The horizon rule of outbox_cut.h, polled without blocking; an idle writer takes no xid.
   HorizonTracker tracker(stream_, frontier_);
+  auto lag_at = Clock::now() - std::chrono::seconds(1);
   while (!Stopped(stop)) {
+    if (Clock::now() - lag_at >= std::chrono::seconds(1)) {
+      OML_RETURN_IF_ERROR(PublishLag());
+      lag_at = Clock::now();
+    }
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
       SleepUnlessStopped(opts_.poll_every, stop);
@@ -398,6 +680,7 @@ Status LakeWriter::Run(const std::atomic<bool>* stop) {
     if (st.ok()) return st;
     if (stats_.batches > batches_before) failures = 0;
     ++failures;
+    Metrics::Get().LakeRetry(RetryKind(st));
     log::Error("lake writer: batch failed; recovering", {{"stream", opts_.stream}, {"error", st.ToString()},
                                                         {"attempt", failures}});
     if (!conn_ || !conn_->healthy()) Disconnect();
@@ -422,6 +705,7 @@ Status LakeWriter::RunOnce(const std::atomic<bool>* stop) {
     }
     if (stats_.batches > batches_before) failures = 0;
     ++failures;
+    Metrics::Get().LakeRetry(RetryKind(st));
     log::Error("lake writer: batch failed", {{"stream", opts_.stream}, {"error", st.ToString()}, {"attempt", failures}});
     if (!Retryable(st) || failures >= opts_.once_max_attempts || Stopped(stop)) return st;
     if (!conn_ || !conn_->healthy()) Disconnect();

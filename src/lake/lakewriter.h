@@ -40,10 +40,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "crypto/crypto.h"
 #include "db/conn.h"
 #include "lake/delta_tables.h"
 #include "lake/outbox_cut.h"
@@ -54,15 +56,36 @@ namespace oml::lake {
 inline constexpr int32_t kLeaseClassId = 0x6f6d6c77;
 int32_t Fnv1a32(std::string_view s);
 
-// A Delta table an outbox row can target: its name (= outbox.target_table = its path under the
-// lake root) and its binary columns (base64 in outbox.row_data, hex in the adapter's JSON rows).
+// How a batch's part is written to a table.
+enum class TableWrite {
+  kAppend,  // one row per outbox row (bronze/events)
+  kMerge,   // MERGE on the key columns, in seq order (silver/claims: retracts set state)
+};
+
+// A Delta table of the lake: its name (= outbox.target_table = its path under the lake root),
+// its binary columns (base64 in outbox.row_data, hex in the adapter's JSON rows), how it is
+// written, and whether its rows are derived by the writer from the batch's bronze rows (gold)
+// instead of coming from outbox rows (no outbox row may target a derived table).
 struct TargetTable {
   std::string name;
   std::vector<std::string> binary_columns;
+  TableWrite write = TableWrite::kAppend;
+  MergeSpec merge;  // kMerge only
+  bool derived = false;
 };
 
-// The registry of target tables, in the order a batch commits them. Today: bronze/events.
+// The registry of lake tables, in the order a batch commits them: bronze/events (append),
+// silver/claims (merge on tenant_id, artifact_id, version), gold/daily_activity (derived, merge
+// with `events` added).
 const std::vector<TargetTable>& TargetTables();
+
+// gold/daily_activity's rows for a batch: the bronze rows among `rows` (target bronze/events)
+// with seq > above_seq, counted per (tenant_id, UTC day of occurred_at, workarea_id or "",
+// event_type), as the adapter's JSON lines, keys unique, sorted by key; last_outbox_seq is the
+// highest seq counted. kInvalidArgument "invalid-outbox-row" naming the seq of a bronze row whose
+// tenant_id, event_type or occurred_at is missing or malformed (*bad_seq set to it).
+Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows, int64_t above_seq,
+                                      int64_t* bad_seq = nullptr);
 
 // One outbox row as the Delta adapter's JSON line (with its trailing '\n'): row_data's keys
 // passed through unchanged, except that the table's binary columns go from base64 to hex and
@@ -86,17 +109,26 @@ struct LakeWriterOptions {
   // conflict is the only fence left (tests/test_lakewriter.py). Never in a deployment.
   bool bypass_lease = false;
   std::string holder;  // written to lake_frontier.lease_holder; default host:pid:random
+  // Dead letters: a row refused this many times in a row (an unknown target table, row_data that
+  // does not fit its table) is moved to dead_letter with a signed materialize-skipped event
+  // (lake/dead_letter.h), signed with this key (not owned; must be the key in force). Without a
+  // key a poison row stops the writer (retried with backoff, logged), and nothing is skipped.
+  int dead_letter_after = 3;
+  const crypto::SigningKey* signing_key = nullptr;
 };
 
 // What a writer has done so far (for tests and logs).
 struct LakeWriterStats {
   int64_t batches = 0;            // batches whose frontier advance succeeded
-  int64_t rows = 0;               // rows committed to Delta tables
+  int64_t rows = 0;               // rows committed to Delta tables (all tables together)
+  std::map<std::string, int64_t> rows_by_table;  // the same, per table
   int64_t commits = 0;            // Delta commits written
   int64_t skipped_tables = 0;     // table parts skipped by the txn check
   int64_t conflicts = 0;          // commits lost to another writer (lake-commit-conflict)
   int64_t recovered_batches = 0;  // batches rebuilt from a table ahead of the frontier
   int64_t lease_acquisitions = 0;
+  int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
+  int64_t dead_letters = 0;       // rows moved to dead_letter
 };
 
 class LakeWriter {
@@ -146,12 +178,25 @@ class LakeWriter {
   Result<bool> AcquireLease(const std::atomic<bool>* stop);
   // The lease is still ours: our session is alive and the epoch is unchanged.
   Status CheckLease();
-  // Steps 4 to 7 for one batch (a new cut or a rebuilt one).
+  // A row the tables refuse (see LakeWriterOptions::dead_letter_after).
+  struct Poison {
+    const OutboxRow* row = nullptr;
+    std::string error;
+  };
+  // Steps 4 to 7 for one batch (a new cut or a rebuilt one), leaving out dead-lettered rows;
+  // a poison row is counted, and past the budget dead-lettered and the batch applied without it.
   Status ApplyBatch(const Batch& b);
+  // One attempt at steps 4 to 7 without the rows in `dead`. A poison row stops it before the
+  // commit of its table (earlier tables may have committed): *poison is set and OK returned.
+  Status ApplyParts(const Batch& b, const std::set<int64_t>& dead, std::optional<Poison>* poison);
+  // Counts an attempt; past the budget moves the row to dead_letter (true). false: not yet.
+  Result<bool> HandlePoison(const Poison& p);
   Status AdvanceFrontier(int64_t batch_end);
   // One session of work: connect, lease, recover, then drain (once: to once_target_).
   Status Session(const std::atomic<bool>* stop, bool once);
   Status CutAndApply(int64_t horizon);
+  // Sets the lag gauges (common/metrics.h LakeLag) from the outbox.
+  Status PublishLag();
   Status Loop(const std::atomic<bool>* stop, bool once);
 
   LakeWriterOptions opts_;
@@ -163,6 +208,7 @@ class LakeWriter {
   int64_t epoch_ = 0;
   int64_t frontier_ = 0;
   std::optional<int64_t> once_target_;
+  std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
   LakeWriterStats stats_;
 };
 

@@ -43,7 +43,7 @@ class LakeWriterTest : public ::testing::Test {
   void SetUp() override {
     SyncPoints::ClearAll();
     lake_ = std::make_unique<oml::testing::ScopedTempDir>("oml-lakewriter");
-    ASSERT_TRUE(EnsureBronzeEvents(lake_->path().string()).ok());
+    ASSERT_TRUE(EnsureLakeTables(lake_->path().string()).ok());
     su_ = std::make_unique<db::Conn>(std::move(db::Conn::Connect(db::testing::SuperuserUrl())).value());
     ASSERT_TRUE(su_->Exec("ALTER TABLE oml.lake_frontier DISABLE TRIGGER lake_frontier_guard; "
                           "UPDATE oml.lake_frontier SET frontier_seq = 0 WHERE stream = 'default'; "
@@ -145,6 +145,37 @@ class LakeWriterTest : public ::testing::Test {
     }
     EXPECT_EQ(prev_end, LastOutboxSeq());
     EXPECT_EQ(PgFrontier(), LastOutboxSeq());
+    ExpectGoldCountsEveryBronzeRowOnce();
+  }
+
+  // gold/daily_activity equals the journal's counts per (tenant, UTC day, workarea, type), computed
+  // by PostgreSQL from the outbox: an increment applied twice (or lost) shows as a wrong count.
+  void ExpectGoldCountsEveryBronzeRowOnce() {
+    auto want = su_->Exec(
+        "SELECT k || '|' || count(*) || '|' || max(seq) FROM (SELECT seq, tenant_id::text || '|' || "
+        "to_char((row_data->>'occurred_at')::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD') || '|' || "
+        "coalesce(row_data->>'workarea_id', '') || '|' || (row_data->>'event_type') AS k FROM oml.outbox "
+        "WHERE target_table = 'bronze/events') b GROUP BY k");
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    std::vector<std::string> expected;
+    for (int i = 0; i < want->size(); ++i) expected.push_back(want->Get(i, 0));
+    auto t = DeltaTable::Open((lake_->path() / "gold/daily_activity").string());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    auto text = t->ReadRowsJsonl();
+    ASSERT_TRUE(text.ok());
+    std::vector<std::string> got;
+    std::istringstream in(*text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      auto j = nlohmann::json::parse(line);
+      got.push_back(j.at("tenant_id").get<std::string>() + "|" + j.at("day").get<std::string>() + "|" +
+                    j.at("workarea_id").get<std::string>() + "|" + j.at("event_type").get<std::string>() + "|" +
+                    std::to_string(j.at("events").get<int64_t>()) + "|" +
+                    std::to_string(j.at("last_outbox_seq").get<int64_t>()));
+    }
+    std::sort(got.begin(), got.end());
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(got, expected);
   }
 
   static journal::testing::TestJournal* tj_;
@@ -167,6 +198,29 @@ TEST(ToDeltaRowTest, ConvertsTheBinaryColumnsAddsOutboxSeqAndPassesTheRestThroug
   EXPECT_EQ(j, nlohmann::json::parse(R"({"seq": 7, "signed_bytes": "00ff10", "signature": "0102", "principal": null,
                                          "a_new_column": {"kept": [1, "x"]}, "artifact_id": "art-1",
                                          "outbox_seq": 42})"));
+
+  // The fast path (a byte scan, for PostgreSQL's jsonb text) and the slow path (a JSON parse,
+  // taken for anything unusual) give the same value: nested keys of a binary column's name are
+  // not converted, strings with escaped quotes and braces do not confuse the scan, an empty
+  // object gets outbox_seq alone, and compact JSON without spaces works too.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"x": {"signed_bytes": "AQI="}, "signed_bytes": "AQI=", "s": "a \"}, \"signature\": \"AQI=\" {"})",
+       R"({"x": {"signed_bytes": "AQI="}, "signed_bytes": "0102", "s": "a \"}, \"signature\": \"AQI=\" {",
+           "outbox_seq": 42})"},
+      {"{}", R"({"outbox_seq": 42})"},
+      {R"({"signature":"AQI=","n":[1,{"signature":"x"}],"signed_bytes":null})",
+       R"({"signature": "0102", "n": [1, {"signature": "x"}], "signed_bytes": null, "outbox_seq": 42})"},
+      {"{\"seq\": 1,\n \"signature\": \"AQI=\"}  \n", R"({"seq": 1, "signature": "0102", "outbox_seq": 42})"},
+      // An outbox_seq already present is overwritten (slow path), not duplicated.
+      {R"({"outbox_seq": 1, "seq": 2})", R"({"outbox_seq": 42, "seq": 2})"},
+  };
+  for (const auto& [in, want] : cases) {
+    row.row_data = in;
+    auto got = ToDeltaRow(row, bronze);
+    ASSERT_TRUE(got.ok()) << in << ": " << got.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*got), nlohmann::json::parse(want)) << in;
+    EXPECT_EQ(std::count(got->begin(), got->end(), '\n'), 1) << in;  // one JSON line
+  }
 
   row.row_data = R"({"signed_bytes": "not base64!", "signature": "AQI="})";
   auto bad = ToDeltaRow(row, bronze);
@@ -196,12 +250,12 @@ TEST_F(LakeWriterTest, DrainsEveryRowOnceInContiguousBatchesOfMaxRows) {
   ASSERT_TRUE(st.ok()) << st.ToString();
   ExpectDrainedExactlyOnce();
   EXPECT_EQ(w->frontier(), LastOutboxSeq());
-  EXPECT_EQ(w->stats().rows, static_cast<int64_t>(want.size()));
+  EXPECT_EQ(w->stats().rows_by_table.at(kBronze), static_cast<int64_t>(want.size()));
   EXPECT_EQ(w->stats().recovered_batches, 0);
   EXPECT_EQ(w->stats().conflicts, 0);
-  // Every batch but the last holds max_rows rows.
-  const int64_t commits = w->stats().commits;
-  EXPECT_EQ(commits, static_cast<int64_t>((want.size() + 2) / 3));
+  // Every batch but the last holds max_rows rows; each commits to bronze and to gold.
+  const int64_t commits = w->stats().commits / 2;
+  EXPECT_EQ(w->stats().commits, 2 * static_cast<int64_t>((want.size() + 2) / 3));
   auto t = DeltaTable::Open((lake_->path() / kBronze).string());
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->ReadLastTxn("oml-lakewriter")->version, LastOutboxSeq());
@@ -225,6 +279,8 @@ TEST_F(LakeWriterTest, DrainsEveryRowOnceInContiguousBatchesOfMaxRows) {
 TEST_F(LakeWriterTest, AFailureAtEveryStepIsRecoveredByTheNextWriter) {
   const std::vector<std::string> points = {"lakewriter.after_cut", "lakewriter.before_commit.bronze/events",
                                            "lakewriter.after_commit.bronze/events",
+                                           "lakewriter.before_commit.gold/daily_activity",
+                                           "lakewriter.after_commit.gold/daily_activity",
                                            "lakewriter.before_frontier_advance"};
   for (size_t i = 0; i < points.size(); ++i) {
     SCOPED_TRACE(points[i]);
@@ -277,7 +333,7 @@ TEST_F(LakeWriterTest, TwoWritersAtOnceTheDeltaConflictFencesTheSecond) {
     hold.WaitUntilHeld();
     Status sb = b.RunOnce();
     ASSERT_TRUE(sb.ok()) << sb.ToString();
-    EXPECT_EQ(b.stats().commits, 1);
+    EXPECT_EQ(b.stats().commits, 2);  // bronze and gold
     hold.Release();
     ta.join();
   }

@@ -73,7 +73,7 @@ TEST_F(LakewriterRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
                    "WHERE n.nspname = 'oml' AND c.relkind IN ('r', 'p', 'v', 'm') "
                    "AND has_table_privilege('oml_lakewriter', c.oid, p)"),
             (std::set<std::string>{"outbox:SELECT", "lake_frontier:SELECT", "dead_letter:SELECT",
-                                   "dead_letter:INSERT", "schema_migrations:SELECT"}));
+                                   "schema_migrations:SELECT"}));
   EXPECT_EQ(Column("SELECT c.relname || ':' || p FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                    "CROSS JOIN unnest(ARRAY['SELECT','USAGE','UPDATE']) p "
                    "WHERE n.nspname = 'oml' AND c.relkind = 'S' AND has_sequence_privilege('oml_lakewriter', c.oid, p)"),
@@ -87,11 +87,12 @@ TEST_F(LakewriterRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
                    "AND NOT has_table_privilege('oml_lakewriter', c.oid, p)"),
             (std::set<std::string>{"lake_frontier.frontier_seq:UPDATE", "lake_frontier.lease_holder:UPDATE",
                                    "lake_frontier.lease_epoch:UPDATE", "lake_frontier.lease_expires_at:UPDATE",
-                                   "lake_frontier.updated_at:UPDATE", "dead_letter.requeued_at:UPDATE"}));
-  // Functions: only current_tenant(), which the outbox's per-tenant policy calls.
+                                   "lake_frontier.updated_at:UPDATE"}));
+  // Functions: current_tenant(), which the outbox's per-tenant policy calls, and the two steps
+  // of a dead letter (sql/0010), which journal only materialize-skipped, under the lease.
   EXPECT_EQ(Column("SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                    "WHERE n.nspname = 'oml' AND has_function_privilege('oml_lakewriter', p.oid, 'EXECUTE')"),
-            (std::set<std::string>{"current_tenant"}));
+            (std::set<std::string>{"current_tenant", "lake_dead_letter_begin", "lake_dead_letter_commit"}));
 }
 
 TEST_F(LakewriterRoleTest, ReadsEveryTenantsOutboxRowsWithoutAScope) {
@@ -181,24 +182,25 @@ TEST_F(LakewriterRoleTest, OwnsTheFrontierWhichNeverMovesBack) {
   ExpectDenied(app->Query("SELECT * FROM oml.dead_letter"), "app SELECT dead_letter");
 }
 
-TEST_F(LakewriterRoleTest, RecordsAndRequeuesDeadLettersButNeverEditsOrDeletesThem) {
-  auto ins = lw_->Query("INSERT INTO oml.dead_letter (stream, outbox_seq, tenant_id, target_table, journal_seq, payload_ref, "
-                        "error, attempts) VALUES ('default', 424242, $1, 'bronze/events', 1, '{\"digest\":\"ab\"}', "
-                        "'poison', 5) RETURNING id",
-                        {db::Text(tenant_a_)});
-  ASSERT_TRUE(ins.ok()) << ins.status().ToString();
-  const int64_t id = ins->GetInt(0, 0);
-  auto again = lw_->Query("INSERT INTO oml.dead_letter (stream, outbox_seq, tenant_id, target_table, journal_seq, payload_ref, "
-                          "error, attempts) VALUES ('default', 424242, $1, 'bronze/events', 1, '{}', 'poison', 5)",
-                          {db::Text(tenant_b_)});
-  ASSERT_FALSE(again.ok());  // one dead letter per (stream, outbox seq)
-  EXPECT_EQ(again.status().type(), "conflict");
-  auto requeue = lw_->Query("UPDATE oml.dead_letter SET requeued_at = now() WHERE id = $1", {db::Int(id)});
-  ASSERT_TRUE(requeue.ok()) << requeue.status().ToString();
-  EXPECT_EQ(requeue->Affected(), 1);
+// Dead letters are written only by oml.lake_dead_letter_commit (with their signed event) and
+// marked requeued only by the fold of materialize-requeued: the role has no direct write.
+TEST_F(LakewriterRoleTest, WritesNoDeadLetterRowDirectly) {
+  auto su_ins = su_->Query("INSERT INTO oml.dead_letter (stream, outbox_seq, tenant_id, target_table, journal_seq, "
+                           "payload_ref, error, attempts) VALUES ('default', 424242, $1, 'bronze/events', 1, "
+                           "'{\"digest\":\"ab\"}', 'poison', 5) RETURNING id",
+                           {db::Text(tenant_a_)});
+  ASSERT_TRUE(su_ins.ok()) << su_ins.status().ToString();
+  const int64_t id = su_ins->GetInt(0, 0);
+  ExpectDenied(lw_->Query("INSERT INTO oml.dead_letter (stream, outbox_seq, tenant_id, target_table, journal_seq, "
+                          "payload_ref, error, attempts) VALUES ('default', 424243, $1, 'bronze/events', 1, '{}', "
+                          "'poison', 5)",
+                          {db::Text(tenant_b_)}),
+               "INSERT dead_letter");
+  ExpectDenied(lw_->Query("UPDATE oml.dead_letter SET requeued_at = now() WHERE id = $1", {db::Int(id)}), "requeue");
   ExpectDenied(lw_->Query("UPDATE oml.dead_letter SET error = 'edited' WHERE id = $1", {db::Int(id)}), "edit");
   ExpectDenied(lw_->Query("DELETE FROM oml.dead_letter WHERE id = $1", {db::Int(id)}), "DELETE dead_letter");
-  auto rows = lw_->Query("SELECT tenant_id::text, error, requeued_at IS NOT NULL FROM oml.dead_letter WHERE id = $1",
+  ExpectDenied(lw_->Query("SELECT oml.requeue_dead_letter($1, 1)", {db::Int(id)}), "requeue_dead_letter");
+  auto rows = lw_->Query("SELECT tenant_id::text, error, requeued_at IS NULL FROM oml.dead_letter WHERE id = $1",
                          {db::Int(id)});
   ASSERT_TRUE(rows.ok());
   ASSERT_EQ(rows->size(), 1);

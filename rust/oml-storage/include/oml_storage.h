@@ -173,15 +173,26 @@ int32_t oml_storage_delta_append(OmlStorageDeltaTable* table, const char* rows_j
  *   must be non-null in every row),
  *   WHEN MATCHED THEN UPDATE SET the update columns (update_columns_json: JSON array of non-key
  *   column names; NULL = every non-key column; [] = matched rows are left alone),
+ *   and SET c = target.c + source.c for each add column (add_columns_json: NULL/"" or a JSON
+ *   array of non-nullable long/integer columns, neither key nor update columns; with add
+ *   columns, keys must be unique among the rows: aggregate first),
  *   WHEN NOT MATCHED THEN INSERT the whole row.
  * Rows are applied as if one at a time in their given order: rows with equal keys are folded
  * first (key and update columns from the last such row, the other columns from the first), so
  * the later row wins and the result equals sequential application. *out_version as append. */
 int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_jsonl,
                                 size_t rows_len, const char* key_columns_json,
-                                const char* update_columns_json, const char* app_id,
+                                const char* update_columns_json, const char* add_columns_json,
+                                const char* app_id,
                                 int64_t txn_version, const char* metadata_json,
                                 int64_t* out_version, OmlStorageError* err);
+
+/* Decodes rows (JSON lines) against the handle's snapshot schema and writes nothing. OK if every
+ * row fits; else OML_STORAGE_INVALID_ARGUMENT with *out_bad_line = the 0-based line number of the
+ * first row that does not fit on its own (-1 if none does alone). The lake writer uses it to find
+ * a poison row before committing anything. */
+int32_t oml_storage_delta_check_rows(const OmlStorageDeltaTable* table, const char* rows_jsonl,
+                                     size_t rows_len, int64_t* out_bad_line, OmlStorageError* err);
 
 /* The handle's snapshot schema as JSON (*out_json, free with oml_storage_free_string):
  * {"columns": [{"name", "type", "nullable"}, ...] in table order, "partition_columns": [...]},

@@ -578,12 +578,14 @@ fn parse_type(t: &str) -> FfiResult<DataType> {
         // Delta `timestamp`: microseconds since the epoch, adjusted to UTC.
         "timestamp" => DataType::TIMESTAMP,
         "boolean" => DataType::BOOLEAN,
+        // Delta `date`: days since the epoch (Arrow Date32); JSON rows give "YYYY-MM-DD".
+        "date" => DataType::DATE,
         other => {
             return fail(
                 OML_STORAGE_INVALID_ARGUMENT,
                 format!(
                     "unsupported column type {other:?} \
-                     (want string, long, integer, binary, timestamp, boolean)"
+                     (want string, long, integer, binary, timestamp, boolean, date)"
                 ),
             )
         }
@@ -1284,6 +1286,42 @@ pub extern "C" fn oml_storage_delta_append(
     })
 }
 
+/// Checks rows against the handle's snapshot schema without writing anything. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_check_rows(
+    table: *const OmlStorageDeltaTable,
+    rows_jsonl: *const c_char,
+    rows_len: usize,
+    out_bad_line: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_bad_line, "out_bad_line")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let rows = rows_arg(rows_jsonl, rows_len)?;
+        let schema = lock_table(h)
+            .snapshot()
+            .map_err(map_delta_error)?
+            .snapshot()
+            .arrow_schema();
+        if decode_rows(schema.clone(), rows).is_ok() {
+            return Ok(());
+        }
+        // Slow path, only on failure: find the first line that does not decode alone.
+        for (i, line) in rows.split(|&b| b == b'\n').enumerate() {
+            if line.iter().all(|b| b.is_ascii_whitespace()) {
+                continue;
+            }
+            if let Err(e) = decode_rows(schema.clone(), line) {
+                *out = i as i64;
+                return Err(e);
+            }
+        }
+        fail(OML_STORAGE_INVALID_ARGUMENT, "rows do not decode together but each line does")
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_merge(
     table: *mut OmlStorageDeltaTable,
@@ -1291,6 +1329,7 @@ pub extern "C" fn oml_storage_delta_merge(
     rows_len: usize,
     key_columns_json: *const c_char,
     update_columns_json: *const c_char,
+    add_columns_json: *const c_char,
     app_id: *const c_char,
     txn_version: i64,
     metadata_json: *const c_char,
@@ -1306,6 +1345,7 @@ pub extern "C" fn oml_storage_delta_merge(
         let metadata = parse_commit_metadata(opt_cstr_arg(metadata_json, "metadata_json")?)?;
         let key_json = cstr_arg(key_columns_json, "key_columns_json")?;
         let update_json = opt_cstr_arg(update_columns_json, "update_columns_json")?;
+        let add_json = opt_cstr_arg(add_columns_json, "add_columns_json")?;
         let mut t = lock_table(h);
         let schema = t
             .snapshot()
@@ -1317,20 +1357,44 @@ pub extern "C" fn oml_storage_delta_merge(
         if keys.is_empty() {
             return fail(OML_STORAGE_INVALID_ARGUMENT, "key columns are empty");
         }
+        let adds: Vec<String> = match add_json {
+            None | Some("") => Vec::new(),
+            Some(j) => column_list(j, "add columns", &schema)?,
+        };
         let updates: Vec<String> = match update_json {
             None => schema
                 .fields()
                 .iter()
                 .map(|f| f.name().clone())
-                .filter(|n| !keys.contains(n))
+                .filter(|n| !keys.contains(n) && !adds.contains(n))
                 .collect(),
             Some(j) => column_list(j, "update columns", &schema)?,
         };
-        if let Some(k) = updates.iter().find(|c| keys.contains(c)) {
+        if let Some(k) = updates.iter().chain(adds.iter()).find(|c| keys.contains(c)) {
             return fail(
                 OML_STORAGE_INVALID_ARGUMENT,
-                format!("update columns: {k:?} is a key column"),
+                format!("update/add columns: {k:?} is a key column"),
             );
+        }
+        if let Some(k) = adds.iter().find(|c| updates.contains(c)) {
+            return fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                format!("add columns: {k:?} is also an update column"),
+            );
+        }
+        for a in &adds {
+            let f = schema.field_with_name(a).map_err(invalid_rows)?;
+            if !matches!(
+                f.data_type(),
+                deltalake::arrow::datatypes::DataType::Int64
+                    | deltalake::arrow::datatypes::DataType::Int32
+            ) || f.is_nullable()
+            {
+                return fail(
+                    OML_STORAGE_INVALID_ARGUMENT,
+                    format!("add columns: {a:?} is not a non-nullable long or integer column"),
+                );
+            }
         }
         let key_idx: Vec<usize> = keys
             .iter()
@@ -1351,7 +1415,15 @@ pub extern "C" fn oml_storage_delta_merge(
                 );
             }
         }
-        let batch = fold_duplicate_keys(&batch, &key_idx, &update_idx)?;
+        let folded = fold_duplicate_keys(&batch, &key_idx, &update_idx)?;
+        if !adds.is_empty() && folded.num_rows() != batch.num_rows() {
+            // Summing duplicates is the caller's aggregation; folding would drop increments.
+            return fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                "rows with equal keys in a MERGE with add columns (aggregate them first)",
+            );
+        }
+        let batch = folded;
 
         let source = SessionContext::new()
             .read_batch(batch)
@@ -1371,11 +1443,17 @@ pub extern "C" fn oml_storage_delta_merge(
             .with_source_alias("source")
             .with_target_alias("target")
             .with_commit_properties(commit_properties(app_id, txn_version, metadata));
-        if !updates.is_empty() {
+        if !updates.is_empty() || !adds.is_empty() {
             builder = builder
                 .when_matched_update(|u| {
-                    updates.iter().fold(u, |u, c| {
+                    let u = updates.iter().fold(u, |u, c| {
                         u.update(Column::new_unqualified(c.as_str()), qualified("source", c))
+                    });
+                    adds.iter().fold(u, |u, c| {
+                        u.update(
+                            Column::new_unqualified(c.as_str()),
+                            qualified("target", c) + qualified("source", c),
+                        )
                     })
                 })
                 .map_err(map_delta_error)?;
@@ -1403,6 +1481,7 @@ fn type_name(t: &DataType) -> String {
         t if *t == DataType::BINARY => "binary".to_string(),
         t if *t == DataType::TIMESTAMP => "timestamp".to_string(),
         t if *t == DataType::BOOLEAN => "boolean".to_string(),
+        t if *t == DataType::DATE => "date".to_string(),
         other => format!("{other}"),
     }
 }
