@@ -423,3 +423,33 @@ def test_the_lake_writer_serves_metrics_lag_batches_commits_retries(served):
         p.wait(timeout=20)
     # JSON log lines, one object each.
     assert all(json.loads(line)["msg"] for line in p.stderr.read().splitlines() if line.strip())
+
+
+def test_kill_9_after_the_silver_commit_then_restart_merges_once(served):
+    """The crash between two table commits: silver committed, gold and the frontier not. The
+    restart rebuilds the batch from silver's recorded bounds, skips bronze and silver, commits
+    gold, and the demoted row is not merged twice (one MERGE commit for the batch)."""
+    import signal
+    d = served
+    a = d.submit(d.writer, body="crash a").json()
+    verdict(d, d.reviewer, a["artifact_id"], "accept")
+    da_seq = demote(d, d.reviewer, a["artifact_id"])
+    first = lakewriter(d, env={"OML_FAULT": "lakewriter.after_commit.silver/claims:kill"}, check=False)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    last = last_outbox_seq(d)
+    assert (txn_version(d, BRONZE), txn_version(d, SILVER), txn_version(d, GOLD)) == (last, last, None)
+    assert frontier(d) == 0
+    second = lakewriter(d)
+    recovered = [ln for ln in log_lines(second.stderr) if ln["msg"] == "lake writer: recovering a batch from the Delta log"]
+    assert [(ln["batch_start"], ln["batch_end"]) for ln in recovered] == [(0, last)]
+    applied = batches(second.stderr)
+    assert [sorted(applied[0]["skipped"]), [c["table"] for c in applied[0]["committed"]]] == \
+        [[BRONZE, SILVER], [GOLD]]
+    rows = both_readers(d, SILVER, silver_key)
+    assert [(r["state"], r["last_event_seq"]) for r in rows] == [("demoted", da_seq)]
+    merges = [a for _, a in log_actions(d, SILVER) if "commitInfo" in a and "oml.batch_end" in a["commitInfo"]]
+    assert len(merges) == 1
+    assert txn_version(d, GOLD) == last == frontier(d)
+    gold = both_readers(d, GOLD, gold_key)
+    with d.su() as c:
+        assert c.execute("SELECT count(*) FROM oml.journal").fetchone()[0] == sum(r["events"] for r in gold)

@@ -675,10 +675,11 @@ Status LakeWriter::Run(const std::atomic<bool>* stop) {
   if (opts_.bypass_lease) log::Warn("lake writer: running WITHOUT the lease (test only)", {{"stream", opts_.stream}});
   int failures = 0;
   while (!Stopped(stop)) {
-    const int64_t batches_before = stats_.batches;
+    const int64_t batches_before = stats_.batches, dead_before = stats_.dead_letters;
     Status st = Session(stop, /*once=*/false);
     if (st.ok()) return st;
-    if (stats_.batches > batches_before) failures = 0;
+    // Progress (a batch applied, or a poison row moved aside) starts the count again.
+    if (stats_.batches > batches_before || stats_.dead_letters > dead_before) failures = 0;
     ++failures;
     Metrics::Get().LakeRetry(RetryKind(st));
     log::Error("lake writer: batch failed; recovering", {{"stream", opts_.stream}, {"error", st.ToString()},
@@ -696,14 +697,15 @@ Status LakeWriter::RunOnce(const std::atomic<bool>* stop) {
   once_target_.reset();  // each call takes its own horizon; its retries keep it
   int failures = 0;
   for (;;) {
-    const int64_t batches_before = stats_.batches;
+    const int64_t batches_before = stats_.batches, dead_before = stats_.dead_letters;
     Status st = Session(stop, /*once=*/true);
     if (st.ok()) {
       log::Info("lake writer: drained", {{"stream", stream_.name}, {"frontier", frontier_},
                                          {"batches", stats_.batches}, {"rows", stats_.rows}});
       return st;
     }
-    if (stats_.batches > batches_before) failures = 0;
+    // Progress (a batch applied, or a poison row moved aside) starts the count again.
+    if (stats_.batches > batches_before || stats_.dead_letters > dead_before) failures = 0;
     ++failures;
     Metrics::Get().LakeRetry(RetryKind(st));
     log::Error("lake writer: batch failed", {{"stream", opts_.stream}, {"error", st.ToString()}, {"attempt", failures}});
