@@ -73,6 +73,81 @@ int64_t MetaInt(const std::optional<nlohmann::json>& meta, const char* key, int6
   return it->get<int64_t>();
 }
 
+// One member of a JSON object text: its key as written (between the quotes, escapes not
+// decoded) and its value's bytes [vb, ve) (surrounding blanks excluded).
+struct Member {
+  std::string_view key;
+  size_t vb = 0, ve = 0;
+};
+
+// The top-level members of the JSON object in `t`, in order, found by one byte scan that tracks
+// strings (with escapes) and nesting; *close is the offset of the closing brace. false unless `t`
+// is a well-nested object on one line (blanks around tokens allowed, trailing blanks too): the
+// caller then parses the text properly. A string never holds a raw quote or line break in valid
+// JSON, so nothing inside a string is taken for structure.
+bool TopLevelMembers(std::string_view t, std::vector<Member>* out, size_t* close) {
+  size_t end = t.size();
+  while (end > 0 && (t[end - 1] == ' ' || t[end - 1] == '\t' || t[end - 1] == '\n' || t[end - 1] == '\r')) --end;
+  if (end < 2 || t[0] != '{' || t[end - 1] != '}') return false;
+  if (t.substr(0, end).find_first_of("\n\r") != std::string_view::npos) return false;
+  const size_t last = end - 1;  // the closing brace
+  *close = last;
+  auto skip_blanks = [&](size_t i) {
+    while (i < last && (t[i] == ' ' || t[i] == '\t')) ++i;
+    return i;
+  };
+  auto string_end = [&](size_t i) -> size_t {  // t[i] == '"'; the offset of its closing quote, or npos
+    for (size_t j = i + 1; j < last; j += (t[j] == '\\') ? 2 : 1)
+      if (t[j] == '"') return j;
+    return std::string_view::npos;
+  };
+  size_t i = skip_blanks(1);
+  if (i == last) return true;  // {}
+  for (;;) {
+    if (t[i] != '"') return false;
+    const size_t k = string_end(i);
+    if (k == std::string_view::npos) return false;
+    Member m;
+    m.key = t.substr(i + 1, k - i - 1);
+    i = skip_blanks(k + 1);
+    if (i >= last || t[i] != ':') return false;
+    m.vb = i = skip_blanks(i + 1);
+    int depth = 0;
+    while (i < last) {
+      const char c = t[i];
+      if (c == '"') {
+        const size_t q = string_end(i);
+        if (q == std::string_view::npos) return false;
+        i = q + 1;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (--depth < 0) return false;
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
+      ++i;
+    }
+    if (depth != 0) return false;
+    m.ve = i;
+    while (m.ve > m.vb && (t[m.ve - 1] == ' ' || t[m.ve - 1] == '\t')) --m.ve;
+    if (m.ve == m.vb) return false;
+    out->push_back(m);
+    if (i >= last) return true;
+    i = skip_blanks(i + 1);  // past the comma
+  }
+}
+
+// The contents of a member's value if it is a string without escapes; nullopt otherwise.
+std::optional<std::string_view> PlainString(std::string_view t, const Member& m) {
+  if (m.ve - m.vb < 2 || t[m.vb] != '"' || t[m.ve - 1] != '"') return std::nullopt;
+  std::string_view v = t.substr(m.vb + 1, m.ve - m.vb - 2);
+  if (v.find('\\') != std::string_view::npos) return std::nullopt;
+  return v;
+}
+
 // The table an outbox row may target (derived tables are never an outbox target).
 const TargetTable* FindOutboxTarget(const std::string& name) {
   for (const auto& t : TargetTables())
@@ -82,16 +157,17 @@ const TargetTable* FindOutboxTarget(const std::string& name) {
 
 // "YYYY-MM-DD" of an RFC 3339 UTC text ("2026-11-30T15:37:13.123456Z") or of integer microseconds
 // since the epoch (the two encodings bronze's occurred_at accepts); "" if neither.
-std::string UtcDay(const nlohmann::json& v) {
-  if (v.is_string()) {
-    const std::string& s = v.get_ref<const std::string&>();
-    if (s.size() >= 20 && s[4] == '-' && s[7] == '-' && s[10] == 'T' && s.back() == 'Z') {
-      for (int i : {0, 1, 2, 3, 5, 6, 8, 9})
-        if (s[i] < '0' || s[i] > '9') return "";
-      return s.substr(0, 10);
-    }
-    return "";
+std::string UtcDayOfText(std::string_view s) {
+  if (s.size() >= 20 && s[4] == '-' && s[7] == '-' && s[10] == 'T' && s.back() == 'Z') {
+    for (int i : {0, 1, 2, 3, 5, 6, 8, 9})
+      if (s[i] < '0' || s[i] > '9') return "";
+    return std::string(s.substr(0, 10));
   }
+  return "";
+}
+
+std::string UtcDay(const nlohmann::json& v) {
+  if (v.is_string()) return UtcDayOfText(v.get_ref<const std::string&>());
   if (v.is_number_integer()) {
     const int64_t us = v.get<int64_t>();
     const int64_t days = (us >= 0 ? us : us - 86'399'999'999) / 86'400'000'000;
@@ -147,6 +223,33 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
   std::map<std::tuple<std::string, std::string, std::string, std::string>, Count> counts;
   for (const OutboxRow* row : rows) {
     if (row->target_table != kBronze || row->seq <= above_seq) continue;
+    // Fast path: the four members as plain strings, found by the byte scan.
+    {
+      std::vector<Member> members;
+      size_t close = 0;
+      std::optional<std::string_view> tenant, type, time, workarea;
+      bool plain = TopLevelMembers(row->row_data, &members, &close);
+      for (const Member& m : members) {
+        if (m.key.find('\\') != std::string_view::npos) plain = false;
+        std::optional<std::string_view>* slot = m.key == "tenant_id"     ? &tenant
+                                                : m.key == "event_type"  ? &type
+                                                : m.key == "occurred_at" ? &time
+                                                : m.key == "workarea_id" ? &workarea
+                                                                         : nullptr;
+        if (slot == nullptr) continue;
+        *slot = PlainString(row->row_data, m);
+        if (!*slot && !(slot == &workarea && std::string_view(row->row_data).substr(m.vb, m.ve - m.vb) == "null"))
+          plain = false;
+      }
+      const std::string day = plain && time ? UtcDayOfText(*time) : std::string();
+      if (plain && tenant && type && !day.empty()) {
+        Count& c = counts[{std::string(*tenant), day, workarea ? std::string(*workarea) : std::string(),
+                           std::string(*type)}];
+        ++c.events;
+        c.last = std::max(c.last, row->seq);
+        continue;
+      }
+    }
     auto doc = nlohmann::json::parse(row->row_data, nullptr, /*allow_exceptions=*/false);
     std::string day;
     bool ok = doc.is_object() && doc.contains("tenant_id") && doc["tenant_id"].is_string() &&
@@ -181,88 +284,40 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
 namespace {
 
 // The fast path of ToDeltaRow: one byte scan of the row_data text instead of a JSON parse and
-// dump (the drain's hot loop, docs/performance.md "Lake"). It finds the object's top-level keys
-// (tracking strings, escapes and nesting), converts the binary columns' base64 strings to hex in
-// place and appends "outbox_seq" before the closing brace; everything else is passed through
-// byte for byte. nullopt whenever the input is not the simple case (not an object, a top-level
-// "outbox_seq" already there, a binary value that is neither null nor a plain string, base64
-// that does not decode, a line break): the slow path then decides, with its precise errors. Both paths give
-// the same JSON value (ToDeltaRowTest).
+// dump (the drain's hot loop, docs/performance.md "Lake"). It converts the binary columns'
+// base64 strings to hex in place and appends "outbox_seq" before the closing brace; everything
+// else is passed through byte for byte. nullopt whenever the input is not the simple case
+// (TopLevelMembers fails, a key with an escape, a top-level "outbox_seq" already there, a binary
+// value that is neither null nor a plain string, base64 that does not decode): the slow path then
+// decides, with its precise errors. Both paths give the same JSON value (ToDeltaRowTest).
 std::optional<std::string> ToDeltaRowFast(const OutboxRow& row, const TargetTable& table) {
-  const std::string& t = row.row_data;
-  size_t end = t.size();
-  while (end > 0 && (t[end - 1] == ' ' || t[end - 1] == '\n' || t[end - 1] == '\t' || t[end - 1] == '\r')) --end;
-  if (t.empty() || t[0] != '{' || end < 2 || t[end - 1] != '}') return std::nullopt;
-  // One row, one line: a raw line break (only possible between tokens) goes the slow way.
-  if (std::string_view(t.data(), end).find_first_of("\n\r") != std::string_view::npos) return std::nullopt;
-  struct Splice {
-    size_t from, to;  // the value's bytes [from, to), quotes included
-  };
-  std::vector<Splice> splices;
-  int depth = 0;
-  bool expect_key = false, any_key = false;
-  for (size_t i = 0; i < end; ++i) {
-    const char c = t[i];
-    if (c == '"') {
-      // A string: find its end.
-      size_t j = i + 1;
-      while (j < end && t[j] != '"') j += (t[j] == '\\') ? 2 : 1;
-      if (j >= end) return std::nullopt;
-      if (depth == 1 && expect_key) {
-        expect_key = false;
-        any_key = true;
-        const std::string_view key(t.data() + i + 1, j - i - 1);
-        if (key == "outbox_seq") return std::nullopt;
-        size_t v = j + 1;
-        while (v < end && (t[v] == ' ' || t[v] == '\n' || t[v] == '\t' || t[v] == '\r')) ++v;
-        if (v >= end || t[v] != ':') return std::nullopt;
-        ++v;
-        while (v < end && (t[v] == ' ' || t[v] == '\n' || t[v] == '\t' || t[v] == '\r')) ++v;
-        bool binary = false;
-        for (const auto& col : table.binary_columns) binary = binary || key == col;
-        if (binary) {
-          if (t.compare(v, 4, "null") == 0) {
-            i = v + 3;
-            continue;
-          }
-          if (v >= end || t[v] != '"') return std::nullopt;
-          size_t w = v + 1;
-          while (w < end && t[w] != '"' && t[w] != '\\') ++w;
-          if (w >= end || t[w] != '"') return std::nullopt;
-          splices.push_back({v, w + 1});
-          i = w;
-          continue;
-        }
-        i = v - 1;  // the value is scanned as usual
-        continue;
-      }
-      i = j;
-      continue;
-    }
-    if (c == '{' || c == '[') {
-      ++depth;
-      expect_key = (c == '{' && depth == 1);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    } else if (c == ',' && depth == 1) {
-      expect_key = true;
-    }
+  const std::string_view t = row.row_data;
+  std::vector<Member> members;
+  size_t close = 0;
+  if (!TopLevelMembers(t, &members, &close)) return std::nullopt;
+  std::vector<const Member*> splices;
+  for (const Member& m : members) {
+    if (m.key.find('\\') != std::string_view::npos || m.key == "outbox_seq") return std::nullopt;
+    bool binary = false;
+    for (const auto& col : table.binary_columns) binary = binary || m.key == col;
+    if (!binary || t.substr(m.vb, m.ve - m.vb) == "null") continue;
+    if (!PlainString(t, m)) return std::nullopt;
+    splices.push_back(&m);
   }
-  if (depth != 0) return std::nullopt;
   std::string out;
-  out.reserve(end + 64 + splices.size() * 64);
+  out.reserve(t.size() + 32 + splices.size() * 96);
   size_t at = 0;
-  for (const auto& sp : splices) {
-    auto raw = crypto::FromBase64(std::string_view(t.data() + sp.from + 1, sp.to - sp.from - 2));
+  for (const Member* m : splices) {
+    auto raw = crypto::FromBase64(*PlainString(t, *m));
     if (!raw.ok()) return std::nullopt;
-    out.append(t, at, sp.from - at);
+    out.append(t, at, m->vb - at);
     out += '"';
     out += crypto::Hex(*raw);
     out += '"';
-    at = sp.to;
+    at = m->ve;
   }
-  out.append(t, at, end - 1 - at);  // up to the closing brace
-  out += any_key ? ", \"outbox_seq\": " : "\"outbox_seq\": ";
+  out.append(t, at, close - at);  // up to the closing brace
+  out += members.empty() ? "\"outbox_seq\": " : ", \"outbox_seq\": ";
   out += std::to_string(row.seq);
   out += "}\n";
   return out;

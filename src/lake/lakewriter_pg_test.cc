@@ -233,6 +233,53 @@ TEST(ToDeltaRowTest, ConvertsTheBinaryColumnsAddsOutboxSeqAndPassesTheRestThroug
   EXPECT_EQ(ToDeltaRow(row, bronze).status().type(), "invalid-outbox-row");
 }
 
+// gold/daily_activity's rows for a batch: the byte-scan fast path and the JSON-parse fallback
+// count alike; nested members of the same names are not the row's; a row without the members
+// is refused naming its seq.
+TEST(DailyActivityRowsTest, CountsBronzeRowsPerTenantDayWorkareaAndType) {
+  auto row = [](int64_t seq, std::string data, std::string target = "bronze/events") {
+    OutboxRow r;
+    r.seq = seq;
+    r.target_table = std::move(target);
+    r.row_data = std::move(data);
+    return r;
+  };
+  const std::vector<OutboxRow> rows = {
+      row(1, R"({"tenant_id": "t1", "event_type": "claim.submitted", "occurred_at": "2026-11-30T23:59:59.999999Z", "workarea_id": "wa-1"})"),
+      row(2, R"({"x": {"tenant_id": "t9", "workarea_id": "wa-9"}, "tenant_id": "t1", "event_type": "claim.submitted", "occurred_at": "2026-11-30T00:00:00.000000Z", "workarea_id": "wa-1"})"),
+      // integer microseconds (2026-12-01T00:00:00Z), an escaped string (slow path), no workarea
+      row(3, R"({"tenant_id": "t1", "event_type": "tenant.created", "occurred_at": 1796083200000000})"),
+      row(4, R"({"tenant_id": "t\u0031", "event_type": "tenant.created", "occurred_at": "2026-12-01T10:00:00.000000Z", "workarea_id": null})"),
+      row(5, R"({"tenant_id": "t2", "event_type": "x"})", "silver/claims"),  // not bronze: not counted
+      row(6, "{\"tenant_id\": \"t1\",\n \"event_type\": \"claim.submitted\", \"occurred_at\": \"2026-11-30T12:00:00.000000Z\", \"workarea_id\": \"wa-2\"}"),
+  };
+  std::vector<const OutboxRow*> ptrs;
+  for (const auto& r : rows) ptrs.push_back(&r);
+  auto got = DailyActivityRows(ptrs, 0);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(*got);
+  for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l));
+  const std::vector<nlohmann::json> want = {
+      {{"tenant_id", "t1"}, {"day", "2026-11-30"}, {"workarea_id", "wa-1"}, {"event_type", "claim.submitted"}, {"events", 2}, {"last_outbox_seq", 2}},
+      {{"tenant_id", "t1"}, {"day", "2026-11-30"}, {"workarea_id", "wa-2"}, {"event_type", "claim.submitted"}, {"events", 1}, {"last_outbox_seq", 6}},
+      {{"tenant_id", "t1"}, {"day", "2026-12-01"}, {"workarea_id", ""}, {"event_type", "tenant.created"}, {"events", 2}, {"last_outbox_seq", 4}},
+  };
+  EXPECT_EQ(lines, want);
+  // Rows at or below above_seq are in gold already.
+  auto above = DailyActivityRows(ptrs, 4);
+  ASSERT_TRUE(above.ok());
+  EXPECT_EQ(std::count(above->begin(), above->end(), '\n'), 1);
+  // A bronze row without occurred_at: refused, naming it.
+  const OutboxRow bad = row(7, R"({"tenant_id": "t1", "event_type": "claim.submitted"})");
+  ptrs.push_back(&bad);
+  int64_t bad_seq = 0;
+  auto refused = DailyActivityRows(ptrs, 0, &bad_seq);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().type(), "invalid-outbox-row");
+  EXPECT_EQ(bad_seq, 7);
+}
+
 TEST(LeaseKeyTest, Fnv1a32IsTheReferenceHash) {
   EXPECT_EQ(static_cast<uint32_t>(Fnv1a32("")), 0x811c9dc5u);
   EXPECT_EQ(static_cast<uint32_t>(Fnv1a32("a")), 0xe40c292cu);
