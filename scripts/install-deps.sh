@@ -5,7 +5,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config ccache git curl
+  build-essential cmake ninja-build pkg-config ccache mold git curl
   libpq-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libboost1.81-dev prometheus-cpp-dev libtomlplusplus-dev libgtest-dev googletest
   postgresql-15 postgresql-contrib sudo python3-venv locales

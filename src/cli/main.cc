@@ -658,10 +658,14 @@ int Main(int argc, char** argv) {
   bool lw_once = false, lw_bypass_lease = false;
   int64_t lw_max_rows = 10000;
   int lw_poll_ms = 200;
+  int lw_compact_every = 100;
   lakewriter->add_option("--stream", lw_stream, "outbox stream (default: default)");
   lakewriter->add_flag("--once", lw_once, "drain up to the stable horizon found at start, then exit 0");
   lakewriter->add_option("--max-rows", lw_max_rows, "outbox rows per batch at most (default 10000)")
       ->check(CLI::PositiveNumber);
+  lakewriter->add_option("--compact-every", lw_compact_every,
+                         "OPTIMIZE a table after this many commits to it (default 100; 0: never)")
+      ->check(CLI::Range(0, 1000000));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
   // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
@@ -769,6 +773,7 @@ int Main(int argc, char** argv) {
     o.stream = lw_stream;
     o.max_rows = lw_max_rows;
     o.poll_every = std::chrono::milliseconds(lw_poll_ms);
+    o.compact_every = lw_compact_every;
     o.bypass_lease = lw_bypass_lease;
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
     return s.ok() ? 0 : Fail(s);

@@ -310,6 +310,14 @@ Result<nlohmann::json> DeltaTable::Schema() const {
   return parsed;
 }
 
+Result<std::pair<int64_t, int64_t>> DeltaTable::Optimize(uint64_t target_bytes) {
+  OmlStorageError err{};
+  int64_t removed = 0, added = 0;
+  int32_t rc = oml_storage_delta_optimize(handle_, target_bytes, &removed, &added, &err);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "optimize " + uri_);
+  return std::make_pair(removed, added);
+}
+
 Result<int64_t> DeltaTable::Checkpoint() const {
   OmlStorageError err{};
   int64_t version = -1;

@@ -131,6 +131,12 @@ class DeltaTable {
   // (string, long, integer, binary, timestamp, boolean).
   Result<nlohmann::json> Schema() const;
 
+  // OPTIMIZE: compacts the snapshot's data files smaller than target_bytes into files of about
+  // that size in one commit conditional on the snapshot (kAborted "lake-commit-conflict" if any
+  // other commit landed); rows and txn versions are unchanged. Returns {files removed, files
+  // added}; {0, 0} when there was nothing to compact (no commit).
+  Result<std::pair<int64_t, int64_t>> Optimize(uint64_t target_bytes);
+
   // Writes a checkpoint of the snapshot version; returns that version.
   Result<int64_t> Checkpoint() const;
   // VACUUM (full mode) after refreshing to the latest version: deletes unreferenced data files

@@ -614,7 +614,26 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
              {"rows_written", rows_written}, {"committed", committed},
              {"skipped", skipped}, {"frontier", frontier_},
              {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+  for (const auto& c : committed) MaybeCompact(c["table"].get<std::string>());
   return Status::Ok();
+}
+
+void LakeWriter::MaybeCompact(const std::string& name) {
+  if (opts_.compact_every <= 0 || ++commits_since_compaction_[name] < opts_.compact_every) return;
+  commits_since_compaction_[name] = 0;
+  auto table = Table(name);
+  if (!table.ok()) return;
+  const auto t0 = Clock::now();
+  auto done = (*table)->Optimize(opts_.compact_target_bytes);
+  if (!done.ok()) {
+    log::Warn("lake writer: compaction failed; retried after the next commits",
+              {{"stream", stream_.name}, {"table", name}, {"error", done.status().ToString()}});
+    return;
+  }
+  if (done->first > 0) ++stats_.compactions;
+  log::Info("lake writer: table compacted",
+            {{"stream", stream_.name}, {"table", name}, {"files_removed", done->first}, {"files_added", done->second},
+             {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
 }
 
 Result<int64_t> LakeWriter::Recover() {

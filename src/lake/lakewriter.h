@@ -115,6 +115,12 @@ struct LakeWriterOptions {
   // key a poison row stops the writer (retried with backoff, logged), and nothing is skipped.
   int dead_letter_after = 3;
   const crypto::SigningKey* signing_key = nullptr;
+  // Compaction: after every `compact_every` commits to a table (0: never), the writer OPTIMIZEs
+  // it (DeltaTable::Optimize, files below compact_target_bytes bin-packed), after the batch's
+  // frontier advance. Files per table then stay below compact_every + the table's size divided by
+  // the target. Removed files remain until a VACUUM (an operator's job, deployment.md).
+  int compact_every = 100;
+  uint64_t compact_target_bytes = uint64_t{128} << 20;
 };
 
 // What a writer has done so far (for tests and logs).
@@ -129,6 +135,7 @@ struct LakeWriterStats {
   int64_t lease_acquisitions = 0;
   int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
   int64_t dead_letters = 0;       // rows moved to dead_letter
+  int64_t compactions = 0;        // OPTIMIZE commits written
 };
 
 class LakeWriter {
@@ -195,6 +202,9 @@ class LakeWriter {
   // One session of work: connect, lease, recover, then drain (once: to once_target_).
   Status Session(const std::atomic<bool>* stop, bool once);
   Status CutAndApply(int64_t horizon);
+  // Counts a commit to `table` and compacts it when compact_every is reached. Failures are
+  // logged, not returned: the next commit tries again.
+  void MaybeCompact(const std::string& table);
   // Sets the lag gauges (common/metrics.h LakeLag) from the outbox.
   Status PublishLag();
   Status Loop(const std::atomic<bool>* stop, bool once);
@@ -209,6 +219,7 @@ class LakeWriter {
   int64_t frontier_ = 0;
   std::optional<int64_t> once_target_;
   std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
+  std::map<std::string, int> commits_since_compaction_;  // by table (this process)
   LakeWriterStats stats_;
 };
 

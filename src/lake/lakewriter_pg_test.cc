@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/sync_point.h"
@@ -122,8 +124,13 @@ class LakeWriterTest : public ::testing::Test {
         if (a.contains("commitInfo")) {
           b.start = a["commitInfo"].value("oml.batch_start", int64_t{-1});
           b.end = a["commitInfo"].value("oml.batch_end", int64_t{-1});
-          EXPECT_EQ(a["commitInfo"].value("oml.stream", std::string()), "default");
+          if (a["commitInfo"].value("operation", std::string()) == "OPTIMIZE") b.end = -2;  // no batch
+          else EXPECT_EQ(a["commitInfo"].value("oml.stream", std::string()), "default");
         }
+      }
+      if (b.end == -2) {
+        EXPECT_EQ(txn, -1) << "a compaction carries no txn, version " << v;
+        continue;
       }
       EXPECT_EQ(txn, b.end) << "the txn version is batch_end at version " << v;
       out.push_back(b);
@@ -318,6 +325,47 @@ TEST_F(LakeWriterTest, DrainsEveryRowOnceInContiguousBatchesOfMaxRows) {
   AddEvents("drain-c");
   ASSERT_TRUE(again.RunOnce().ok());
   ExpectDrainedExactlyOnce();
+}
+
+// Compaction bounds the files per table: with a batch per row and compact_every = 3, every third
+// commit to a table is followed by an OPTIMIZE, so the snapshot never holds more than 3 small
+// files plus the compacted one, and rows, txn versions and the gold counts are unchanged.
+TEST_F(LakeWriterTest, CompactionBoundsTheFilesPerTableAndKeepsEveryRowOnce) {
+  AddEvents("compact-a");
+  AddEvents("compact-b");
+  const size_t n = OutboxSeqs().size();
+  ASSERT_GE(n, 10u);
+  LakeWriterOptions o = Opts(1);
+  o.compact_every = 3;
+  LakeWriter w(o);
+  ASSERT_TRUE(w.RunOnce().ok());
+  ExpectDrainedExactlyOnce();
+  EXPECT_EQ(w.stats().batches, static_cast<int64_t>(n));
+  // Every table was compacted n / 3 times (bronze and gold commit in every batch).
+  EXPECT_EQ(w.stats().compactions, 2 * static_cast<int64_t>(n / 3));
+  for (const char* table : {"bronze/events", "gold/daily_activity"}) {
+    // Live files: adds minus removes over the whole log.
+    std::set<std::string> live;
+    int64_t optimizes = 0;
+    for (int64_t v = 1;; ++v) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "%020lld.json", static_cast<long long>(v));
+      std::ifstream in(lake_->path() / table / "_delta_log" / name);
+      if (!in) break;
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        auto a = nlohmann::json::parse(line);
+        if (a.contains("add")) live.insert(a["add"]["path"].get<std::string>());
+        if (a.contains("remove")) live.erase(a["remove"]["path"].get<std::string>());
+        if (a.contains("commitInfo") && a["commitInfo"].value("operation", "") == "OPTIMIZE") ++optimizes;
+      }
+    }
+    EXPECT_EQ(optimizes, static_cast<int64_t>(n / 3)) << table;
+    EXPECT_LE(live.size(), 1u + n % 3) << table;  // the compacted file and the commits after it
+    auto t = DeltaTable::Open((lake_->path() / table).string());
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->ReadLastTxn("oml-lakewriter")->version, LastOutboxSeq()) << table;
+  }
 }
 
 // A failure at each step leaves the lake and frontier such that a new writer (a restarted

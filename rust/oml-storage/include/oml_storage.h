@@ -210,6 +210,14 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
  * by themselves every delta.checkpointInterval commits (default 100). */
 int32_t oml_storage_delta_checkpoint(const OmlStorageDeltaTable* table, int64_t* out_version,
                                      OmlStorageError* err);
+/* OPTIMIZE: bin-packs the snapshot's data files smaller than target_size_bytes (> 0) into files
+ * of about that size, in one commit conditional on the snapshot (OML_STORAGE_CONFLICT as for
+ * append if another commit landed), with no txn action; rows and every txn version stay. The
+ * removed files stay on storage until a VACUUM past the retention. *out_files_removed and
+ * *out_files_added: the files it replaced and wrote (0 and 0: nothing to compact, no commit). */
+int32_t oml_storage_delta_optimize(OmlStorageDeltaTable* table, uint64_t target_size_bytes,
+                                   int64_t* out_files_removed, int64_t* out_files_added,
+                                   OmlStorageError* err);
 /* VACUUM (full mode): deletes data files that the handle's snapshot no longer references
  * (removed files and orphans such as a fenced writer's uncommitted Parquet files) and that are
  * older than retention_hours (>= 0; the table's delta.deletedFileRetentionDuration is not

@@ -1619,6 +1619,43 @@ pub extern "C" fn oml_storage_delta_vacuum(
     })
 }
 
+/// OPTIMIZE (bin-packing compaction) of the handle's table. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_optimize(
+    table: *mut OmlStorageDeltaTable,
+    target_size_bytes: u64,
+    out_files_removed: *mut i64,
+    out_files_added: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let removed = out_arg(out_files_removed, "out_files_removed")?;
+        *removed = 0;
+        let added = out_arg(out_files_added, "out_files_added")?;
+        *added = 0;
+        let h = delta_ref(table)?;
+        let target = std::num::NonZeroU64::new(target_size_bytes).ok_or_else(|| Failure {
+            code: OML_STORAGE_INVALID_ARGUMENT,
+            message: "target_size_bytes must be > 0".to_string(),
+        })?;
+        let mut t = lock_table(h);
+        // Conditional on the snapshot like every commit of this adapter (no retry and rebase).
+        let (optimized, metrics) = block_on(
+            t.clone()
+                .optimize()
+                .with_target_size(target)
+                .with_max_concurrent_tasks(1)
+                .with_commit_properties(CommitProperties::default().with_max_retries(0))
+                .into_future(),
+        )?
+        .map_err(map_commit_error)?;
+        *t = optimized;
+        *removed = metrics.num_files_removed as i64;
+        *added = metrics.num_files_added as i64;
+        Ok(())
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Memory.
 
