@@ -469,6 +469,75 @@ TEST_F(DeltaAdapterTest, MergeAppliesRowsInGivenOrderAndFoldsDuplicateKeys) {
   EXPECT_EQ(rows[2]["state"], "demoted");
 }
 
+// The three calls the writer added for gold, poison rows and compaction: MERGE with add columns
+// (target.c + source.c), CheckRows (the first row that does not fit), Optimize (bin-packing that
+// keeps rows and the txn version).
+TEST_F(DeltaAdapterTest, AddColumnsSumCheckRowsLocatesAndOptimizeCompacts) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  const MergeSpec add{{"artifact_id", "version"}, std::vector<std::string>{"state"}, {"seq"}};
+  ASSERT_TRUE(t.Merge(Row("a", 1, "x", "/a", 5) + Row("b", 1, "x", "/b", 7), add, Txn(0, 1)).ok());
+  auto v = t.Merge(Row("a", 1, "y", "/ignored", 3) + Row("c", 1, "x", "/c", 1), add, Txn(1, 2));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto rows = Rows(t);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["seq"], 8);  // 5 + 3
+  EXPECT_EQ(rows[0]["state"], "y");
+  EXPECT_EQ(rows[0]["path"], "/a");
+  EXPECT_EQ(rows[1]["seq"], 7);
+  EXPECT_EQ(rows[2]["seq"], 1);
+  // Equal keys with add columns would lose an increment: refused, nothing committed.
+  auto dup = t.Merge(Row("a", 1, "z", "/a", 1) + Row("a", 1, "z", "/a", 1), add, Txn(2, 3));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(dup.status().message().find("aggregate them first"), std::string::npos) << dup.status().ToString();
+  EXPECT_EQ(*t.SnapshotVersion(), *v);
+  // Add columns must be non-nullable integers, and neither keys nor update columns.
+  for (const MergeSpec& bad : {MergeSpec{{"artifact_id", "version"}, std::vector<std::string>{"state"}, {"path"}},
+                               MergeSpec{{"artifact_id", "version"}, std::vector<std::string>{"seq"}, {"seq"}},
+                               MergeSpec{{"artifact_id", "version"}, std::vector<std::string>{"state"}, {"version"}}}) {
+    auto r = t.Merge(Row("d", 1, "x", "/d", 1), bad, Txn(2, 3));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  }
+  EXPECT_EQ(*t.SnapshotVersion(), *v);
+
+  // CheckRows: -1 when every row fits; else the 0-based line of the first that does not.
+  auto fine = t.CheckRows(Row("e", 1, "x", "/e", 1) + Row("f", 1, "x", "/f", 2));
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_EQ(fine->bad_line, -1);
+  auto located = t.CheckRows(Row("e", 1, "x", "/e", 1) + Row("f", 1, "x", "/f", 2) +
+                             R"({"artifact_id": "g", "version": 1, "state": "x", "seq": "not a number"})" "\n" +
+                             Row("h", 1, "x", "/h", 3));
+  ASSERT_TRUE(located.ok()) << located.status().ToString();
+  EXPECT_EQ(located->bad_line, 2);
+  EXPECT_FALSE(located->error.empty());
+  auto unknown = t.CheckRows(R"({"artifact_id": "g", "version": 1, "state": "x", "seq": 1, "extra": 1})" "\n");
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(unknown->bad_line, 0);
+
+  // Optimize: three small appends become one file; rows and the txn version stay.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(t.Append(Row("o" + std::to_string(i), 1, "x", "/o", 10 + i), Txn(3 + i, 4 + i)).ok());
+  const size_t before = Rows(t).size();
+  auto opt = t.Optimize(uint64_t{128} << 20);
+  ASSERT_TRUE(opt.ok()) << opt.status().ToString();
+  EXPECT_GE(opt->first, 3);
+  EXPECT_EQ(opt->second, 1);
+  EXPECT_EQ(Rows(t).size(), before);
+  auto last = t.ReadLastTxn(kApp);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->version, 6);
+  for (const auto& a : LogActions(dir, *t.SnapshotVersion()))
+    if (a.contains("commitInfo")) EXPECT_EQ(a["commitInfo"]["operation"], "OPTIMIZE") << a.dump();
+  // Nothing left to compact: no commit.
+  const int64_t at = *t.SnapshotVersion();
+  auto again = t.Optimize(uint64_t{128} << 20);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, std::make_pair(int64_t{0}, int64_t{0}));
+  EXPECT_EQ(*t.Refresh(), at);
+}
+
 TEST_F(DeltaAdapterTest, CheckpointAndVacuumKeepTheTxnVersion) {
   const fs::path dir = MakeTable("t");
   DeltaTable t = OpenOrDie(dir);
