@@ -250,16 +250,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, co
 Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, const std::string& artifact_id,
                                                                const std::string& reason, const ExtraFold* extra) {
   if (!ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
-  ClaimMeta meta;
-  {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
-    OML_RETURN_IF_ERROR(conn->Pipeline({{"BEGIN", {}}, db::ScopeTo(c.tenant_id)}).status());
-    auto m = Load(*conn, c.tenant_id, artifact_id);
-    (void)conn->Exec("COMMIT");
-    if (!m.ok()) return m.status();
-    if (!*m) return NotFound("no claim " + artifact_id, "claim-not-found");
-    meta = **m;
-  }
+  OML_ASSIGN_OR_RETURN(ClaimMeta meta, LoadNewest(c, artifact_id));
   if (HiddenFrom(meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
   if (c.role != "admin" && meta.principal != c.principal)
     return PermissionDenied("only an admin or the author may erase a claim", "forbidden-role");

@@ -85,14 +85,17 @@ Result<std::set<int64_t>> DeadLetteredSeqs(db::Conn& conn, const std::string& st
   return out;
 }
 
-Result<std::vector<nlohmann::json>> ListDeadLetters(db::Conn& conn, const std::string& stream) {
+namespace {
+
+// Dead letters of `stream` as JSON objects, oldest first; only the one with `id` if id > 0.
+Result<std::vector<nlohmann::json>> SelectDeadLetters(db::Conn& conn, const std::string& stream, int64_t id) {
   OML_ASSIGN_OR_RETURN(
       db::Rows r,
       conn.Query("SELECT id, outbox_seq, tenant_id::text, target_table, journal_seq, error, attempts, skipped_seq, "
                  "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
                  "to_char(requeued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
-                 "requeued_seq, requeued_outbox_seq FROM oml.list_dead_letters($1)",
-                 {db::Text(stream)}));
+                 "requeued_seq, requeued_outbox_seq FROM oml.list_dead_letters($1) WHERE $2 <= 0 OR id = $2",
+                 {db::Text(stream), db::Int(id)}));
   std::vector<nlohmann::json> out;
   auto opt_int = [&](int i, int c) -> nlohmann::json { return r.IsNull(i, c) ? nlohmann::json() : nlohmann::json(r.GetInt(i, c)); };
   auto opt_text = [&](int i, int c) -> nlohmann::json { return r.IsNull(i, c) ? nlohmann::json() : nlohmann::json(r.Get(i, c)); };
@@ -113,13 +116,18 @@ Result<std::vector<nlohmann::json>> ListDeadLetters(db::Conn& conn, const std::s
   return out;
 }
 
+}  // namespace
+
+Result<std::vector<nlohmann::json>> ListDeadLetters(db::Conn& conn, const std::string& stream) {
+  return SelectDeadLetters(conn, stream, 0);
+}
+
 Result<RequeueResult> RequeueDeadLetter(journal::Journal& journal, const std::string& stream, int64_t id,
                                         const std::string& principal) {
   auto find = [&]() -> Result<nlohmann::json> {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle h, journal.pool().Acquire());
-    OML_ASSIGN_OR_RETURN(std::vector<nlohmann::json> all, ListDeadLetters(*h, stream));
-    for (auto& d : all)
-      if (d["id"] == id) return d;
+    OML_ASSIGN_OR_RETURN(std::vector<nlohmann::json> one, SelectDeadLetters(*h, stream, id));
+    if (one.size() == 1) return one[0];
     return NotFound("no dead letter " + std::to_string(id) + " in stream " + stream, "dead-letter-not-found");
   };
   OML_ASSIGN_OR_RETURN(nlohmann::json dl, find());
