@@ -28,7 +28,8 @@ from urllib.parse import unquote
 import pytest
 
 from conftest import OML_BIN, Deployment, start_moto
-from test_lakewriter import APP, INFO, add_events, lakewriter, log_lines, proc_state, two_writers_race, wait_for
+from test_lakewriter import (APP, INFO, add_events, lakewriter, log_lines, proc_state, two_writers_race, wait_for,
+                             writer_commit)
 
 BUCKET = "oml-lake"
 PREFIX = "lake"
@@ -96,12 +97,9 @@ def commits(d):
         version = int(name[:-len(".json")])
         if version == 0:
             continue
-        text = d.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
-        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
-        txns = [a["txn"] for a in actions if "txn" in a]
-        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        assert [t["appId"] for t in txns] == [APP], actions
-        out.append((version, txns[0]["version"], info["oml.batch_start"], info["oml.batch_end"], info["oml.stream"]))
+        c = writer_commit(version, d.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode())
+        if c is not None:
+            out.append(c)
     return out
 
 

@@ -65,18 +65,25 @@ def bronze_rows(d):
     return DeltaTable(str(table_path(d))).to_pyarrow_table().to_pylist()
 
 
+def writer_commit(version, text):
+    """(version, txn_version, batch_start, batch_end, stream) of one commit file's text, asserting
+    it carries exactly one txn of the writer's appId; None for a compaction (OPTIMIZE, no txn)."""
+    actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+    txns = [a["txn"] for a in actions if "txn" in a]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    if info.get("operation") == "OPTIMIZE" and not txns:
+        return None
+    assert [t["appId"] for t in txns] == [APP], actions
+    return (version, txns[0]["version"], info["oml.batch_start"], info["oml.batch_end"], info["oml.stream"])
+
+
 def commits(d):
-    """[(version, txn_version, batch_start, batch_end, stream)] of every commit after creation."""
+    """[(version, txn_version, batch_start, batch_end, stream)] of every writer commit after creation."""
     out = []
     for f in sorted((table_path(d) / "_delta_log").glob("*.json")):
         version = int(f.stem)
-        if version == 0:
-            continue
-        actions = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        txns = [a["txn"] for a in actions if "txn" in a]
-        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        assert [t["appId"] for t in txns] == [APP], actions
-        out.append((version, txns[0]["version"], info["oml.batch_start"], info["oml.batch_end"], info["oml.stream"]))
+        if version > 0 and (c := writer_commit(version, f.read_text())) is not None:
+            out.append(c)
     return out
 
 
