@@ -53,7 +53,7 @@ def test_deltalake_reads_the_rows_and_the_txn(claims):
     pylist = t.to_pyarrow_table().to_pylist()
     assert rows_of(pylist) == WANT
     a = next(r for r in pylist if r["artifact_id"] == "a")
-    assert a["digest"] == bytes.fromhex("00ff10")  # hex in the JSON rows, bytes in the table
+    assert a["digest"] == bytes.fromhex("00ff10")  # base64 in the JSON rows, bytes in the table
     assert a["at"] == datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
     assert t.transaction_version(APP) == 9
     assert t.transaction_version("another-app") is None

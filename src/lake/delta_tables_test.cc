@@ -166,7 +166,7 @@ constexpr const char* kTestSchema = R"([
 std::string Row(const std::string& artifact, int64_t version, const std::string& state,
                 const std::string& path, int64_t seq) {
   return nlohmann::json{{"artifact_id", artifact}, {"version", version}, {"state", state},
-                        {"path", path},          {"seq", seq},         {"digest", "00ff10"},
+                        {"path", path},          {"seq", seq},         {"digest", "AP8Q"},
                         {"at", "2025-01-02T03:04:05.123456Z"}}
              .dump() +
          "\n";
@@ -390,7 +390,7 @@ TEST_F(DeltaAdapterTest, RowsOrMetadataThatDoNotFitCommitNothing) {
       {"unknown column", R"({"artifact_id":"a","version":1,"state":"s","seq":1,"bogus":1})" "\n", Txn(0, 1)},
       {"missing non-null column", R"({"artifact_id":"a","version":1,"seq":1})" "\n", Txn(0, 1)},
       {"wrong type", R"({"artifact_id":"a","version":"one","state":"s","seq":1})" "\n", Txn(0, 1)},
-      {"binary not hex", R"({"artifact_id":"a","version":1,"state":"s","seq":1,"digest":"zz"})" "\n", Txn(0, 1)},
+      {"binary not base64", R"({"artifact_id":"a","version":1,"state":"s","seq":1,"digest":"zz"})" "\n", Txn(0, 1)},
       {"truncated JSON", good.substr(0, good.size() / 2), Txn(0, 1)},
       {"no rows", "", Txn(0, 1)},
       {"metadata key without oml.", good, TxnCommit{kApp, 1, {{"batch_end", 1}}}},

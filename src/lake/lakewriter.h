@@ -63,7 +63,7 @@ enum class TableWrite {
 };
 
 // A Delta table of the lake: its name (= outbox.target_table = its path under the lake root),
-// its binary columns (base64 in outbox.row_data, hex in the adapter's JSON rows), how it is
+// its binary columns (standard base64 in outbox.row_data and in the adapter's JSON rows), how it is
 // written, and whether its rows are derived by the writer from the batch's bronze rows (gold)
 // instead of coming from outbox rows (no outbox row may target a derived table).
 struct TargetTable {
@@ -88,9 +88,9 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
                                       int64_t* bad_seq = nullptr);
 
 // One outbox row as the Delta adapter's JSON line (with its trailing '\n'): row_data's keys
-// passed through unchanged, except that the table's binary columns go from base64 to hex and
-// "outbox_seq" is set to row.seq. kInvalidArgument "invalid-outbox-row" if row_data is not a
-// JSON object or a binary column is neither null nor valid base64.
+// passed through unchanged (the table's binary columns stay base64, which the adapter decodes)
+// and "outbox_seq" set to row.seq. kInvalidArgument "invalid-outbox-row" if row_data is not a
+// JSON object or a binary column is neither null nor standard base64.
 Result<std::string> ToDeltaRow(const OutboxRow& row, const TargetTable& table);
 
 struct LakeWriterOptions {

@@ -202,7 +202,7 @@ TEST(ToDeltaRowTest, ConvertsTheBinaryColumnsAddsOutboxSeqAndPassesTheRestThroug
   ASSERT_TRUE(line.ok()) << line.status().ToString();
   ASSERT_EQ(line->back(), '\n');
   auto j = nlohmann::json::parse(*line);
-  EXPECT_EQ(j, nlohmann::json::parse(R"({"seq": 7, "signed_bytes": "00ff10", "signature": "0102", "principal": null,
+  EXPECT_EQ(j, nlohmann::json::parse(R"({"seq": 7, "signed_bytes": "AP8Q", "signature": "AQI=", "principal": null,
                                          "a_new_column": {"kept": [1, "x"]}, "artifact_id": "art-1",
                                          "outbox_seq": 42})"));
 
@@ -212,12 +212,17 @@ TEST(ToDeltaRowTest, ConvertsTheBinaryColumnsAddsOutboxSeqAndPassesTheRestThroug
   // object gets outbox_seq alone, and compact JSON without spaces works too.
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"x": {"signed_bytes": "AQI="}, "signed_bytes": "AQI=", "s": "a \"}, \"signature\": \"AQI=\" {"})",
-       R"({"x": {"signed_bytes": "AQI="}, "signed_bytes": "0102", "s": "a \"}, \"signature\": \"AQI=\" {",
+       R"({"x": {"signed_bytes": "AQI="}, "signed_bytes": "AQI=", "s": "a \"}, \"signature\": \"AQI=\" {",
            "outbox_seq": 42})"},
       {"{}", R"({"outbox_seq": 42})"},
       {R"({"signature":"AQI=","n":[1,{"signature":"x"}],"signed_bytes":null})",
-       R"({"signature": "0102", "n": [1, {"signature": "x"}], "signed_bytes": null, "outbox_seq": 42})"},
-      {"{\"seq\": 1,\n \"signature\": \"AQI=\"}  \n", R"({"seq": 1, "signature": "0102", "outbox_seq": 42})"},
+       R"({"signature": "AQI=", "n": [1, {"signature": "x"}], "signed_bytes": null, "outbox_seq": 42})"},
+      {"{\"seq\": 1,\n \"signature\": \"AQI=\"}  \n", R"({"seq": 1, "signature": "AQI=", "outbox_seq": 42})"},
+      // Runs of backslashes before a quote: an even run (escaped backslashes) lets the quote
+      // close the string, an odd run escapes it.
+      {R"({"s": "a\\", "signature": "AQI=", "t": "b\\\"}\\"})",
+       R"({"s": "a\\", "signature": "AQI=", "t": "b\\\"}\\", "outbox_seq": 42})"},
+      {R"({"s": "\\\\\"", "signature": "AQI="})", R"({"s": "\\\\\"", "signature": "AQI=", "outbox_seq": 42})"},
       // An outbox_seq already present is overwritten (slow path), not duplicated.
       {R"({"outbox_seq": 1, "seq": 2})", R"({"outbox_seq": 42, "seq": 2})"},
   };

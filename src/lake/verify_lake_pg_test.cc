@@ -1,7 +1,8 @@
 // `oml verify --from-lake` (lake/verify_lake.h) on a bronze table filled from a real journal.
 //
-// The table is written the way the lake writer writes it: the outbox rows' row_data, with
-// signed_bytes and signature turned from base64 into hex and outbox_seq added, appended through
+// The table is written the way the lake writer writes it: the outbox rows' row_data with
+// outbox_seq added (kept here with signed_bytes and signature as hex, so that a test can damage
+// one byte, and turned back into base64 for the adapter), appended through
 // lake::DeltaTable with the writer's txn. Each test then damages one thing in a copy of those
 // rows and expects the exact finding (tenant, seq, message) that `oml verify` would give for the
 // same damage in PostgreSQL, or the lake's own (duplicates, columns that disagree with the
@@ -95,7 +96,11 @@ class VerifyLakeTest : public ::testing::Test {
     std::string jsonl;
     int64_t end = 0;
     for (const auto& r : rows) {
-      jsonl += r.dump() + "\n";
+      // The rows are kept with hex binaries (easy to damage one byte); the adapter takes base64.
+      json w = r;
+      for (const char* b : {"signed_bytes", "signature"})
+        if (w[b].is_string()) w[b] = crypto::Base64(std::move(crypto::FromHex(w[b].get<std::string>())).value());
+      jsonl += w.dump() + "\n";
       end = std::max(end, r["outbox_seq"].get<int64_t>());
     }
     auto v = t->Append(jsonl, TxnCommit{"oml-lakewriter", end, {{"oml.batch_start", 0}, {"oml.batch_end", end}}});

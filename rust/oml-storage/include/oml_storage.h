@@ -49,7 +49,7 @@ typedef struct OmlStorageStore OmlStorageStore; /* opaque */
 /* ---- Memory ------------------------------------------------------------------------------ */
 /* Frees a string returned by this library (error messages, list JSON). NULL is a no-op. */
 void oml_storage_free_string(char* s);
-/* Frees the bytes of a buffer filled by oml_storage_store_get and resets it to {NULL, 0}. */
+/* Frees the bytes of a buffer filled by oml_storage_store_get / _get_range; resets it to {NULL, 0}. */
 void oml_storage_free_buffer(OmlStorageBuffer* buf);
 /* Static version string ("oml-storage X (deltalake-core Y)"); never freed. */
 const char* oml_storage_version(void);
@@ -86,6 +86,57 @@ int32_t oml_storage_store_list(const OmlStorageStore* store, const char* prefix,
 /* Deletes an object. Deleting a missing object succeeds. */
 int32_t oml_storage_store_delete(const OmlStorageStore* store, const char* key,
                                  OmlStorageError* err);
+/* Creates the object only if no object has the key (local: a staged file hard-linked into
+ * place; S3: PUT with If-None-Match: *, which the store must honour). If one exists:
+ * OML_STORAGE_ALREADY_EXISTS and nothing is written. */
+int32_t oml_storage_store_put_if_absent(const OmlStorageStore* store, const char* key,
+                                        const uint8_t* data, size_t len, OmlStorageError* err);
+/* Reads bytes [offset, min(offset + length, size)) of the object into *out (free with
+ * oml_storage_free_buffer): empty when length is 0 or offset >= size. offset + length may
+ * exceed the size (or UINT64_MAX). OML_STORAGE_NOT_FOUND if the object does not exist. */
+int32_t oml_storage_store_get_range(const OmlStorageStore* store, const char* key,
+                                    uint64_t offset, uint64_t length, OmlStorageBuffer* out,
+                                    OmlStorageError* err);
+/* The object's size in bytes (HEAD) into *out_size. OML_STORAGE_NOT_FOUND if it does not
+ * exist (*out_size = 0). */
+int32_t oml_storage_store_head(const OmlStorageStore* store, const char* key,
+                               uint64_t* out_size, OmlStorageError* err);
+/* Server-side copy of from_key to to_key within the store, replacing any object at to_key
+ * atomically (local: a hard link renamed into place; S3: CopyObject, at most 5 GiB).
+ * OML_STORAGE_NOT_FOUND if from_key does not exist. */
+int32_t oml_storage_store_copy(const OmlStorageStore* store, const char* from_key,
+                               const char* to_key, OmlStorageError* err);
+
+/* ---- Streaming writer (multipart upload) ------------------------------------------------- */
+/* One object written in pieces. Bytes are buffered up to OML_STORAGE_WRITER_PART_BYTES; each
+ * full part is uploaded (and awaited) inside the write call that filled it, so a writer holds
+ * at most one part in memory. S3: a multipart upload, parts of exactly 8 MiB except the last
+ * (S3 wants >= 5 MiB; at most 10,000 parts, so objects up to 80 GiB). Local: a hidden staging
+ * file `<key>#<n>` next to the key (never listed).
+ * Nothing is visible at the key until finish, which makes the whole object appear atomically
+ * (replacing any object there). abort, a failed write or finish, or close without finish
+ * remove the parts / staging file (best effort: on S3 a crash leaves an incomplete upload to
+ * the bucket's lifecycle rule).
+ * A writer is NOT thread-safe: one thread at a time. It keeps its own reference to the
+ * backend, so it stays usable after its store handle is closed.
+ * States: open -> finished | aborted | failed (a write or finish failed; parts discarded).
+ * write/finish on a writer that is not open: OML_STORAGE_INVALID_ARGUMENT. */
+#define OML_STORAGE_WRITER_PART_BYTES (8u << 20)
+typedef struct OmlStorageWriter OmlStorageWriter; /* opaque */
+
+/* Starts a write of key. *out_writer: close with oml_storage_writer_close; NULL on failure. */
+int32_t oml_storage_writer_open(const OmlStorageStore* store, const char* key,
+                                OmlStorageWriter** out_writer, OmlStorageError* err);
+/* Appends len bytes at data (copied). */
+int32_t oml_storage_writer_write(OmlStorageWriter* writer, const uint8_t* data, size_t len,
+                                 OmlStorageError* err);
+/* Uploads the buffered rest and completes: the object appears atomically. No writes after. */
+int32_t oml_storage_writer_finish(OmlStorageWriter* writer, OmlStorageError* err);
+/* Discards everything written; the key is left as it was. OK again on an aborted writer, and on
+ * a failed one; OML_STORAGE_INVALID_ARGUMENT on a finished one (delete the object instead). */
+int32_t oml_storage_writer_abort(OmlStorageWriter* writer, OmlStorageError* err);
+/* Frees the writer, aborting it first if it is still open (best effort). NULL is a no-op. */
+void oml_storage_writer_close(OmlStorageWriter* writer);
 
 /* ---- Delta tables ------------------------------------------------------------------------ */
 /* table_uri: an absolute local path, file:///abs/path or s3://bucket/prefix (s3 options come
@@ -126,7 +177,7 @@ int32_t oml_storage_delta_table_version(const char* table_uri, int64_t* out_vers
  * Rows are JSON lines: one JSON object per line, decoded with arrow-json against the table's
  * own Arrow schema, strictly: an unknown field, a wrong type, or null/absent in a non-nullable
  * column is OML_STORAGE_INVALID_ARGUMENT and commits nothing. Encodings: string as a JSON
- * string, long/integer as a JSON number, boolean as true/false, binary as a HEX string,
+ * string, long/integer as a JSON number, boolean as true/false, binary as a standard padded BASE64 string,
  * timestamp as RFC 3339 text ("2025-01-02T03:04:05.123456Z") or integer microseconds since the
  * epoch. An absent nullable column is null. At least one row is required.
  *

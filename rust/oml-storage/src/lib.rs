@@ -23,7 +23,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
 use deltalake::arrow::array::{Array, RecordBatch, UInt32Array};
 use deltalake::arrow::compute::{concat_batches, take};
-use deltalake::arrow::datatypes::SchemaRef;
+use deltalake::arrow::array::{AsArray, BinaryBuilder};
+use deltalake::arrow::datatypes::{
+    DataType as ArrowDataType, Field as ArrowField, Schema as ArrowSchema, SchemaRef,
+};
 use deltalake::arrow::json::ReaderBuilder;
 use deltalake::arrow::row::{RowConverter, SortField};
 use deltalake::datafusion::common::Column;
@@ -35,11 +38,14 @@ use deltalake::operations::create::CreateBuilder;
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{
+    MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
 use url::Url;
 
 // ---------------------------------------------------------------------------------------------
@@ -309,7 +315,8 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
             }
             // from_env reads every AWS_* variable object_store knows: AWS_ENDPOINT_URL,
             // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
-            // AWS_ALLOW_HTTP, ... Plain PUTs overwrite; no conditional put is needed here.
+            // AWS_ALLOW_HTTP, ... Conditional puts (put_if_absent) use object_store's default
+            // S3ConditionalPut::ETagMatch: a PUT with If-None-Match: *.
             let s3 = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .build()
@@ -402,15 +409,7 @@ pub extern "C" fn oml_storage_store_put(
     ffi_call(err, || {
         let store = store_ref(store)?;
         let path = key_path(store, cstr_arg(key, "key")?)?;
-        if data.is_null() && len != 0 {
-            return fail(OML_STORAGE_INVALID_ARGUMENT, "data is NULL but len > 0");
-        }
-        let bytes = if len == 0 {
-            bytes::Bytes::new()
-        } else {
-            // SAFETY: the caller passes `len` readable bytes at `data`.
-            bytes::Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(data, len) })
-        };
+        let bytes = bytes_arg(data, len)?;
         block_on(store.store.put(&path, PutPayload::from_bytes(bytes)))?.map_err(map_os_error)?;
         Ok(())
     })
@@ -514,6 +513,339 @@ pub extern "C" fn oml_storage_store_delete(
             Err(e) => Err(map_os_error(e)),
         }
     })
+}
+
+/// `len` bytes at `data` (NULL allowed only with len 0), copied.
+fn bytes_arg(data: *const u8, len: usize) -> FfiResult<bytes::Bytes> {
+    if data.is_null() && len != 0 {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "data is NULL but len > 0");
+    }
+    if len == 0 {
+        return Ok(bytes::Bytes::new());
+    }
+    // SAFETY: the caller passes `len` readable bytes at `data`.
+    Ok(bytes::Bytes::copy_from_slice(unsafe {
+        std::slice::from_raw_parts(data, len)
+    }))
+}
+
+/// Moves `bytes` into a buffer the caller frees with oml_storage_free_buffer.
+fn fill_buffer(out: &mut OmlStorageBuffer, bytes: bytes::Bytes) {
+    let boxed: Box<[u8]> = Vec::from(bytes).into_boxed_slice();
+    out.len = boxed.len();
+    out.data = Box::into_raw(boxed) as *mut u8;
+}
+
+/// Creates the object only if the key is free (local: hard link of a staged file; S3: PUT with
+/// If-None-Match: *). OML_STORAGE_ALREADY_EXISTS, with nothing written, if an object is there.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_put_if_absent(
+    store: *const OmlStorageStore,
+    key: *const c_char,
+    data: *const u8,
+    len: usize,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let store = store_ref(store)?;
+        let path = key_path(store, cstr_arg(key, "key")?)?;
+        let payload = PutPayload::from_bytes(bytes_arg(data, len)?);
+        let opts = PutOptions::from(PutMode::Create);
+        match block_on(store.store.put_opts(&path, payload, opts))? {
+            Ok(_) => Ok(()),
+            // Local: AlreadyExists; S3: object_store turns 412/304 into AlreadyExists.
+            Err(e @ (object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. })) => fail(
+                OML_STORAGE_ALREADY_EXISTS,
+                format!("object {path} already exists: {e}"),
+            ),
+            Err(e) => Err(map_os_error(e)),
+        }
+    })
+}
+
+/// Bytes [offset, min(offset + length, size)) of the object; empty when length is 0 or offset
+/// is at or past the end. OML_STORAGE_NOT_FOUND if the object does not exist.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_get_range(
+    store: *const OmlStorageStore,
+    key: *const c_char,
+    offset: u64,
+    length: u64,
+    out: *mut OmlStorageBuffer,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out, "out")?;
+        out.data = ptr::null_mut();
+        out.len = 0;
+        let store = store_ref(store)?;
+        let path = key_path(store, cstr_arg(key, "key")?)?;
+        let bytes = block_on(async {
+            if length == 0 {
+                // Still answers NOT_FOUND for a missing object.
+                store.store.head(&path).await?;
+                return Ok(bytes::Bytes::new());
+            }
+            let end = offset.saturating_add(length);
+            match store.store.get_range(&path, offset..end).await {
+                Ok(b) => Ok(b),
+                Err(e @ object_store::Error::NotFound { .. }) => Err(e),
+                // A start at or past the end is an error to object_store (local: InvalidRange;
+                // S3: 416), and so is any range of an empty object: HEAD tells that case from
+                // a real failure.
+                Err(e) => match store.store.head(&path).await {
+                    Ok(meta) if meta.size <= offset => Ok(bytes::Bytes::new()),
+                    Ok(_) => Err(e),
+                    Err(h) => Err(h),
+                },
+            }
+        })?
+        .map_err(map_os_error)?;
+        fill_buffer(out, bytes);
+        Ok(())
+    })
+}
+
+/// The object's size in bytes (HEAD). OML_STORAGE_NOT_FOUND if it does not exist.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_head(
+    store: *const OmlStorageStore,
+    key: *const c_char,
+    out_size: *mut u64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_size, "out_size")?;
+        *out = 0;
+        let store = store_ref(store)?;
+        let path = key_path(store, cstr_arg(key, "key")?)?;
+        let meta = block_on(store.store.head(&path))?.map_err(map_os_error)?;
+        *out = meta.size;
+        Ok(())
+    })
+}
+
+/// Server-side copy within the store, replacing any object at to_key (local: hard link staged
+/// and renamed into place; S3: CopyObject). OML_STORAGE_NOT_FOUND if from_key does not exist.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_copy(
+    store: *const OmlStorageStore,
+    from_key: *const c_char,
+    to_key: *const c_char,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let store = store_ref(store)?;
+        let from = key_path(store, cstr_arg(from_key, "from_key")?)?;
+        let to = key_path(store, cstr_arg(to_key, "to_key")?)?;
+        block_on(store.store.copy(&from, &to))?.map_err(map_os_error)?;
+        Ok(())
+    })
+}
+
+/// Part size of a streaming writer: what it buffers before uploading a part. S3 wants parts of
+/// at least 5 MiB except the last, and at most 10,000 parts (so objects up to 80 GiB).
+pub const OML_STORAGE_WRITER_PART_BYTES: usize = 8 << 20;
+
+#[derive(PartialEq)]
+enum WriterState {
+    Open,
+    Finished,
+    Aborted,
+    Failed,
+}
+
+/// Opaque handle: one streaming (multipart) upload of one object.
+/// Invariant: `buffer.len() < OML_STORAGE_WRITER_PART_BYTES` between calls, and `upload` is
+/// Some exactly while the upload may still hold parts (Open, or Failed before its abort).
+pub struct OmlStorageWriter {
+    upload: Option<Box<dyn MultipartUpload>>,
+    buffer: Vec<u8>,
+    state: WriterState,
+    location: Path,
+}
+
+impl OmlStorageWriter {
+    fn check_open(&self, op: &str) -> FfiResult<()> {
+        let what = match self.state {
+            WriterState::Open => return Ok(()),
+            WriterState::Finished => "finished",
+            WriterState::Aborted => "aborted",
+            WriterState::Failed => "failed",
+        };
+        fail(
+            OML_STORAGE_INVALID_ARGUMENT,
+            format!("{op} on a {what} writer for {}", self.location),
+        )
+    }
+
+    /// Uploads the buffer as the next part and waits for it (so at most one part is in memory).
+    /// On failure the writer is Failed and its upload aborted.
+    fn flush_part(&mut self) -> FfiResult<()> {
+        let part = std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(OML_STORAGE_WRITER_PART_BYTES),
+        );
+        let Some(upload) = self.upload.as_mut() else {
+            return fail(OML_STORAGE_INTERNAL, "writer without an upload");
+        };
+        let sent = block_on(upload.put_part(PutPayload::from(part)))?;
+        if let Err(e) = sent {
+            self.fail_and_abort();
+            return Err(map_os_error(e));
+        }
+        Ok(())
+    }
+
+    /// Best effort: a failed writer removes its parts (S3) or staging file (local).
+    fn fail_and_abort(&mut self) {
+        self.state = WriterState::Failed;
+        self.buffer = Vec::new();
+        if let Some(mut upload) = self.upload.take() {
+            let _ = block_on(upload.abort());
+        }
+    }
+}
+
+fn writer_ref<'a>(writer: *mut OmlStorageWriter) -> FfiResult<&'a mut OmlStorageWriter> {
+    if writer.is_null() {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "writer is NULL");
+    }
+    // SAFETY: a handle from oml_storage_writer_open that has not been closed, used by one
+    // thread at a time (the header's contract).
+    Ok(unsafe { &mut *writer })
+}
+
+/// Starts a streaming write of `key`. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_writer_open(
+    store: *const OmlStorageStore,
+    key: *const c_char,
+    out_writer: *mut *mut OmlStorageWriter,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_writer, "out_writer")?;
+        *out = ptr::null_mut();
+        let store = store_ref(store)?;
+        let location = key_path(store, cstr_arg(key, "key")?)?;
+        let upload = block_on(store.store.put_multipart(&location))?.map_err(map_os_error)?;
+        *out = Box::into_raw(Box::new(OmlStorageWriter {
+            upload: Some(upload),
+            buffer: Vec::with_capacity(OML_STORAGE_WRITER_PART_BYTES),
+            state: WriterState::Open,
+            location,
+        }));
+        Ok(())
+    })
+}
+
+/// Appends bytes; every full part is uploaded before the call returns.
+#[no_mangle]
+pub extern "C" fn oml_storage_writer_write(
+    writer: *mut OmlStorageWriter,
+    data: *const u8,
+    len: usize,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let w = writer_ref(writer)?;
+        w.check_open("write")?;
+        if data.is_null() && len != 0 {
+            return fail(OML_STORAGE_INVALID_ARGUMENT, "data is NULL but len > 0");
+        }
+        let mut rest: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller passes `len` readable bytes at `data`.
+            unsafe { std::slice::from_raw_parts(data, len) }
+        };
+        while !rest.is_empty() {
+            let room = OML_STORAGE_WRITER_PART_BYTES - w.buffer.len();
+            let take = room.min(rest.len());
+            w.buffer.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if w.buffer.len() == OML_STORAGE_WRITER_PART_BYTES {
+                w.flush_part()?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Uploads the buffered rest and completes the upload: the object appears atomically.
+#[no_mangle]
+pub extern "C" fn oml_storage_writer_finish(
+    writer: *mut OmlStorageWriter,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let w = writer_ref(writer)?;
+        w.check_open("finish")?;
+        if !w.buffer.is_empty() {
+            w.flush_part()?;
+        }
+        // With no part at all, S3 completes with one empty part and local renames an empty
+        // file: an empty object.
+        let Some(upload) = w.upload.as_mut() else {
+            return fail(OML_STORAGE_INTERNAL, "writer without an upload");
+        };
+        match block_on(upload.complete())? {
+            Ok(_) => {
+                w.upload = None;
+                w.state = WriterState::Finished;
+                Ok(())
+            }
+            Err(e) => {
+                w.fail_and_abort();
+                Err(map_os_error(e))
+            }
+        }
+    })
+}
+
+/// Discards the upload; the key is left as it was. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_writer_abort(
+    writer: *mut OmlStorageWriter,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let w = writer_ref(writer)?;
+        match w.state {
+            WriterState::Finished => {
+                return fail(
+                    OML_STORAGE_INVALID_ARGUMENT,
+                    format!("abort on a finished writer for {}", w.location),
+                )
+            }
+            WriterState::Aborted => return Ok(()),
+            WriterState::Open | WriterState::Failed => {}
+        }
+        w.buffer = Vec::new();
+        let outcome = match w.upload.take() {
+            Some(mut upload) => block_on(upload.abort())?,
+            None => Ok(()),
+        };
+        w.state = WriterState::Aborted;
+        outcome.map_err(map_os_error)
+    })
+}
+
+/// Frees a writer; an open one is aborted first (best effort). NULL is a no-op.
+#[no_mangle]
+pub extern "C" fn oml_storage_writer_close(writer: *mut OmlStorageWriter) {
+    no_unwind(|| {
+        if writer.is_null() {
+            return;
+        }
+        // SAFETY: a handle from oml_storage_writer_open, closed once.
+        let mut w = unsafe { Box::from_raw(writer) };
+        if let Some(mut upload) = w.upload.take() {
+            let _ = block_on(upload.abort());
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -908,9 +1240,65 @@ fn invalid_rows(e: impl std::fmt::Display) -> Failure {
 
 /// Decodes JSON lines (one object per row) against the table's Arrow schema. Strict: an unknown
 /// field, a wrong type or a null in a non-nullable column is OML_STORAGE_INVALID_ARGUMENT.
-/// Encodings are arrow-json's: binary as a hex string, timestamp as RFC 3339 text or integer
-/// microseconds since the epoch.
+/// Encodings: binary (top-level columns) as a standard, padded base64 string (RFC 4648 §4: the
+/// form the outbox's row_data already carries, so the writer passes it through untouched);
+/// otherwise arrow-json's: timestamp as RFC 3339 text or integer microseconds since the epoch.
 fn decode_rows(schema: SchemaRef, data: &[u8]) -> FfiResult<Vec<RecordBatch>> {
+    // arrow-json reads binary only from hex; base64 columns are decoded as text and converted.
+    let binary: Vec<usize> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.data_type() == &ArrowDataType::Binary)
+        .map(|(i, _)| i)
+        .collect();
+    let wire: SchemaRef = if binary.is_empty() {
+        schema.clone()
+    } else {
+        let fields: Vec<ArrowField> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                if f.data_type() == &ArrowDataType::Binary {
+                    f.as_ref().clone().with_data_type(ArrowDataType::Utf8)
+                } else {
+                    f.as_ref().clone()
+                }
+            })
+            .collect();
+        Arc::new(ArrowSchema::new_with_metadata(fields, schema.metadata().clone()))
+    };
+    let batches = decode_json_lines(wire, data)?;
+    if binary.is_empty() {
+        return Ok(batches);
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for b in batches {
+        let mut columns = b.columns().to_vec();
+        for &i in &binary {
+            let text = columns[i].as_string::<i32>();
+            let mut bin = BinaryBuilder::with_capacity(text.len(), text.value_data().len() * 3 / 4);
+            for r in 0..text.len() {
+                if text.is_null(r) {
+                    bin.append_null();
+                    continue;
+                }
+                let raw = BASE64_STANDARD.decode(text.value(r)).map_err(|e| {
+                    invalid_rows(format!(
+                        "column {:?} is not standard base64: {e}",
+                        schema.field(i).name()
+                    ))
+                })?;
+                bin.append_value(raw);
+            }
+            columns[i] = Arc::new(bin.finish());
+        }
+        out.push(RecordBatch::try_new(schema.clone(), columns).map_err(invalid_rows)?);
+    }
+    Ok(out)
+}
+
+fn decode_json_lines(schema: SchemaRef, data: &[u8]) -> FfiResult<Vec<RecordBatch>> {
     const BATCH_ROWS: usize = 8192;
     let mut decoder = ReaderBuilder::new(schema)
         .with_strict_mode(true)
@@ -1670,7 +2058,7 @@ pub extern "C" fn oml_storage_free_string(s: *mut c_char) {
     });
 }
 
-/// Frees a buffer filled by oml_storage_store_get and resets it to {NULL, 0}.
+/// Frees a buffer filled by oml_storage_store_get or _get_range and resets it to {NULL, 0}.
 #[no_mangle]
 pub extern "C" fn oml_storage_free_buffer(buf: *mut OmlStorageBuffer) {
     no_unwind(|| {
