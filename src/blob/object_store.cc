@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "oml_storage.h"
@@ -41,6 +43,63 @@ Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& wha
 
 namespace {
 
+// Invariant: handle_ is non-null until destruction; state_ mirrors the adapter's writer state,
+// so misuse is answered here with kFailedPrecondition before reaching the adapter.
+class RustObjectWriter final : public ObjectWriter {
+ public:
+  RustObjectWriter(OmlStorageWriter* handle, std::string what)
+      : handle_(handle), what_(std::move(what)) {}
+  ~RustObjectWriter() override { oml_storage_writer_close(handle_); }  // aborts if still open
+  RustObjectWriter(const RustObjectWriter&) = delete;
+  RustObjectWriter& operator=(const RustObjectWriter&) = delete;
+
+  Status Write(std::string_view bytes) override {
+    OML_RETURN_IF_ERROR(RequireOpen("write"));
+    OmlStorageError err{};
+    int32_t rc = oml_storage_writer_write(handle_, reinterpret_cast<const uint8_t*>(bytes.data()),
+                                          bytes.size(), &err);
+    if (rc != OML_STORAGE_OK) {
+      state_ = State::kFailed;
+      return FromStorageError(rc, err, "write " + what_);
+    }
+    return Status::Ok();
+  }
+
+  Status Finish() override {
+    OML_RETURN_IF_ERROR(RequireOpen("finish"));
+    OmlStorageError err{};
+    int32_t rc = oml_storage_writer_finish(handle_, &err);
+    if (rc != OML_STORAGE_OK) {
+      state_ = State::kFailed;
+      return FromStorageError(rc, err, "finish " + what_);
+    }
+    state_ = State::kFinished;
+    return Status::Ok();
+  }
+
+  Status Abort() override {
+    if (state_ == State::kFinished) return FailedPrecondition("abort of the finished write " + what_);
+    OmlStorageError err{};
+    int32_t rc = oml_storage_writer_abort(handle_, &err);
+    state_ = State::kAborted;
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "abort " + what_);
+    return Status::Ok();
+  }
+
+ private:
+  enum class State { kOpen, kFinished, kAborted, kFailed };
+  Status RequireOpen(const char* op) const {
+    if (state_ == State::kOpen) return Status::Ok();
+    static constexpr const char* kNames[] = {"open", "finished", "aborted", "failed"};
+    return FailedPrecondition(std::string(op) + " on the " + kNames[static_cast<int>(state_)] + " write " +
+                              what_);
+  }
+
+  OmlStorageWriter* handle_;
+  std::string what_;
+  State state_ = State::kOpen;
+};
+
 class RustObjectStore final : public ObjectStore {
  public:
   RustObjectStore(OmlStorageStore* handle, std::string url)
@@ -70,6 +129,67 @@ class RustObjectStore final : public ObjectStore {
     std::string out(reinterpret_cast<const char*>(buf.data), buf.len);
     oml_storage_free_buffer(&buf);
     return std::optional<std::string>(std::move(out));
+  }
+
+  Result<bool> PutIfAbsent(const std::string& key, const std::string& bytes) override {
+    OmlStorageError err{};
+    int32_t rc = oml_storage_store_put_if_absent(handle_, key.c_str(),
+                                                 reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                 bytes.size(), &err);
+    if (rc == OML_STORAGE_ALREADY_EXISTS) {
+      oml_storage_free_string(err.message);
+      return false;
+    }
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "put-if-absent " + Describe(key));
+    return true;
+  }
+
+  Result<std::optional<std::string>> GetRange(const std::string& key, uint64_t offset,
+                                              uint64_t length) override {
+    OmlStorageError err{};
+    OmlStorageBuffer buf{};
+    int32_t rc = oml_storage_store_get_range(handle_, key.c_str(), offset, length, &buf, &err);
+    if (rc == OML_STORAGE_NOT_FOUND) {
+      oml_storage_free_string(err.message);
+      return std::optional<std::string>();
+    }
+    if (rc != OML_STORAGE_OK) {
+      return FromStorageError(rc, err,
+                              "get range " + std::to_string(offset) + "+" + std::to_string(length) + " of " +
+                                  Describe(key));
+    }
+    std::string out(reinterpret_cast<const char*>(buf.data), buf.len);
+    oml_storage_free_buffer(&buf);
+    return std::optional<std::string>(std::move(out));
+  }
+
+  Result<std::optional<uint64_t>> Size(const std::string& key) override {
+    OmlStorageError err{};
+    uint64_t size = 0;
+    int32_t rc = oml_storage_store_head(handle_, key.c_str(), &size, &err);
+    if (rc == OML_STORAGE_NOT_FOUND) {
+      oml_storage_free_string(err.message);
+      return std::optional<uint64_t>();
+    }
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "head " + Describe(key));
+    return std::optional<uint64_t>(size);
+  }
+
+  Status Copy(const std::string& from_key, const std::string& to_key) override {
+    OmlStorageError err{};
+    int32_t rc = oml_storage_store_copy(handle_, from_key.c_str(), to_key.c_str(), &err);
+    if (rc != OML_STORAGE_OK) {
+      return FromStorageError(rc, err, "copy '" + from_key + "' to " + Describe(to_key));
+    }
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<ObjectWriter>> OpenWriter(const std::string& key) override {
+    OmlStorageError err{};
+    OmlStorageWriter* w = nullptr;
+    int32_t rc = oml_storage_writer_open(handle_, key.c_str(), &w, &err);
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "open writer for " + Describe(key));
+    return std::unique_ptr<ObjectWriter>(new RustObjectWriter(w, Describe(key)));
   }
 
   Result<std::vector<std::string>> List(const std::string& prefix) override {
@@ -112,6 +232,49 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url) {
   int32_t rc = oml_storage_store_open(url.c_str(), &handle, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "open object store " + url);
   return std::unique_ptr<ObjectStore>(new RustObjectStore(handle, url));
+}
+
+Status CopyBetween(ObjectStore& src, const std::string& src_key, ObjectStore& dst,
+                   const std::string& dst_key) {
+  OML_ASSIGN_OR_RETURN(std::optional<uint64_t> size, src.Size(src_key));
+  if (!size) return NotFound("copy source '" + src_key + "' does not exist");
+  OML_ASSIGN_OR_RETURN(std::unique_ptr<ObjectWriter> writer, dst.OpenWriter(dst_key));
+  // Any early return destroys the open writer, which aborts it: nothing appears at dst_key.
+  uint64_t offset = 0;
+  while (offset < *size) {
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> range,
+                         src.GetRange(src_key, offset, std::min(kCopyRangeBytes, *size - offset)));
+    if (!range) return NotFound("copy source '" + src_key + "' vanished at byte " + std::to_string(offset));
+    if (range->empty()) {
+      return DataLoss("copy source '" + src_key + "' ended at byte " + std::to_string(offset) + " of " +
+                      std::to_string(*size));
+    }
+    OML_RETURN_IF_ERROR(writer->Write(*range));
+    offset += range->size();
+  }
+  return writer->Finish();
+}
+
+Result<std::string> BucketUrl(const Config& config, const std::string& bucket) {
+  if (!IsValidBucketName(bucket)) return InvalidArgument("not a valid bucket name: '" + bucket + "'");
+  const std::string& base = config.object_store_url;
+  std::string dir;
+  if (base.rfind("file://", 0) == 0) {
+    dir = base;
+  } else if (base.rfind('/', 0) == 0) {
+    dir = "file://" + base;
+  } else if (base.rfind("s3://", 0) == 0) {
+    return "s3://" + bucket;
+  } else {
+    return InvalidArgument("object_store_url '" + base + "': want file:// or s3:// to place bucket '" + bucket + "'");
+  }
+  while (dir.size() > std::string_view("file://").size() && dir.back() == '/') dir.pop_back();
+  return dir + "/" + bucket;  // "file://" + "/" + bucket for the root directory
+}
+
+Result<std::unique_ptr<ObjectStore>> OpenBucket(const Config& config, const std::string& bucket) {
+  OML_ASSIGN_OR_RETURN(std::string url, BucketUrl(config, bucket));
+  return OpenObjectStore(url);
 }
 
 }  // namespace oml::blob

@@ -2,10 +2,14 @@
 #include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace oml::blob {
@@ -125,6 +129,350 @@ TEST(OpenObjectStoreTest, BadSchemeIsInvalidArgument) {
     ASSERT_FALSE(s.ok()) << url;
     EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << url << ": " << s.status().ToString();
   }
+}
+
+// ---- The contract of the D3 operations, on both backends ------------------------------------
+// "local": two bucket directories under a fresh temp dir. "s3": two S3 buckets named by
+// OML_TEST_S3_BUCKET and OML_TEST_S3_BUCKET_B, endpoint and credentials from AWS_*; skipped
+// unless both are set. tests/test_object_store_s3.py runs this binary against moto's server
+// with them set and then inspects what some tests leave behind (named below).
+//
+// Each test works under the prefix <test name> of bucket A (store_) and of bucket B (other_).
+
+// Byte i is (i + seed) % 251: 251 is prime, so the pattern never lines up with a part or a range.
+std::string Pattern(size_t n, int seed = 0) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i + static_cast<size_t>(seed)) % 251);
+  return s;
+}
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EXPECT_EQ(EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr), 1);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < n; ++i) {
+    hex += kHex[md[i] >> 4];
+    hex += kHex[md[i] & 15];
+  }
+  return hex;
+}
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class ObjectStoreContractTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    prefix_ = name.substr(0, name.find('/'));
+    if (GetParam() == "s3") {
+      const char* a = std::getenv("OML_TEST_S3_BUCKET");
+      const char* b = std::getenv("OML_TEST_S3_BUCKET_B");
+      if (a == nullptr || b == nullptr) GTEST_SKIP() << "OML_TEST_S3_BUCKET(_B) unset";
+      bucket_a_ = a;
+      bucket_b_ = b;
+      config_.object_store_url = "s3://" + bucket_a_ + "/unused-prefix";
+    } else {
+      bucket_a_ = "bucket-a";
+      bucket_b_ = "bucket-b";
+      config_.object_store_url = "file://" + root_.string();
+    }
+    auto a = BucketUrl(config_, bucket_a_);
+    auto b = BucketUrl(config_, bucket_b_);
+    ASSERT_TRUE(a.ok() && b.ok());
+    auto sa = OpenObjectStore(*a + "/" + prefix_);
+    auto sb = OpenObjectStore(*b + "/" + prefix_);
+    ASSERT_TRUE(sa.ok()) << sa.status().ToString();
+    ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+    store_ = std::move(sa).value();
+    other_ = std::move(sb).value();
+  }
+  bool local() const { return GetParam() == "local"; }
+
+  // Every regular file under the local root, hidden staging files included.
+  std::vector<std::string> FilesOnDisk() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(root_)) {
+      if (e.is_regular_file()) out.push_back(fs::relative(e.path(), root_).string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  void ExpectObject(ObjectStore& s, const std::string& key, const std::string& want) {
+    auto got = s.Get(key);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_TRUE(got->has_value()) << key;
+    EXPECT_EQ((*got)->size(), want.size()) << key;
+    EXPECT_TRUE(**got == want) << key << ": bytes differ";
+  }
+  void ExpectNoObject(ObjectStore& s, const std::string& key) {
+    auto got = s.Get(key);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_FALSE(got->has_value()) << key;
+    auto size = s.Size(key);
+    ASSERT_TRUE(size.ok()) << size.status().ToString();
+    EXPECT_FALSE(size->has_value()) << key;
+  }
+  // Writes `bytes` through a writer in `chunk`-sized writes and finishes.
+  void WriteThrough(ObjectStore& s, const std::string& key, const std::string& bytes, size_t chunk) {
+    auto w = s.OpenWriter(key);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (size_t off = 0; off < bytes.size(); off += chunk) {
+      ASSERT_TRUE((*w)->Write(std::string_view(bytes).substr(off, chunk)).ok());
+    }
+    Status st = (*w)->Finish();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
+  oml::testing::ScopedTempDir tmp_{"oml-blob-contract"};
+  const fs::path root_ = tmp_.path();
+  Config config_;
+  std::string prefix_, bucket_a_, bucket_b_;
+  std::unique_ptr<ObjectStore> store_, other_;  // destroyed before tmp_
+};
+
+std::string GetRangeOf(ObjectStore& s, const std::string& key, uint64_t off, uint64_t len) {
+  auto r = s.GetRange(key, off, len);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return "<error>";
+  if (!r->has_value()) return "<missing>";
+  return **r;
+}
+
+TEST_P(ObjectStoreContractTest, GetRangeEdges) {
+  const std::string data = Pattern(1000);
+  ASSERT_TRUE(store_->Put("k", data).ok());
+  ASSERT_TRUE(store_->Put("empty", "").ok());
+  EXPECT_EQ(GetRangeOf(*store_, "k", 0, 10), data.substr(0, 10));
+  EXPECT_EQ(GetRangeOf(*store_, "k", 123, 456), data.substr(123, 456));
+  EXPECT_EQ(GetRangeOf(*store_, "k", 990, 10), data.substr(990, 10));  // exactly to the end
+  EXPECT_EQ(GetRangeOf(*store_, "k", 999, 1), data.substr(999, 1));
+  EXPECT_EQ(GetRangeOf(*store_, "k", 995, 10), data.substr(995));  // runs past the end: clamped
+  EXPECT_EQ(GetRangeOf(*store_, "k", 0, UINT64_MAX), data);
+  EXPECT_EQ(GetRangeOf(*store_, "k", 500, UINT64_MAX), data.substr(500));  // offset + length overflows
+  EXPECT_EQ(GetRangeOf(*store_, "k", 1000, 1), "");  // starts at the end
+  EXPECT_EQ(GetRangeOf(*store_, "k", 5000, 10), "");  // starts past the end
+  EXPECT_EQ(GetRangeOf(*store_, "k", 10, 0), "");  // zero length
+  EXPECT_EQ(GetRangeOf(*store_, "k", 5000, 0), "");
+  EXPECT_EQ(GetRangeOf(*store_, "empty", 0, 10), "");
+  EXPECT_EQ(GetRangeOf(*store_, "empty", 0, 0), "");
+  EXPECT_EQ(GetRangeOf(*store_, "missing", 0, 10), "<missing>");
+  EXPECT_EQ(GetRangeOf(*store_, "missing", 0, 0), "<missing>");
+  EXPECT_EQ(GetRangeOf(*store_, "missing", 5000, 10), "<missing>");
+  auto bad = store_->GetRange("../k", 0, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+}
+
+TEST_P(ObjectStoreContractTest, SizeIsTheObjectLength) {
+  ASSERT_TRUE(store_->Put("k", Pattern(1000)).ok());
+  ASSERT_TRUE(store_->Put("empty", "").ok());
+  auto s = store_->Size("k");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(s->has_value());
+  EXPECT_EQ(**s, 1000u);
+  s = store_->Size("empty");
+  ASSERT_TRUE(s.ok() && s->has_value());
+  EXPECT_EQ(**s, 0u);
+  ExpectNoObject(*store_, "missing");
+}
+
+// Leaves PutIfAbsent/k = "first" in bucket A (the pytest reads it back from moto).
+TEST_P(ObjectStoreContractTest, PutIfAbsent) {
+  auto r = store_->PutIfAbsent("k", "first");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r);
+  r = store_->PutIfAbsent("k", "second, longer");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(*r);
+  ExpectObject(*store_, "k", "first");
+  // A deleted key is free again.
+  ASSERT_TRUE(store_->PutIfAbsent("gone", "1").ok());
+  ASSERT_TRUE(store_->Delete("gone").ok());
+  r = store_->PutIfAbsent("gone", "2");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r);
+  ExpectObject(*store_, "gone", "2");
+  // An object made by a writer counts as present.
+  WriteThrough(*store_, "written", "w", 1);
+  r = store_->PutIfAbsent("written", "other");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  ExpectObject(*store_, "written", "w");
+}
+
+TEST_P(ObjectStoreContractTest, CopyWithinTheStore) {
+  const std::string data = Pattern(3000, 1);
+  ASSERT_TRUE(store_->Put("a", data).ok());
+  ASSERT_TRUE(store_->Put("b", "old").ok());
+  ASSERT_TRUE(store_->Copy("a", "b").ok());  // replaces
+  ASSERT_TRUE(store_->Copy("a", "sub/c").ok());
+  ExpectObject(*store_, "b", data);
+  ExpectObject(*store_, "sub/c", data);
+  // The copy is independent of its source afterwards (a local hard link must not alias).
+  ASSERT_TRUE(store_->Put("a", "replaced").ok());
+  ASSERT_TRUE(store_->Delete("sub/c").ok());
+  ExpectObject(*store_, "b", data);
+  ExpectObject(*store_, "a", "replaced");
+  Status st = store_->Copy("missing", "d");
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  ExpectNoObject(*store_, "d");
+}
+
+TEST_P(ObjectStoreContractTest, WriterAbortLeavesNothing) {
+  auto w = store_->OpenWriter("k");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const std::string data = Pattern(kWriterPartBytes + 1 * kMiB);  // one part already uploaded
+  ASSERT_TRUE((*w)->Write(data).ok());
+  Status st = (*w)->Abort();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectNoObject(*store_, "k");
+  auto keys = store_->List("");
+  ASSERT_TRUE(keys.ok());
+  EXPECT_TRUE(keys->empty());
+  if (local()) {
+    EXPECT_EQ(FilesOnDisk(), std::vector<std::string>{});  // no staging file either
+  }
+  EXPECT_TRUE((*w)->Abort().ok());  // again: fine
+  EXPECT_EQ((*w)->Write("x").code(), Code::kFailedPrecondition);
+  EXPECT_EQ((*w)->Finish().code(), Code::kFailedPrecondition);
+  ExpectNoObject(*store_, "k");
+}
+
+TEST_P(ObjectStoreContractTest, UnfinishedWriterLeavesNoVisibleObject) {
+  ASSERT_TRUE(store_->Put("k", "old").ok());
+  {
+    auto over = store_->OpenWriter("k");      // would replace k
+    auto fresh = store_->OpenWriter("new");   // would create new
+    ASSERT_TRUE(over.ok() && fresh.ok());
+    const std::string data = Pattern(kWriterPartBytes + 2 * kMiB);
+    ASSERT_TRUE((*over)->Write(data).ok());
+    ASSERT_TRUE((*fresh)->Write(data).ok());
+    ExpectObject(*store_, "k", "old");
+    ExpectNoObject(*store_, "new");
+    auto keys = store_->List("");
+    ASSERT_TRUE(keys.ok());
+    EXPECT_EQ(*keys, std::vector<std::string>{"k"});
+  }  // destroyed without Finish: aborted
+  ExpectObject(*store_, "k", "old");
+  ExpectNoObject(*store_, "new");
+  if (local()) {
+    EXPECT_EQ(FilesOnDisk(), std::vector<std::string>{"bucket-a/UnfinishedWriterLeavesNoVisibleObject/k"});
+  }
+}
+
+TEST_P(ObjectStoreContractTest, WriterReplacesAtFinishOnly) {
+  ASSERT_TRUE(store_->Put("k", "old").ok());
+  const std::string data = Pattern(kWriterPartBytes + 5, 2);
+  auto w = store_->OpenWriter("k");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Write(data).ok());
+  ExpectObject(*store_, "k", "old");
+  ASSERT_TRUE((*w)->Finish().ok());
+  ExpectObject(*store_, "k", data);
+  EXPECT_EQ((*w)->Finish().code(), Code::kFailedPrecondition);
+  EXPECT_EQ((*w)->Write("x").code(), Code::kFailedPrecondition);
+  EXPECT_EQ((*w)->Abort().code(), Code::kFailedPrecondition);
+  w->reset();  // destroying a finished writer leaves the object alone
+  ExpectObject(*store_, "k", data);
+}
+
+TEST_P(ObjectStoreContractTest, EmptyWriterMakesAnEmptyObject) {
+  WriteThrough(*store_, "empty", "", 1);
+  auto s = store_->Size("empty");
+  ASSERT_TRUE(s.ok() && s->has_value()) << s.status().ToString();
+  EXPECT_EQ(**s, 0u);
+  ExpectObject(*store_, "empty", "");
+}
+
+TEST_P(ObjectStoreContractTest, MultipartTwentyMiBReadsBackIdentical) {
+  const std::string data = Pattern(20 * kMiB, 5);
+  WriteThrough(*store_, "big", data, 3 * kMiB + 1);  // writes straddle the part boundaries
+  ExpectObject(*store_, "big", data);
+  auto s = store_->Size("big");
+  ASSERT_TRUE(s.ok() && s->has_value());
+  EXPECT_EQ(**s, 20 * kMiB);
+  // Ranges across the part boundaries at 8 and 16 MiB.
+  for (uint64_t at : {kWriterPartBytes, 2 * kWriterPartBytes}) {
+    EXPECT_TRUE(GetRangeOf(*store_, "big", at - 3, 7) == data.substr(at - 3, 7)) << at;
+  }
+  EXPECT_EQ(Sha256Hex(GetRangeOf(*store_, "big", 0, UINT64_MAX)), Sha256Hex(data));
+}
+
+// Leaves MultipartTwelveMiB/obj (Pattern(12 MiB), two parts) in bucket A for the pytest.
+TEST_P(ObjectStoreContractTest, MultipartTwelveMiB) {
+  const std::string data = Pattern(12 * kMiB);
+  WriteThrough(*store_, "obj", data, kMiB);
+  ExpectObject(*store_, "obj", data);
+}
+
+TEST_P(ObjectStoreContractTest, CopyBetweenStoresKeepsTheBytes) {
+  // Two full ranges and a ragged tail, so every copy path runs.
+  const std::string data = Pattern(2 * kCopyRangeBytes + 12345, 7);
+  WriteThrough(*store_, "src", data, 4 * kMiB);
+  ASSERT_TRUE(other_->Put("dst", "old").ok());
+  Status st = CopyBetween(*store_, "src", *other_, "dst");
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto copied = other_->Get("dst");
+  ASSERT_TRUE(copied.ok() && copied->has_value());
+  EXPECT_EQ((*copied)->size(), data.size());
+  EXPECT_EQ(Sha256Hex(**copied), Sha256Hex(data));
+  ExpectObject(*store_, "src", data);  // the source stays
+
+  ASSERT_TRUE(store_->Put("small", "tiny").ok());
+  ASSERT_TRUE(CopyBetween(*store_, "small", *other_, "small").ok());
+  ExpectObject(*other_, "small", "tiny");
+  ASSERT_TRUE(store_->Put("empty", "").ok());
+  ASSERT_TRUE(CopyBetween(*store_, "empty", *other_, "empty").ok());
+  ExpectObject(*other_, "empty", "");
+
+  st = CopyBetween(*store_, "missing", *other_, "nothing");
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  ExpectNoObject(*other_, "nothing");
+}
+
+TEST_P(ObjectStoreContractTest, OpenBucketReachesTheNamedBucket) {
+  auto b = OpenBucket(config_, bucket_b_);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*b)->Put(prefix_ + "/via-open-bucket", "x").ok());
+  ExpectObject(*other_, "via-open-bucket", "x");
+  ExpectNoObject(*store_, "via-open-bucket");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ObjectStoreContractTest, ::testing::Values("local", "s3"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(BucketUrlTest, LocalBucketsAreSubdirectoriesAndS3BucketsAreBuckets) {
+  Config c;
+  c.object_store_url = "file:///var/oml/objects";
+  EXPECT_EQ(BucketUrl(c, "oml-quarantine").value(), "file:///var/oml/objects/oml-quarantine");
+  c.object_store_url = "file:///var/oml/objects//";
+  EXPECT_EQ(BucketUrl(c, "oml-bodies").value(), "file:///var/oml/objects/oml-bodies");
+  c.object_store_url = "/var/oml/objects";
+  EXPECT_EQ(BucketUrl(c, "oml-bodies").value(), "file:///var/oml/objects/oml-bodies");
+  c.object_store_url = "file:///";
+  EXPECT_EQ(BucketUrl(c, "oml-bodies").value(), "file:///oml-bodies");
+  c.object_store_url = "s3://oml-main/heads";
+  EXPECT_EQ(BucketUrl(c, "oml-bodies").value(), "s3://oml-bodies");
+  for (const char* bad : {"", "Oml", "a/b", "../x", "oml_bodies"}) {
+    auto r = BucketUrl(c, bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+  }
+  c.object_store_url = "gs://x";
+  EXPECT_EQ(BucketUrl(c, "oml-bodies").status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(LocalObjectStoreTest, OpenBucketMakesTheSubdirectory) {
+  Config c;
+  c.object_store_url = "file://" + (root_ / "objects").string();
+  auto q = OpenBucket(c, c.quarantine_bucket);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_TRUE((*q)->Put("t1/uploads/u/00000001", "part").ok());
+  EXPECT_TRUE(fs::is_regular_file(root_ / "objects" / "oml-quarantine" / "t1" / "uploads" / "u" / "00000001"));
+  EXPECT_FALSE(fs::exists(root_ / "objects" / "oml-bodies"));
 }
 
 }  // namespace

@@ -52,6 +52,25 @@ int Config::PortOf(const std::string& addr) {
   return std::atoi(addr.c_str() + p + 1);
 }
 
+bool IsValidBucketName(std::string_view n) {
+  if (n.size() < 3 || n.size() > 63) return false;
+  auto alnum = [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); };
+  for (char ch : n)
+    if (!alnum(ch) && ch != '.' && ch != '-') return false;
+  if (!alnum(n.front()) || !alnum(n.back())) return false;
+  if (n.find("..") != n.npos || n.find(".-") != n.npos || n.find("-.") != n.npos) return false;
+  if (n.starts_with("xn--") || n.starts_with("sthree-") || n.ends_with("-s3alias") || n.ends_with("--ol-s3"))
+    return false;
+  // Not formatted as an IPv4 address (four dot-separated groups of digits).
+  int groups = 1;
+  bool only_digits_and_dots = true;
+  for (char ch : n) {
+    if (ch == '.') ++groups;
+    else if (ch < '0' || ch > '9') only_digits_and_dots = false;
+  }
+  return !(only_digits_and_dots && groups == 4);
+}
+
 std::string Config::ListenHost() const { return HostOf(listen); }
 int Config::ListenPort() const { return PortOf(listen); }
 
@@ -69,6 +88,7 @@ Result<Config> LoadConfig() {
       {"signing_key_file", "OML_SIGNING_KEY", ""}, {"kek_file", "OML_KEK_FILE", ""},
       {"previous_kek_file", "OML_PREVIOUS_KEK_FILE", ""},
       {"object_store_url", "OML_OBJECT_STORE_URL", ""}, {"lake_root", "OML_LAKE_ROOT", ""},
+      {"quarantine_bucket", "OML_QUARANTINE_BUCKET", ""}, {"bodies_bucket", "OML_BODIES_BUCKET", ""},
       {"max_body_bytes", "OML_MAX_BODY_BYTES", ""}, {"db_pool_size", "OML_DB_POOL_SIZE", ""},
       {"http_threads", "OML_HTTP_THREADS", ""}, {"head_publish_ms", "OML_HEAD_PUBLISH_MS", ""},
       {"log_level", "OML_LOG_LEVEL", ""}, {"idempotency_ttl_s", "OML_IDEMPOTENCY_TTL_S", ""},
@@ -83,6 +103,9 @@ Result<Config> LoadConfig() {
       {"http_keepalive_requests", "OML_HTTP_KEEPALIVE_REQUESTS", ""},
       {"db_acquire_timeout_ms", "OML_DB_ACQUIRE_TIMEOUT_MS", ""},
       {"events_page_max_bytes", "OML_EVENTS_PAGE_MAX_BYTES", ""},
+      {"upload_expiry_s", "OML_UPLOAD_EXPIRY_S", ""}, {"upload_max_bytes", "OML_UPLOAD_MAX_BYTES", ""},
+      {"deny_list_file", "OML_DENY_LIST_FILE", ""}, {"clamd_address", "OML_CLAMD_ADDRESS", ""},
+      {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
   };
   const fs::path file = home / "oml.toml";
   if (fs::exists(file)) {
@@ -122,6 +145,16 @@ Result<Config> LoadConfig() {
   c.previous_kek_file = get("previous_kek_file");
   c.object_store_url = get("object_store_url").empty() ? "file://" + (home / "objects").string() : get("object_store_url");
   c.lake_root = get("lake_root").empty() ? (home / "lake").string() : get("lake_root");
+  if (!get("quarantine_bucket").empty()) c.quarantine_bucket = get("quarantine_bucket");
+  if (!get("bodies_bucket").empty()) c.bodies_bucket = get("bodies_bucket");
+  for (const char* key : {"quarantine_bucket", "bodies_bucket"}) {
+    const std::string& name = std::string(key) == "bodies_bucket" ? c.bodies_bucket : c.quarantine_bucket;
+    if (!IsValidBucketName(name))
+      return InvalidArgument(std::string("setting ") + key + ": not a valid S3 bucket name: '" + name + "'");
+  }
+  // Promotion copies quarantine -> bodies under the same key and then deletes the quarantine copy.
+  if (c.quarantine_bucket == c.bodies_bucket)
+    return InvalidArgument("settings quarantine_bucket and bodies_bucket must differ: '" + c.bodies_bucket + "'");
   if (!get("log_level").empty()) c.log_level = get("log_level");
   int64_t v = 0;
   if (!get("max_body_bytes").empty()) { OML_RETURN_IF_ERROR(ParseInt("max_body_bytes", get("max_body_bytes"), &v)); c.max_body_bytes = v; }
@@ -147,14 +180,20 @@ Result<Config> LoadConfig() {
   // range that keeps the server usable.
   struct Bound { const char* key; int64_t lo, hi; int64_t* out; };
   int64_t req_bytes = -1, hdr = c.http_max_header_bytes, tmo = c.http_request_timeout_ms, conns = c.http_max_connections,
-          ka = c.http_keepalive_requests, acq = c.db_acquire_timeout_ms, page = c.events_page_max_bytes;
+          ka = c.http_keepalive_requests, acq = c.db_acquire_timeout_ms, page = c.events_page_max_bytes,
+          up_expiry = c.upload_expiry_s, up_max = static_cast<int64_t>(c.upload_max_bytes),
+          clamd_tmo = c.clamd_timeout_ms, review_text = c.review_max_text_bytes;
   for (const Bound& b : {Bound{"http_max_request_bytes", 1024, int64_t(1) << 32, &req_bytes},
                          Bound{"http_max_header_bytes", 1024, 1 << 20, &hdr},
                          Bound{"http_request_timeout_ms", 100, 3600000, &tmo},
                          Bound{"http_max_connections", 1, 1000000, &conns},
                          Bound{"http_keepalive_requests", 1, 1000000000, &ka},
                          Bound{"db_acquire_timeout_ms", 1, 3600000, &acq},
-                         Bound{"events_page_max_bytes", 64 * 1024, int64_t(1) << 32, &page}}) {
+                         Bound{"events_page_max_bytes", 64 * 1024, int64_t(1) << 32, &page},
+                         Bound{"upload_expiry_s", 1, 31536000, &up_expiry},
+                         Bound{"upload_max_bytes", 0, int64_t(80) << 30, &up_max},
+                         Bound{"clamd_timeout_ms", 1, 3600000, &clamd_tmo},
+                         Bound{"review_max_text_bytes", 1024, int64_t(1) << 30, &review_text}}) {
     if (get(b.key).empty()) continue;
     OML_RETURN_IF_ERROR(ParseInt(b.key, get(b.key), b.out));
     if (*b.out < b.lo || *b.out > b.hi)
@@ -168,6 +207,12 @@ Result<Config> LoadConfig() {
   c.http_keepalive_requests = static_cast<int>(ka);
   c.db_acquire_timeout_ms = static_cast<int>(acq);
   c.events_page_max_bytes = uint64_t(page);
+  c.upload_expiry_s = up_expiry;
+  c.upload_max_bytes = uint64_t(up_max);
+  c.clamd_timeout_ms = static_cast<int>(clamd_tmo);
+  c.review_max_text_bytes = uint64_t(review_text);
+  c.deny_list_file = get("deny_list_file");
+  c.clamd_address = get("clamd_address");
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};

@@ -12,6 +12,8 @@
 //   kek_file              OML_KEK_FILE           $OML_HOME/keys/kek.key
 //   previous_kek_file     OML_PREVIOUS_KEK_FILE  "" (during a KEK rotation: the KEK being replaced)
 //   object_store_url      OML_OBJECT_STORE_URL   file://$OML_HOME/objects (absolute)
+//   quarantine_bucket     OML_QUARANTINE_BUCKET  oml-quarantine (held uploads and attachments)
+//   bodies_bucket         OML_BODIES_BUCKET      oml-bodies (promoted attachments)
 //   lake_root             OML_LAKE_ROOT          $OML_HOME/lake
 //   max_body_bytes        OML_MAX_BODY_BYTES     1048576
 //   db_pool_size          OML_DB_POOL_SIZE       16
@@ -30,7 +32,13 @@
 //   http_keepalive_requests  OML_HTTP_KEEPALIVE_REQUESTS  1000 (requests per connection)
 //   db_acquire_timeout_ms    OML_DB_ACQUIRE_TIMEOUT_MS    2000 (then 503 database-busy)
 //   events_page_max_bytes    OML_EVENTS_PAGE_MAX_BYTES    4194304 (GET /v1/events page, signed bytes)
+//   upload_expiry_s          OML_UPLOAD_EXPIRY_S          86400 (1..31536000: a tus upload's life, Upload-Expires)
+//   upload_max_bytes         OML_UPLOAD_MAX_BYTES         8589934592 (0..80 GiB: largest Upload-Length, Tus-Max-Size)
 //   allow_insecure_key_files OML_ALLOW_INSECURE_KEY_FILES false (booleans as above)
+//   deny_list_file           OML_DENY_LIST_FILE           "" (built-in patterns only; review/deny_list.h)
+//   clamd_address            OML_CLAMD_ADDRESS            "" (no ClamAV scan; review/clamd.h)
+//   clamd_timeout_ms         OML_CLAMD_TIMEOUT_MS         30000 (1..3600000, per socket operation)
+//   review_max_text_bytes    OML_REVIEW_MAX_TEXT_BYTES    8388608 (1024..1 GiB, extracted text per item)
 //
 // reduced_durability: `oml serve` acknowledges writes although the database does not run
 // synchronous quorum replication (db/durability.h); the --reduced-durability flag sets it too.
@@ -41,6 +49,11 @@
 // moves DEKs from one KEK to another, kek_file names the new KEK and previous_kek_file the old
 // one: each DEK is unwrapped under the KEK its row names (docs/operations/deployment.md).
 //
+// quarantine_bucket / bodies_bucket: S3 bucket names (3..63 of a-z 0-9 . -, starting and ending
+// with a letter or digit, no "..", not an IPv4 address, no xn-- / sthree- prefix, no -s3alias /
+// --ol-s3 suffix), and different from each other. With a file:// object_store_url each is a
+// subdirectory of it; with s3:// each is its own S3 bucket (blob::BucketUrl).
+//
 // allow_insecure_key_files: the signing key and KEK files are refused at load unless owned by
 // the process's user with no group/other permission (common/secret_file.h). Set it only where a
 // container mount cannot set modes; each load of such a file then logs a warning instead.
@@ -48,6 +61,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -62,6 +76,8 @@ struct Config {
   std::string kek_file;
   std::string previous_kek_file;  // empty: none
   std::string object_store_url;
+  std::string quarantine_bucket = "oml-quarantine";
+  std::string bodies_bucket = "oml-bodies";
   std::string lake_root;
   uint64_t max_body_bytes = 1 << 20;
   int db_pool_size = 16;
@@ -80,7 +96,13 @@ struct Config {
   int http_keepalive_requests = 1000;
   int db_acquire_timeout_ms = 2000;
   uint64_t events_page_max_bytes = 4 << 20;
+  int64_t upload_expiry_s = 86400;
+  uint64_t upload_max_bytes = uint64_t{8} << 30;
   bool allow_insecure_key_files = false;
+  std::string deny_list_file;  // empty: the built-in deny-list
+  std::string clamd_address;   // empty: no ClamAV scan
+  int clamd_timeout_ms = 30000;
+  uint64_t review_max_text_bytes = 8 << 20;
 
   std::string ListenHost() const;
   int ListenPort() const;
@@ -88,6 +110,9 @@ struct Config {
   static std::string HostOf(const std::string& addr);
   static int PortOf(const std::string& addr);
 };
+
+// True if `name` follows the S3 general purpose bucket naming rules listed above.
+bool IsValidBucketName(std::string_view name);
 
 // Loads the configuration as described above. Fails with kInvalidArgument on a malformed
 // oml.toml or an unparsable numeric value, naming the key.

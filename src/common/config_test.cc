@@ -79,5 +79,80 @@ TEST_F(ConfigTest, AllowInsecureKeyFilesDefaultsOffAndComesFromFileOrEnvironment
             "setting allow_insecure_key_files: not a boolean (true/false, 1/0, yes/no, on/off): 'maybe'");
 }
 
+TEST_F(ConfigTest, BucketsDefaultComeFromFileOrEnvironmentAndAreValidated) {
+  unsetenv("OML_QUARANTINE_BUCKET");
+  unsetenv("OML_BODIES_BUCKET");
+  auto c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->quarantine_bucket, "oml-quarantine");
+  EXPECT_EQ(c->bodies_bucket, "oml-bodies");
+
+  WriteToml("quarantine_bucket = \"q.example-1\"\nbodies_bucket = \"b-file\"\n");
+  setenv("OML_BODIES_BUCKET", "b-env", 1);  // the environment wins over the file
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->quarantine_bucket, "q.example-1");
+  EXPECT_EQ(c->bodies_bucket, "b-env");
+
+  setenv("OML_BODIES_BUCKET", "Oml_Bodies", 1);
+  c = LoadConfig();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), "setting bodies_bucket: not a valid S3 bucket name: 'Oml_Bodies'");
+
+  setenv("OML_BODIES_BUCKET", "q.example-1", 1);  // the same bucket as quarantine
+  c = LoadConfig();
+  unsetenv("OML_BODIES_BUCKET");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "settings quarantine_bucket and bodies_bucket must differ: 'q.example-1'");
+}
+
+TEST(BucketNameTest, FollowsTheS3Rules) {
+  for (const char* ok : {"abc", "oml-quarantine", "oml-bodies", "a.b-c.d9", "1bucket",
+                         "a23456789012345678901234567890123456789012345678901234567890123"}) {
+    EXPECT_TRUE(IsValidBucketName(ok)) << ok;
+  }
+  for (const char* bad : {"", "ab", "a234567890123456789012345678901234567890123456789012345678901234",
+                          "Upper", "under_score", "-lead", "trail-", ".lead", "trail.", "a..b", "a.-b",
+                          "a-.b", "192.168.1.1", "xn--bucket", "sthree-x", "b-s3alias", "b--ol-s3",
+                          "with/slash", "sp ace"}) {
+    EXPECT_FALSE(IsValidBucketName(bad)) << bad;
+  }
+  EXPECT_TRUE(IsValidBucketName("192.168.1"));  // three groups: not an IPv4 address
+}
+
+TEST_F(ConfigTest, ReviewSettingsDefaultComeFromFileOrEnvironmentAndAreBounded) {
+  for (const char* v : {"OML_DENY_LIST_FILE", "OML_CLAMD_ADDRESS", "OML_CLAMD_TIMEOUT_MS", "OML_REVIEW_MAX_TEXT_BYTES"})
+    unsetenv(v);
+  auto c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->deny_list_file, "");
+  EXPECT_EQ(c->clamd_address, "");
+  EXPECT_EQ(c->clamd_timeout_ms, 30000);
+  EXPECT_EQ(c->review_max_text_bytes, 8u << 20);
+
+  WriteToml("deny_list_file = \"/etc/oml/deny.toml\"\nclamd_address = \"unix:/run/clamav/clamd.ctl\"\n"
+            "clamd_timeout_ms = 5000\nreview_max_text_bytes = 4096\n");
+  setenv("OML_CLAMD_ADDRESS", "127.0.0.1:3310", 1);  // the environment wins over the file
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->deny_list_file, "/etc/oml/deny.toml");
+  EXPECT_EQ(c->clamd_address, "127.0.0.1:3310");
+  EXPECT_EQ(c->clamd_timeout_ms, 5000);
+  EXPECT_EQ(c->review_max_text_bytes, 4096u);
+
+  setenv("OML_REVIEW_MAX_TEXT_BYTES", "1023", 1);
+  c = LoadConfig();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "setting review_max_text_bytes: must be 1024..1073741824");
+  unsetenv("OML_REVIEW_MAX_TEXT_BYTES");
+  setenv("OML_CLAMD_TIMEOUT_MS", "0", 1);
+  c = LoadConfig();
+  unsetenv("OML_CLAMD_TIMEOUT_MS");
+  unsetenv("OML_CLAMD_ADDRESS");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "setting clamd_timeout_ms: must be 1..3600000");
+}
+
 }  // namespace
 }  // namespace oml

@@ -1,0 +1,184 @@
+#include "review/extract.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <limits>
+
+#include "common/temp_dir_testing.h"
+#include "review/pdf_testing.h"
+
+namespace oml::review {
+namespace {
+
+constexpr size_t kUnlimited = std::numeric_limits<size_t>::max();
+const std::string kFffd = "\xEF\xBF\xBD";
+
+std::string Plain(std::string_view bytes, std::string_view charset = "utf-8", size_t cap = kUnlimited,
+                  bool* truncated = nullptr) {
+  TextSink sink(cap);
+  ExtractPlainText(bytes, charset, &sink);
+  if (truncated) *truncated = sink.truncated();
+  return sink.Take();
+}
+
+TEST(TextSinkTest, NormalizesLineEndingsAndNul) {
+  EXPECT_EQ(Plain("a\r\nb\rc\n\r\nd"), "a\nb\nc\n\nd");
+  EXPECT_EQ(Plain("\r\r\n"), "\n\n");
+  EXPECT_EQ(Plain(std::string("x\0y", 3)), "x" + kFffd + "y");
+  // A CR LF split over two appends is still one line ending.
+  TextSink sink(kUnlimited);
+  sink.AppendUtf8("a\r");
+  sink.AppendUtf8("\nb");
+  EXPECT_EQ(sink.Take(), "a\nb");
+}
+
+TEST(TextSinkTest, ReplacesEachInvalidUtf8ByteAndKeepsValidOnes) {
+  EXPECT_EQ(Plain("\xF0\x9F\x98\x80 caf\xC3\xA9"), "\xF0\x9F\x98\x80 caf\xC3\xA9");
+  EXPECT_EQ(Plain("\xC0\xAF"), kFffd + kFffd);                     // overlong '/'
+  EXPECT_EQ(Plain("\xED\xA0\x80"), kFffd + kFffd + kFffd);         // an encoded surrogate
+  EXPECT_EQ(Plain("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // above U+10FFFF
+  EXPECT_EQ(Plain("a\xE2\x82"), "a" + kFffd + kFffd);              // cut short at the end
+  EXPECT_EQ(Plain("\xFF"), kFffd);
+  EXPECT_EQ(Plain("\xEF\xBB\xBFhi"), "hi");                        // the BOM goes
+}
+
+TEST(TextSinkTest, ConvertsUtf16AndLatin1) {
+  // "hi" U+1F600 by BOM (little endian), with a lone low surrogate and an odd final byte.
+  EXPECT_EQ(Plain(std::string("\xFF\xFEh\0i\0\x3D\xD8\x00\xDE\x00\xDC!", 13)),
+            "hi\xF0\x9F\x98\x80" + kFffd + kFffd);
+  EXPECT_EQ(Plain(std::string("\xFE\xFF\0h\0\r\0\n", 8)), "h\n");   // big endian by BOM
+  EXPECT_EQ(Plain(std::string("h\0i\0", 4), "utf-16le"), "hi");     // by libmagic's charset
+  EXPECT_EQ(Plain(std::string("\0h\0i", 4), "utf-16be"), "hi");
+  EXPECT_EQ(Plain("caf\xE9", "iso-8859-1"), "caf\xC3\xA9");
+}
+
+TEST(TextSinkTest, CapCutsBetweenCharacters) {
+  bool truncated = false;
+  EXPECT_EQ(Plain("a\xC3\xA9z", "utf-8", 2, &truncated), "a");  // é (2 bytes) does not fit after a
+  EXPECT_TRUE(truncated);
+  EXPECT_EQ(Plain("abc", "utf-8", 3, &truncated), "abc");      // exactly full is not truncated
+  EXPECT_FALSE(truncated);
+  EXPECT_EQ(Plain("abcd", "utf-8", 3, &truncated), "abc");
+  EXPECT_TRUE(truncated);
+}
+
+std::string Json(std::string_view in, bool* ok, size_t cap = kUnlimited) {
+  TextSink sink(cap);
+  *ok = ExtractJson(in, &sink);
+  return sink.Take();
+}
+
+TEST(ExtractJsonTest, KeysAndStringValuesInDocumentOrder) {
+  bool ok = false;
+  EXPECT_EQ(Json(R"({"b": ["x\r\ny", 1, true, null, 2.5, {"k": "\u0041KIA"}], "a": "z", "": ""})", &ok),
+            "b\nx\ny\nk\nAKIA\na\nz\n\n\n");
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(Json(R"("just a string")", &ok), "just a string\n");
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(Json("[1, 2, 3]", &ok), "");
+  EXPECT_TRUE(ok);
+}
+
+TEST(ExtractJsonTest, InvalidJsonIsReported) {
+  bool ok = true;
+  for (const char* bad : {"{\"a\": ", "{'a': 1}", "[1,]", "{\"a\":1} trailing", "", "\"\xFF\""}) {
+    (void)Json(bad, &ok);
+    EXPECT_FALSE(ok) << bad;
+  }
+}
+
+TEST(ExtractJsonTest, DeepNestingCostsNoStack) {
+  bool ok = false;
+  const std::string deep = std::string(200000, '[') + "\"deep\"" + std::string(200000, ']');
+  EXPECT_EQ(Json(deep, &ok), "deep\n");
+  EXPECT_TRUE(ok);
+}
+
+TEST(ExtractJsonTest, StopsWhenTheCapIsReached) {
+  bool ok = false;
+  TextSink sink(6);
+  ok = ExtractJson(R"(["abc", "def", "ghi"])", &sink);
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(sink.truncated());
+  EXPECT_EQ(sink.text(), "abc\nde");  // the cap may fall inside a value
+}
+
+const std::vector<std::vector<std::string>> kTwoPages = {{"Hello PDF page one", "second (line)"},
+                                                         {"Page two AKIAIOSFODNN7EXAMPLE"}};
+const std::string kTwoPagesText = "Hello PDF page one\nsecond (line)\n\n\fPage two AKIAIOSFODNN7EXAMPLE\n\n\f";
+
+TEST(ExtractPdfTest, PageTextInPageOrder) {
+  TextSink sink(kUnlimited);
+  PdfText r = ExtractPdf(testing::MakePdf(kTwoPages), &sink);
+  EXPECT_EQ(r.outcome, PdfOutcome::kOk);
+  EXPECT_EQ(r.pages, 2);
+  EXPECT_EQ(r.pages_extracted, 2);
+  EXPECT_TRUE(r.notes.empty());
+  EXPECT_EQ(sink.text(), kTwoPagesText);
+  EXPECT_FALSE(sink.truncated());
+}
+
+// pdftotext (poppler-utils) is a second reader of the same file: its default output must equal
+// ours byte for byte (it shares the poppler library, but not our use of poppler-cpp's API).
+TEST(ExtractPdfTest, AgreesWithPdftotext) {
+  if (std::system("command -v pdftotext >/dev/null 2>&1") != 0) GTEST_SKIP() << "pdftotext not installed (poppler-utils)";
+  oml::testing::ScopedTempDir dir("oml-review-pdf");
+  const auto pdf = dir.path() / "two.pdf";
+  std::ofstream(pdf, std::ios::binary) << testing::MakePdf(kTwoPages);
+  const std::string cmd = "pdftotext -q -enc UTF-8 '" + pdf.string() + "' -";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0);
+  EXPECT_EQ(out, kTwoPagesText);
+}
+
+TEST(ExtractPdfTest, EncryptedCorruptAndEmpty) {
+  TextSink a(kUnlimited);
+  EXPECT_EQ(ExtractPdf(testing::MakePdf({{"secret"}}, /*encrypt=*/true), &a).outcome, PdfOutcome::kEncrypted);
+  EXPECT_EQ(a.text(), "");
+  TextSink b(kUnlimited);
+  EXPECT_EQ(ExtractPdf("%PDF-1.4\ngarbage\n", &b).outcome, PdfOutcome::kUnreadable);
+  EXPECT_EQ(b.text(), "");
+  TextSink c(kUnlimited);
+  PdfText r = ExtractPdf(testing::MakePdf({{}}), &c);
+  EXPECT_EQ(r.outcome, PdfOutcome::kOk);
+  EXPECT_EQ(r.pages, 1);
+  EXPECT_EQ(c.text(), "\f");
+}
+
+// Every prefix of a valid PDF: poppler either reads it (repairing the cross-reference table) or
+// refuses it; it never crashes, and the same prefix always gives the same answer.
+TEST(ExtractPdfTest, EveryTruncationIsReadOrRefusedDeterministically) {
+  const std::string pdf = testing::MakePdf(kTwoPages);
+  int read = 0, refused = 0;
+  for (size_t len = 0; len < pdf.size(); ++len) {
+    std::string_view prefix(pdf.data(), len);
+    TextSink s1(kUnlimited), s2(kUnlimited);
+    PdfText r1 = ExtractPdf(prefix, &s1), r2 = ExtractPdf(prefix, &s2);
+    ASSERT_TRUE(r1.outcome == PdfOutcome::kOk || r1.outcome == PdfOutcome::kUnreadable) << len;
+    ASSERT_EQ(r1.outcome, r2.outcome) << len;
+    ASSERT_EQ(s1.text(), s2.text()) << len;
+    (r1.outcome == PdfOutcome::kOk ? read : refused)++;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(read, 0);
+}
+
+TEST(ExtractPdfTest, CapCutsTheTextAndCountsWholePagesOnly) {
+  TextSink sink(40);
+  PdfText r = ExtractPdf(testing::MakePdf(kTwoPages), &sink);
+  EXPECT_EQ(r.outcome, PdfOutcome::kOk);
+  EXPECT_EQ(r.pages, 2);
+  EXPECT_EQ(r.pages_extracted, 1);
+  EXPECT_TRUE(sink.truncated());
+  EXPECT_EQ(sink.text(), "Hello PDF page one\nsecond (line)\n\n\fPage ");  // 35 + 5 bytes
+}
+
+}  // namespace
+}  // namespace oml::review

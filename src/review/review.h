@@ -1,0 +1,111 @@
+// Review per type: what an attachment (or an inline body) is, what of it a reviewer can read,
+// and what in it should make a reviewer look twice.
+//
+// ReviewContent is a pure function of (options, declared media type, bytes) apart from the
+// optional clamd call: no database, no object store, no clock. admission/ calls it for every
+// attachment of a claim and for inline body text, and records the result with the claim; a
+// deny-list hit or an infected scan flags the claim, it never refuses it (issue 9).
+//
+// What is reviewed per type (docs/operations/review.md has the table):
+//
+//   type (resolved, media_type.h)         kind              method
+//   zero bytes                            text-extraction   empty
+//   text/*, incl. text/markdown, csv      text-extraction   text
+//   application/json, application/*+json text-extraction   json | json-invalid-as-text
+//   XML, SVG, NDJSON, JavaScript          text-extraction   text
+//   application/pdf                       text-extraction   pdf
+//   application/pdf, password needed      opaque            pdf-encrypted
+//   application/pdf, poppler cannot open  opaque            pdf-unreadable
+//   application/pdf above 2 GiB - 1       opaque            pdf-too-large
+//   anything else (images, archives, ...) opaque            binary
+//
+// Every kind gets the SHA-256 and size of the bytes and, when clamd is configured, a ClamAV
+// scan of the bytes. Text extraction feeds the deny-list; an opaque review has no text and no
+// hits (the scan is all there is).
+//
+// Thread safety: ReviewContent may run concurrently (PDF extraction is serialized inside).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "review/clamd.h"
+#include "review/deny_list.h"
+
+namespace oml::review {
+
+struct Options {
+  std::shared_ptr<const DenyList> deny_list;  // null: DenyList::Builtin()
+  std::string clamd_address;                  // "": no scan (ScanResult "not-configured")
+  int clamd_timeout_ms = 30000;               // per socket operation (clamd.h)
+  size_t max_text_bytes = 8 << 20;            // cap of the extracted text (extract.h)
+  size_t max_hits = 1000;                     // deny-list hits listed per review
+};
+
+// From the config keys deny_list_file, clamd_address, clamd_timeout_ms, review_max_text_bytes
+// (common/config.h). Loads and compiles the deny-list file: its errors (kNotFound,
+// kInvalidArgument naming the pattern) are returned here, at startup, not at the first claim.
+Result<Options> OptionsFromConfig(const Config& config);
+
+enum class ReviewKind { kTextExtraction, kOpaque };
+const char* ReviewKindName(ReviewKind k);  // "text-extraction" | "opaque"
+
+struct Review {
+  std::string declared_media_type;  // normalized (media_type.h); "" when none was declared
+  std::string detected_media_type;  // libmagic's, from the bytes
+  std::string media_type;           // the resolved type that chose the review (media_type.h)
+  bool media_type_mismatch = false; // the declaration contradicts the bytes
+  std::string charset;              // libmagic's charset for text types; "" otherwise
+  ReviewKind kind = ReviewKind::kOpaque;
+  std::string method;               // see the table above
+  std::string sha256_hex;           // of the bytes as given (the plaintext)
+  uint64_t size = 0;
+
+  // kTextExtraction only: the extracted text in extract.h's normal form (valid UTF-8, LF line
+  // endings), at most Options::max_text_bytes; text_truncated when more was cut off (that part
+  // was neither extracted nor scanned).
+  std::string text;
+  bool text_truncated = false;
+  int pdf_pages = 0;                // application/pdf: pages in the document
+
+  // Deny-list hits in `text` (offsets into `text`); never the matched bytes.
+  std::vector<DenyHit> hits;
+  bool hits_truncated = false;
+  ScanResult scan;
+  // Things the reviewer should know that fit no field, in a fixed order (e.g. "embedded files
+  // not reviewed", "page 3 unreadable").
+  std::vector<std::string> notes;
+
+  // Why a reviewer should look at this, in this order, each at most once:
+  //   "deny-list"           at least one hit
+  //   "infected"            the scan found a signature
+  //   "scan-error"          clamd is configured but gave no verdict
+  //   "media-type-mismatch" the declared type contradicts the bytes
+  //   "text-truncated"      part of the text was not extracted (nor scanned)
+  //   "not-extracted"       a PDF whose text could not be read (encrypted, unreadable, too large)
+  // A deny-list hit or "infected" flags the claim; what the others do is admission's call.
+  std::vector<std::string> Flags() const;
+};
+
+// Reviews `bytes`, declared as `declared_media_type` ("" when none). The only error is
+// kInternal when libmagic cannot be loaded; everything about the bytes (corrupt PDF, invalid
+// JSON, clamd unreachable) is a field of the Review.
+Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes);
+
+// The same deny-list gate on text as it stands (e.g. an inline body already known to be text):
+// offsets are into `text` itself, without extract.h's normalization.
+ScanHits GateText(const Options& options, std::string_view text);
+
+// The review as the API reports it (docs/operations/review.md, "The review record"), without
+// the text: {declared_media_type, detected_media_type, media_type, media_type_mismatch,
+// charset?, review, method, sha256, size, text_bytes, text_truncated, pdf_pages?,
+// deny_list_hits: [{pattern, offset}], hits_truncated, scan, notes, flags}.
+nlohmann::json ReviewToJson(const Review& review);
+
+}  // namespace oml::review

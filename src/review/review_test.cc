@@ -1,0 +1,237 @@
+#include "review/review.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "review/clamd_testing.h"
+#include "review/pdf_testing.h"
+#include "review/test_bytes_testing.h"
+
+namespace oml::review {
+
+inline void PrintTo(const DenyHit& h, std::ostream* os) { *os << "{" << h.pattern_id << ", " << h.offset << "}"; }
+
+namespace {
+
+const std::string kAwsKeyId = "AKIAIOSFODNN7EXAMPLE";
+
+Review Must(const Options& o, std::string_view declared, std::string_view bytes) {
+  auto r = ReviewContent(o, declared, bytes);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : Review{};
+}
+
+TEST(ReviewContentTest, PlainTextIsExtractedNormalizedAndGated) {
+  Review r = Must({}, "text/plain; charset=utf-8", "hello world\r\nkey " + kAwsKeyId + "\r\n");
+  EXPECT_EQ(r.declared_media_type, "text/plain");
+  EXPECT_EQ(r.detected_media_type, "text/plain");
+  EXPECT_EQ(r.media_type, "text/plain");
+  EXPECT_FALSE(r.media_type_mismatch);
+  EXPECT_EQ(r.charset, "us-ascii");
+  EXPECT_EQ(r.kind, ReviewKind::kTextExtraction);
+  EXPECT_EQ(r.method, "text");
+  EXPECT_EQ(r.text, "hello world\nkey " + kAwsKeyId + "\n");
+  // The offset is into the extracted text (CR LF became LF): 12 + 4, not 13 + 4.
+  EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"aws-access-key-id", 16}}));
+  EXPECT_EQ(r.scan.ToString(), "not-configured");
+  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"deny-list"}));
+}
+
+TEST(ReviewContentTest, DigestAndSizeOfTheBytesAsGiven) {
+  Review r = Must({}, "", "hello world\n");
+  EXPECT_EQ(r.sha256_hex, "a948904f2f0f479b8f8197694b30184b0d2ed1c1cd2a1ec0fb85d299a192a447");
+  EXPECT_EQ(r.size, 12u);
+  EXPECT_TRUE(r.Flags().empty());
+}
+
+TEST(ReviewContentTest, MarkdownIsTextUnderItsDeclaredType) {
+  Review r = Must({}, "text/markdown", "# Title\n\nSome *text*.\n");
+  EXPECT_EQ(r.detected_media_type, "text/plain");
+  EXPECT_EQ(r.media_type, "text/markdown");
+  EXPECT_FALSE(r.media_type_mismatch);
+  EXPECT_EQ(r.method, "text");
+  EXPECT_EQ(r.text, "# Title\n\nSome *text*.\n");
+}
+
+TEST(ReviewContentTest, JsonGivesKeysAndStringsAndHitsInThatText) {
+  const std::string json = R"({"name": "ci", "env": {"AWS_ACCESS_KEY_ID": "\u0041KIAIOSFODNN7EXAMPLE", "n": 3}})";
+  Review r = Must({}, "application/json", json);
+  EXPECT_EQ(r.detected_media_type, "application/json");
+  EXPECT_EQ(r.method, "json");
+  EXPECT_EQ(r.text, "name\nci\nenv\nAWS_ACCESS_KEY_ID\n" + kAwsKeyId + "\nn\n");
+  EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"aws-access-key-id", 30}}));  // found only once unescaped
+}
+
+TEST(ReviewContentTest, InvalidJsonDeclaredAsJsonIsReviewedAsTextAndSaysSo) {
+  // libmagic's own JSON check is lenient (it accepts the trailing comma), so invalid JSON may be
+  // detected as JSON or as plain text; either way the JSON parser decides.
+  for (const auto& [broken, detected] :
+       {std::pair<std::string, std::string>{"{\"token\": \"ghp_0123456789abcdefghijklmnopqrstuvwxyz\",}\n", "application/json"},
+        {"{token: \"ghp_0123456789abcdefghijklmnopqrstuvwxyz\"}\n", "text/plain"}}) {
+    Review r = Must({}, "application/json", broken);
+    EXPECT_EQ(r.detected_media_type, detected);
+    EXPECT_EQ(r.media_type, "application/json");
+    EXPECT_FALSE(r.media_type_mismatch);
+    EXPECT_EQ(r.kind, ReviewKind::kTextExtraction);
+    EXPECT_EQ(r.method, "json-invalid-as-text");
+    EXPECT_EQ(r.text, broken);
+    EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"github-token", broken[1] == '"' ? 11u : 9u}})) << broken;
+  }
+}
+
+// Issue 9, "Extraction": a real PDF with a secret pattern is caught.
+TEST(ReviewContentTest, PdfTextIsExtractedAndTheSecretInItCaught) {
+  const std::string pdf = testing::MakePdf({{"Quarterly notes", "nothing here"}, {"deploy with " + kAwsKeyId}});
+  Review r = Must({}, "application/pdf", pdf);
+  EXPECT_EQ(r.detected_media_type, "application/pdf");
+  EXPECT_EQ(r.kind, ReviewKind::kTextExtraction);
+  EXPECT_EQ(r.method, "pdf");
+  EXPECT_EQ(r.pdf_pages, 2);
+  EXPECT_EQ(r.charset, "");
+  EXPECT_EQ(r.text, "Quarterly notes\nnothing here\n\n\fdeploy with " + kAwsKeyId + "\n\n\f");
+  EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"aws-access-key-id", 43}}));
+  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"deny-list"}));
+}
+
+TEST(ReviewContentTest, EncryptedAndCorruptPdfsAreOpaqueWithAClearMethod) {
+  Review enc = Must({}, "application/pdf", testing::MakePdf({{kAwsKeyId}}, /*encrypt=*/true));
+  EXPECT_EQ(enc.kind, ReviewKind::kOpaque);
+  EXPECT_EQ(enc.method, "pdf-encrypted");
+  EXPECT_EQ(enc.text, "");
+  EXPECT_TRUE(enc.hits.empty());
+  EXPECT_EQ(enc.Flags(), (std::vector<std::string>{"not-extracted"}));
+
+  Review bad = Must({}, "application/pdf", "%PDF-1.7\n1 0 obj << /Type /Catalog >>\ntruncated");
+  EXPECT_EQ(bad.kind, ReviewKind::kOpaque);
+  EXPECT_EQ(bad.method, "pdf-unreadable");
+  EXPECT_EQ(bad.Flags(), (std::vector<std::string>{"not-extracted"}));
+}
+
+TEST(ReviewContentTest, BinariesAreOpaque) {
+  for (const auto& [bytes, type] : {std::pair{testing::OnePixelPng(), "image/png"},
+                                    std::pair{testing::EmptyZip(), "application/zip"}}) {
+    Review r = Must({}, type, bytes);
+    EXPECT_EQ(r.detected_media_type, type);
+    EXPECT_EQ(r.kind, ReviewKind::kOpaque);
+    EXPECT_EQ(r.method, "binary");
+    EXPECT_EQ(r.text, "");
+    EXPECT_TRUE(r.hits.empty());
+    EXPECT_FALSE(r.media_type_mismatch);
+    EXPECT_EQ(r.size, bytes.size());
+  }
+}
+
+TEST(ReviewContentTest, TheBytesDecideWhenTheDeclarationDisagrees) {
+  // A PNG declared as text: opaque, flagged as a mismatch.
+  Review png = Must({}, "text/plain", testing::OnePixelPng());
+  EXPECT_EQ(png.media_type, "image/png");
+  EXPECT_TRUE(png.media_type_mismatch);
+  EXPECT_EQ(png.kind, ReviewKind::kOpaque);
+  EXPECT_EQ(png.Flags(), (std::vector<std::string>{"media-type-mismatch"}));
+  // Text declared as an image: extracted and gated all the same.
+  Review txt = Must({}, "image/png", "not an image " + kAwsKeyId);
+  EXPECT_EQ(txt.media_type, "text/plain");
+  EXPECT_TRUE(txt.media_type_mismatch);
+  EXPECT_EQ(txt.method, "text");
+  EXPECT_EQ(txt.hits, (std::vector<DenyHit>{{"aws-access-key-id", 13}}));
+  EXPECT_EQ(txt.Flags(), (std::vector<std::string>{"deny-list", "media-type-mismatch"}));
+  // A PDF declared as octet-stream: nothing was claimed, no mismatch.
+  Review pdf = Must({}, "application/octet-stream", testing::MakePdf({{"x"}}));
+  EXPECT_EQ(pdf.method, "pdf");
+  EXPECT_FALSE(pdf.media_type_mismatch);
+}
+
+TEST(ReviewContentTest, EmptyBytes) {
+  Review r = Must({}, "text/plain", "");
+  EXPECT_EQ(r.kind, ReviewKind::kTextExtraction);
+  EXPECT_EQ(r.method, "empty");
+  EXPECT_EQ(r.text, "");
+  EXPECT_FALSE(r.media_type_mismatch);
+  EXPECT_EQ(r.sha256_hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST(ReviewContentTest, SameBytesSameReview) {
+  const std::string pdf = testing::MakePdf({{"a " + kAwsKeyId}, {"b"}});
+  for (const auto& [type, bytes] : {std::pair<std::string, std::string>{"application/pdf", pdf},
+                                    {"text/plain", "x\r\ny " + kAwsKeyId},
+                                    {"application/json", R"({"k": ["v", "w"]})"}}) {
+    Review a = Must({}, type, bytes), b = Must({}, type, bytes);
+    EXPECT_EQ(a.text, b.text);
+    EXPECT_EQ(ReviewToJson(a).dump(), ReviewToJson(b).dump());
+  }
+}
+
+TEST(ReviewContentTest, TheCapCutsTextAndWhatIsCutIsNotScanned) {
+  Options o;
+  o.max_text_bytes = 16;
+  Review r = Must(o, "text/plain", "0123456789abcdef " + kAwsKeyId);
+  EXPECT_EQ(r.text, "0123456789abcdef");
+  EXPECT_TRUE(r.text_truncated);
+  EXPECT_TRUE(r.hits.empty());
+  EXPECT_EQ(r.notes, (std::vector<std::string>{"text truncated at 16 bytes"}));
+  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"text-truncated"}));
+}
+
+TEST(ReviewContentTest, ClamdScansEveryKindWhenConfigured) {
+  testing::FakeClamd found(testing::FakeClamd::Mode::kFound);
+  Options o;
+  o.clamd_address = found.address();
+  Review r = Must(o, "image/png", testing::OnePixelPng());
+  EXPECT_EQ(r.scan.ToString(), "infected: Eicar-Test-Signature");
+  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"infected"}));
+  ASSERT_EQ(found.sessions().size(), 1u);
+  EXPECT_EQ(found.sessions()[0].data, testing::OnePixelPng());
+
+  testing::FakeClamd clean(testing::FakeClamd::Mode::kClean);
+  o.clamd_address = clean.address();
+  EXPECT_EQ(Must(o, "text/plain", "hello").scan.ToString(), "clean");
+
+  testing::FakeClamd mute(testing::FakeClamd::Mode::kCloseNoAnswer);
+  o.clamd_address = mute.address();
+  Review e = Must(o, "text/plain", "hello");
+  EXPECT_EQ(e.scan.ToString(), "error: clamd closed the connection without an answer");
+  EXPECT_EQ(e.Flags(), (std::vector<std::string>{"scan-error"}));
+}
+
+TEST(ReviewContentTest, JsonRecordNamesHitsButNeverTheSecret) {
+  Review r = Must({}, "text/plain", "k=" + kAwsKeyId);
+  nlohmann::json j = ReviewToJson(r);
+  EXPECT_EQ(j.dump(), nlohmann::json::parse(R"({
+    "declared_media_type": "text/plain", "detected_media_type": "text/plain", "media_type": "text/plain",
+    "media_type_mismatch": false, "charset": "us-ascii", "review": "text-extraction", "method": "text",
+    "sha256": ")" + r.sha256_hex + R"(", "size": 22, "text_bytes": 22, "text_truncated": false,
+    "deny_list_hits": [{"pattern": "aws-access-key-id", "offset": 2}], "hits_truncated": false,
+    "scan": "not-configured", "notes": [], "flags": ["deny-list"]})").dump());
+  EXPECT_EQ(j.dump().find("AKIA"), std::string::npos);
+}
+
+TEST(ReviewContentTest, GateTextScansBodyTextAsItStands) {
+  const std::string body = "line\r\n" + kAwsKeyId;
+  EXPECT_EQ(GateText({}, body).hits, (std::vector<DenyHit>{{"aws-access-key-id", 6}}));
+}
+
+TEST(ReviewContentTest, OptionsFromConfig) {
+  Config c;
+  auto o = OptionsFromConfig(c);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->deny_list.get(), DenyList::Builtin().get());
+  EXPECT_EQ(o->clamd_address, "");
+  EXPECT_EQ(o->max_text_bytes, 8u << 20);
+  EXPECT_EQ(o->clamd_timeout_ms, 30000);
+
+  c.clamd_address = "clamav";
+  auto bad = OptionsFromConfig(c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "clamd_address 'clamav': expected unix:/path, /path or host:port");
+
+  c.clamd_address = "";
+  c.deny_list_file = "/nonexistent/deny.toml";
+  auto missing = OptionsFromConfig(c);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace oml::review
