@@ -29,7 +29,10 @@ def test_submit_fetch_and_receipt_verifies_offline(served, tmp_path):
     assert env["payload"]["ciphertext_sha256"] == doc["ciphertext_sha256"]
     assert set(env["payload"]) == {"artifact_id", "version", "workarea_id", "path", "writer_key_id", "principal",
                                    "provenance", "simulation_id", "media_type", "size", "plaintext_sha256",
-                                   "ciphertext_sha256"}
+                                   "ciphertext_sha256", "review"}
+    # The deny-list gate's record of the body: pattern ids and offsets only, nothing found here.
+    assert env["payload"]["review"] == {"review": "text-extraction", "method": "text", "deny_list_hits": [],
+                                        "hits_truncated": False, "flags": []}
 
     got = d.get(f"/v1/claims/{doc['artifact_id']}", d.writer)
     assert got.status_code == 200

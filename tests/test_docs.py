@@ -13,13 +13,15 @@ def test_openapi_is_valid_3_1_and_covers_every_route():
     spec = yaml.safe_load((ROOT / "docs" / "api" / "openapi.yaml").read_text())
     validate(spec)  # raises on an invalid document
     assert spec["openapi"].startswith("3.1")
-    server = (ROOT / "src" / "api" / "server.cc").read_text()
+    # The tus routes (/v1/uploads) are listed in src/api/uploads_handlers.cc.
+    server = (ROOT / "src" / "api" / "server.cc").read_text() + (ROOT / "src" / "api" / "uploads_handlers.cc").read_text()
     # Routes are {"METHOD", "regex", "name", body policy, handler} (src/api/http.h Route); /metrics
     # is the metrics listener's only route.
+    methods = ("get", "post", "head", "patch", "delete", "options")
     routes = {(m.capitalize(), name) for m, name in
-              re.findall(r'\{"(GET|POST)", "[^"]*", "([^"]+)", (?:BP|http::BodyPolicy)::', server)}
-    assert len(routes) == 9, routes
-    documented = {(m.capitalize(), p) for p, ops in spec["paths"].items() for m in ops if m in ("get", "post")}
+              re.findall(r'\{"(GET|POST|HEAD|PATCH|DELETE|OPTIONS)", "[^"]*", "([^"]+)", (?:BP|http::BodyPolicy)::', server)}
+    assert len(routes) == 17, routes
+    documented = {(m.capitalize(), p) for p, ops in spec["paths"].items() for m in ops if m in methods}
     assert routes == documented
 
 
@@ -89,8 +91,14 @@ def test_openapi_field_schemas_accept_exactly_what_the_server_accepts():
     assert prop("SubmitRequest", "media_type").is_valid(None)
     assert prop("SubmitRequest", "simulation_id").is_valid(None)
     assert prop("EraseRequest", "reason").is_valid(None)
-    # Every journalled string member of a request is bounded: a maxLength or an enum.
+    # Every journalled string member of a request is bounded: a maxLength or an enum; an array
+    # member (attachments) by maxItems and bounded items.
     for obj in ("SubmitRequest", "EraseRequest"):
         for name, p in schemas[obj]["properties"].items():
-            if name != "body":  # bounded by max_body_bytes, never journalled
-                assert "maxLength" in p or "enum" in p, (obj, name)
+            if name == "body":  # bounded by max_body_bytes, never journalled
+                continue
+            if "array" in p.get("type", []):
+                assert p.get("maxItems") == 16 and p.get("uniqueItems") is True, (obj, name)
+                assert schemas["Uuid"].get("pattern") or schemas["Uuid"].get("format") == "uuid", (obj, name)
+                continue
+            assert "maxLength" in p or "enum" in p, (obj, name)

@@ -312,7 +312,7 @@ def test_a_long_target_is_414_and_trailers_never_become_headers(hostile):
 
 def test_a_method_a_path_does_not_take_is_405_with_allow(hostile):
     d = hostile
-    for method, path, allow in [("TRACE", "/v1/claims", "POST"), ("DELETE", "/v1/chain/head", "GET"),
+    for method, path, allow in [("TRACE", "/v1/claims", "GET, POST"), ("DELETE", "/v1/chain/head", "GET"),
                                 ("PUT", "/v1/claims/abc", "GET"), ("GET", "/v1/claims/abc/erase", "POST"),
                                 ("OPTIONS", "/v1/events", "GET")]:
         r = requests.request(method, d.base + path, timeout=10)

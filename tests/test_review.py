@@ -77,7 +77,9 @@ def test_accept_promotes_and_enqueues_one_silver_row(served):
     assert env["payload"] == {"artifact_id": art, "version": 1, "workarea_id": "wa-9",
                               "plaintext_sha256": claim["plaintext_sha256"],
                               "ciphertext_sha256": claim["ciphertext_sha256"],
-                              "reason": "checked twice", "verdict": "accept"}
+                              "reason": "checked twice", "verdict": "accept",
+                              # The review gate's record (no attachments, nothing flagged).
+                              "flags": [], "attachments_served": 0}
     assert b"the promoted body" not in signed
 
     rows = silver_rows(d)

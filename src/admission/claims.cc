@@ -1,8 +1,12 @@
 #include "admission/claims.h"
 
+#include "admission/attachments.h"
+#include "review/review.h"
+
 #include <regex>
 
 #include "admission/fields.h"
+#include "admission/recall.h"
 
 namespace oml::admission {
 namespace {
@@ -79,7 +83,7 @@ constexpr int kIdempotencyPurgeBatch = 8;
 const char* kSelectMeta =
     "SELECT artifact_id, version, workarea_id, path, principal, writer_key_id, provenance, simulation_id, "
     "media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq, erased_seq, "
-    "promoted_seq, rejected_seq, demoted_seq "
+    "promoted_seq, rejected_seq, demoted_seq, body_review::text "
     "FROM oml.artifacts WHERE tenant_id = $1 AND artifact_id = $2 ORDER BY version DESC LIMIT 1";
 
 }  // namespace
@@ -109,6 +113,27 @@ Status Claims::CheckSubmit(const Caller& c, const SubmitRequest& req) const {
   return Status::Ok();
 }
 
+namespace {
+
+// Hits listed in a signed body review at most (the rest is counted in hits_truncated).
+constexpr size_t kMaxSignedHits = 100;
+
+// The deny-list gate's record of an inline body, as claim.submitted signs it: never the matched
+// text, only pattern ids and offsets.
+nlohmann::json BodyReview(const review::Options& opts, const std::string& body) {
+  review::ScanHits h = review::GateText(opts, body);
+  nlohmann::json hits = nlohmann::json::array();
+  for (size_t i = 0; i < h.hits.size() && i < kMaxSignedHits; ++i)
+    hits.push_back({{"pattern", h.hits[i].pattern_id}, {"offset", h.hits[i].offset}});
+  return {{"review", "text-extraction"},
+          {"method", "text"},
+          {"deny_list_hits", hits},
+          {"hits_truncated", h.truncated || h.hits.size() > kMaxSignedHits},
+          {"flags", h.hits.empty() ? nlohmann::json::array() : nlohmann::json::array({"deny-list"})}};
+}
+
+}  // namespace
+
 Result<SubmitResult> Claims::Submit(const Caller& c, const SubmitRequest& req) {
   OML_RETURN_IF_ERROR(CheckSubmit(c, req));
   return DoSubmit(c, req, nullptr);
@@ -127,6 +152,15 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
   m.media_type = req.media_type;
   m.size = static_cast<int64_t>(req.body.size());
   m.state = "held";
+
+  // Attachments are read, checked and reviewed before anything is signed (attachments.h).
+  std::vector<PreparedAttachment> prepared;
+  if (!req.attachments.empty()) {
+    if (attachments_ == nullptr)
+      return FailedPrecondition("this server does not take attachments", "attachments-unavailable");
+    OML_ASSIGN_OR_RETURN(prepared, attachments_->Prepare(c, req.attachments));
+  }
+  if (attachments_ != nullptr) m.body_review = BodyReview(attachments_->review_options(), req.body);
 
   // Encrypt before signing: both digests exist when the event is signed.
   const crypto::SecureBytes dek(crypto::RandomBytes(32));  // wiped on every return
@@ -148,17 +182,20 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
                             {"size", m.size},
                             {"plaintext_sha256", crypto::Hex(m.plaintext_sha256)},
                             {"ciphertext_sha256", crypto::Hex(m.ciphertext_sha256)}};
+  if (!m.body_review.is_null()) payload["review"] = m.body_review;
+  if (!prepared.empty()) payload["attachments"] = Attachments::Binding(prepared);
   journal::EventSpec ev{"claim.submitted", c.principal, payload, nlohmann::json::object(), nullptr};
   const std::string tenant = c.tenant_id, kek_id = kek_->kek_id();
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
     std::vector<db::Stmt> stmts = {
             {"INSERT INTO oml.artifacts (tenant_id, artifact_id, version, workarea_id, path, principal, writer_key_id, "
-             "provenance, simulation_id, media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq) "
-             "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,'held',$14)",
+             "provenance, simulation_id, media_type, size_bytes, plaintext_sha256, ciphertext_sha256, state, submitted_seq, "
+             "body_review) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,'held',$14,$15::jsonb)",
              {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Text(m.workarea_id), db::Text(m.path),
               db::Text(m.principal), db::Text(m.writer_key_id), db::Text(m.provenance),
               m.simulation_id ? db::Text(*m.simulation_id) : db::Null(), db::Text(m.media_type), db::Int(m.size),
-              db::Bytes(m.plaintext_sha256), db::Bytes(m.ciphertext_sha256), db::Int(seq)},
+              db::Bytes(m.plaintext_sha256), db::Bytes(m.ciphertext_sha256), db::Int(seq),
+              m.body_review.is_null() ? db::Null() : db::Text(m.body_review.dump())},
              "oml_claim_insert"},
             {"INSERT INTO oml.artifact_bodies (tenant_id, artifact_id, version, ciphertext) VALUES ($1,$2,$3,$4)",
              {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Bytes(ct)},
@@ -174,9 +211,26 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
     return stmts;
   };
   ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
-  OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
-  m.submitted_seq = rc.seq;
-  return SubmitResult{m, rc};
+  if (prepared.empty()) {
+    OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
+    m.submitted_seq = rc.seq;
+    return SubmitResult{m, rc};
+  }
+  // claim.submitted and its submission.attach events: consecutive seqs, one transaction.
+  std::vector<journal::EventSpec> attach = attachments_->AttachEvents(c, m.artifact_id, m.version, prepared);
+  std::vector<const journal::EventSpec*> all = {&ev};
+  for (const auto& e : attach) all.push_back(&e);
+  OML_ASSIGN_OR_RETURN(journal::Journal::Txn tx, journal_->Begin());
+  auto rcs = tx.AppendMany(c.tenant_id, all, /*commit_now=*/true);
+  if (!rcs.ok()) {
+    if (rcs.status().type() == db::kZeroRowsGuard)
+      return NotFound("an attached upload was attached by another claim, cancelled or expired meanwhile",
+                      "upload-not-found");
+    return rcs.status();
+  }
+  attachments_->DropLeftoverParts(c.tenant_id, prepared);
+  m.submitted_seq = rcs->front().seq;
+  return SubmitResult{m, rcs->front()};
 }
 
 Result<std::optional<ClaimMeta>> Claims::Load(db::Conn& conn, const std::string& tenant, const std::string& artifact_id) {
@@ -201,6 +255,7 @@ Result<std::optional<ClaimMeta>> Claims::Load(db::Conn& conn, const std::string&
   if (!r.IsNull(0, 15)) m.promoted_seq = r.GetInt(0, 15);
   if (!r.IsNull(0, 16)) m.rejected_seq = r.GetInt(0, 16);
   if (!r.IsNull(0, 17)) m.demoted_seq = r.GetInt(0, 17);
+  if (!r.IsNull(0, 18)) m.body_review = nlohmann::json::parse(r.Get(0, 18), nullptr, /*allow_exceptions=*/false);
   return std::optional<ClaimMeta>(m);
 }
 
@@ -260,6 +315,17 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
                             {"plaintext_sha256", crypto::Hex(meta.plaintext_sha256)},
                             {"ciphertext_sha256", crypto::Hex(meta.ciphertext_sha256)},
                             {"reason", reason}};
+  // Attachments of every version: their keys are destroyed with the artifact's, then the objects
+  // are deleted (attachments.h). The event lists the ciphertext digests it shreds.
+  std::vector<Attachment> atts;
+  if (attachments_ != nullptr) {
+    OML_ASSIGN_OR_RETURN(atts, attachments_->ListAllVersions(c.tenant_id, artifact_id));
+    if (!atts.empty()) {
+      nlohmann::json shredded = nlohmann::json::array();
+      for (const auto& a : atts) shredded.push_back(crypto::Hex(a.ciphertext_sha256));
+      payload["attachments_ciphertext_sha256"] = shredded;
+    }
+  }
   journal::EventSpec ev{"artifact.erased", c.principal, payload, nlohmann::json::object(), nullptr};
   const std::string tenant = c.tenant_id;
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
@@ -272,6 +338,8 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
              {db::Text(tenant), db::Text(artifact_id)}},
             // Retracts every version that was ever promoted from silver/claims (state "erased").
             {kEnqueueSilver, {db::Text(tenant), db::Text(artifact_id), db::Null(), db::Int(seq)}, "oml_silver_enqueue"}};
+    if (!atts.empty())
+      for (auto& st : Attachments::EraseFold(tenant, artifact_id)) stmts.push_back(std::move(st));
     if (extra != nullptr) {
       ClaimMeta at = meta;
       at.state = "erased";
@@ -287,6 +355,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
       return Status(Code::kGone, "claim " + artifact_id + " was erased concurrently", "erased");
     return rc.status();
   }
+  if (!atts.empty()) attachments_->DeleteObjects(atts);
   meta.state = "erased";
   meta.erased_seq = rc->seq;
   return std::make_pair(meta, *rc);
@@ -334,6 +403,25 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   };
   OML_ASSIGN_OR_RETURN(ClaimMeta meta, LoadNewest(c, artifact_id));
   OML_RETURN_IF_ERROR(refusal(meta));
+  // Promotion indexes the claim's text for search (admission/recall.h, sql/0012): the body is
+  // read and checked as Fetch serves it (digests verified; kek-unavailable or integrity refuse
+  // the promotion) and becomes a fold statement of claim.promoted, after the state UPDATE.
+  // Leaving 'promoted' later removes the text in that event's transaction (sql/0012 trigger).
+  // Attachments (attachments.h): a verdict needs every attachment served to this reviewer; it
+  // records the claim's flags; an accept copies the ciphertext to the bodies bucket first.
+  std::vector<Attachment> atts;
+  if (attachments_ != nullptr && act != ReviewAct::kDemote) {
+    OML_RETURN_IF_ERROR(attachments_->CheckAllServed(c, meta));
+    OML_ASSIGN_OR_RETURN(atts, attachments_->List(c.tenant_id, artifact_id, meta.version));
+  }
+  std::optional<db::Stmt> search_text;
+  if (act == ReviewAct::kAccept) {
+    OML_ASSIGN_OR_RETURN(FetchResult body, Fetch(c, artifact_id));
+    const bool same = body.meta.version == meta.version && body.meta.plaintext_sha256 == meta.plaintext_sha256;
+    if (same) search_text = SearchTextFold(c.tenant_id, artifact_id, meta.version, body.body);
+    crypto::Wipe(&body.body);
+    if (!same) return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
+  }
 
   nlohmann::json payload = {{"artifact_id", artifact_id},
                             {"version", meta.version},
@@ -342,6 +430,11 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
                             {"ciphertext_sha256", crypto::Hex(meta.ciphertext_sha256)},
                             {"reason", reason}};
   if (rule.verdict != nullptr) payload["verdict"] = rule.verdict;
+  if (attachments_ != nullptr && act != ReviewAct::kDemote) {
+    payload["flags"] = Attachments::VerdictFlags(meta.body_review, atts);
+    payload["attachments_served"] = atts.size();
+  }
+  if (act == ReviewAct::kAccept && !atts.empty()) OML_RETURN_IF_ERROR(attachments_->CopyToBodies(atts));
   journal::EventSpec ev = ReviewEvent(act, c.principal, std::move(payload));
   const std::string tenant = c.tenant_id;
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
@@ -354,6 +447,9 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
          {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Text(rule.to), db::Int(seq),
           db::Text(rule.from)},
          rule.fold_name}};
+    if (search_text) stmts.push_back(*search_text);
+    if (act == ReviewAct::kAccept && !atts.empty())
+      stmts.push_back(Attachments::PromoteFold(tenant, artifact_id, meta.version));
     if (rule.silver)
       stmts.push_back({kEnqueueSilver, {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Int(seq)},
                        "oml_silver_enqueue"});
@@ -376,6 +472,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
     if (Status s = refusal(now); !s.ok()) return s;
     return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
   }
+  if (act == ReviewAct::kAccept && !atts.empty()) attachments_->DropQuarantineCopies(atts);
   meta.state = rule.to;
   if (act == ReviewAct::kAccept) meta.promoted_seq = rc->seq;
   if (act == ReviewAct::kReject) meta.rejected_seq = rc->seq;

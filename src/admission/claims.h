@@ -27,6 +27,9 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "crypto/crypto.h"
@@ -52,6 +55,9 @@ struct SubmitRequest {
   std::string provenance;  // human | agent | tool | import
   std::optional<std::string> simulation_id;
   std::string media_type = "text/plain";
+  // Ids of completed uploads of the caller's API key (uploads/uploads.h), attached in this order
+  // (admission/attachments.h). Empty: no attachments.
+  std::vector<std::string> attachments;
 };
 
 struct ClaimMeta {
@@ -65,6 +71,9 @@ struct ClaimMeta {
   std::optional<int64_t> erased_seq;
   // Seqs of the review events (sql/0009); promoted_seq stays set after demotion and erasure.
   std::optional<int64_t> promoted_seq, rejected_seq, demoted_seq;
+  // The deny-list gate's record of the body (sql/0013 artifacts.body_review; as signed in
+  // claim.submitted "review"); null for claims submitted without the gate.
+  nlohmann::json body_review;
 };
 
 // A review act on a claim's newest version. Each is one event type, allowed from one state:
@@ -113,6 +122,8 @@ using RenderResponse = std::function<std::pair<int, nlohmann::json>(const ClaimM
 // the KEK rotation, admission/kek_rotation.h, which re-wraps under the same AAD).
 std::string DekAad(const std::string& tenant, const std::string& artifact_id);
 
+class Attachments;  // admission/attachments.h
+
 class Claims {
  public:
   Claims(journal::Journal* journal, db::Pool* pool, const crypto::KekProvider* kek, uint64_t max_body_bytes)
@@ -157,6 +168,9 @@ class Claims {
   // Payload (digest-only, never a body): artifact_id, version, workarea_id, plaintext_sha256,
   // ciphertext_sha256 (lowercase hex), reason ("" if none), and verdict ("accept" | "reject") for
   // kAccept / kReject.
+  // kAccept also indexes the body for search (admission/recall.h, SearchTextFold in its fold): it
+  // reads the body as Fetch does first, so Fetch's kDataLoss "integrity" or kUnavailable
+  // "kek-unavailable" refuse the promotion, and nothing is journalled.
   Result<std::pair<ClaimMeta, journal::Receipt>> Review(const Caller& c, const std::string& artifact_id, ReviewAct act,
                                                         const std::string& reason);
 
@@ -167,6 +181,19 @@ class Claims {
   // Review at most once per key, as above (the reason check comes before the key is looked up).
   Result<WriteResponse> ReviewOnce(const Caller& c, const std::string& artifact_id, ReviewAct act,
                                    const std::string& reason, const IdempotencyKey& idem, const RenderResponse& render);
+
+  // Attachments and the review gate (admission/attachments.h; not owned, may be null: then a
+  // submission naming attachments is refused with kFailedPrecondition "attachments-unavailable"
+  // and bodies are not gated). With it:
+  //   Submit    gates the body with the deny-list (claim.submitted "review") and attaches
+  //             req.attachments (claim.submitted "attachments" + one submission.attach each, in
+  //             one transaction);
+  //   Review    accept/reject need every attachment served to the reviewer (409
+  //             "attachments-not-served") and record the claim's flags ("flags"); accept copies
+  //             the attachments to the bodies bucket first and drops the quarantine copies after;
+  //   Erase     destroys the attachments' keys with the artifact's and then deletes the objects.
+  void set_attachments(Attachments* a) { attachments_ = a; }
+  Attachments* attachments() const { return attachments_; }
 
   static bool ValidUuid(const std::string& s);
   // OK iff `key` is 1..255 characters of printable ASCII (0x20..0x7E); else kInvalidArgument
@@ -198,6 +225,7 @@ class Claims {
   db::Pool* pool_;
   const crypto::KekProvider* kek_;
   uint64_t max_body_;
+  Attachments* attachments_ = nullptr;
 };
 
 }  // namespace oml::admission

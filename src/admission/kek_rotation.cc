@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/sync_point.h"
 #include "journal/provider.h"
+#include "uploads/uploads.h"
 
 namespace oml::admission {
 namespace {
@@ -12,14 +13,31 @@ namespace {
 constexpr int64_t kRotationLockKey = 0x6f6d6c6b656bLL;
 const char kNilUuid[] = "00000000-0000-0000-0000-000000000000";
 
-// Rows of `tenant` not under `kek_id`, per kek_id.
+// The tables that hold wrapped DEKs. Each row's DEK is wrapped under aad(tenant, id); rows
+// without a DEK (wrapped_dek and kek_id NULL) are never selected (NULL <> x is not true).
+struct KeyTable {
+  const char* table;  // in schema oml
+  const char* id;     // the row's uuid id column
+  std::string (*aad)(const std::string& tenant, const std::string& id);
+};
+const KeyTable kKeyTables[] = {
+    {"artifact_keys", "artifact_id", &DekAad},
+    // Upload sessions (sql/0011): active and complete sessions hold a DEK; final others none.
+    {"upload_sessions", "upload_id", &uploads::UploadDekAad},
+    // Attachments (sql/0013): the DEK moves here from its upload session when a claim attaches it.
+    {"attachment_keys", "upload_id", &uploads::UploadDekAad},
+};
+
+// Rows of `tenant` not under `kek_id`, per kek_id, in every key table.
 Result<std::map<std::string, int64_t>> CountOthers(db::Pool& pool, const std::string& tenant, const std::string& kek_id) {
-  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-  OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {"SELECT kek_id, count(*) FROM oml.artifact_keys "
-                                                      "WHERE tenant_id = $1 AND kek_id <> $2 GROUP BY kek_id",
-                                                      {db::Text(tenant), db::Text(kek_id)}}));
   std::map<std::string, int64_t> out;
-  for (int i = 0; i < r.size(); ++i) out[r.Get(i, 0)] = r.GetInt(i, 1);
+  for (const KeyTable& kt : kKeyTables) {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(tenant, {std::string("SELECT kek_id, count(*) FROM oml.") + kt.table +
+                                                            " WHERE tenant_id = $1 AND kek_id <> $2 GROUP BY kek_id",
+                                                        {db::Text(tenant), db::Text(kek_id)}}));
+    for (int i = 0; i < r.size(); ++i) out[r.Get(i, 0)] += r.GetInt(i, 1);
+  }
   return out;
 }
 
@@ -66,61 +84,63 @@ Result<KekRotationReport> RotateKek(journal::Journal& journal, const crypto::Kek
   std::map<std::string, int64_t> unknown;  // kek_id -> rows no loaded KEK unwraps
   OML_ASSIGN_OR_RETURN(auto tenants, journal::ListTenants(pool));
   for (const auto& t : tenants) {
-    std::string cursor = kNilUuid;
-    for (;;) {
-      OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-      TxnGuard txn{*c};  // declared after the handle: rolls back before the connection goes back
-      OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
-                                                 db::ScopeTo(t.tenant_id),
-                                                 {"SELECT artifact_id, kek_id, wrapped_dek FROM oml.artifact_keys "
-                                                  "WHERE tenant_id = $1 AND kek_id <> $2 AND artifact_id > $3::uuid "
-                                                  "ORDER BY artifact_id LIMIT $4 FOR UPDATE",
-                                                  {db::Text(t.tenant_id), db::Text(rep.kek_id), db::Text(cursor),
-                                                   db::Int(opts.batch_size)}}}));
-      const db::Rows& rows = rs[2];
-      if (rows.size() == 0) break;  // TxnGuard rolls the empty transaction back
-      cursor = rows.Get(rows.size() - 1, 0);
-      std::vector<db::Stmt> updates;
-      std::map<std::string, int64_t> batch_from;
-      for (int i = 0; i < rows.size(); ++i) {
-        const std::string artifact = rows.Get(i, 0), old_id = rows.Get(i, 1);
-        const crypto::KekProvider* from = target.Holds(old_id) ? &target : sources.Holds(old_id) ? &sources : nullptr;
-        if (from == nullptr) {
-          ++unknown[old_id];
-          continue;
+    for (const KeyTable& kt : kKeyTables) {
+      std::string cursor = kNilUuid;
+      for (;;) {
+        OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+        TxnGuard txn{*c};  // declared after the handle: rolls back before the connection goes back
+        OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
+                                                   db::ScopeTo(t.tenant_id),
+                                                   {std::string("SELECT ") + kt.id + ", kek_id, wrapped_dek FROM oml." + kt.table +
+                                                        " WHERE tenant_id = $1 AND kek_id <> $2 AND " + kt.id +
+                                                        " > $3::uuid ORDER BY " + kt.id + " LIMIT $4 FOR UPDATE",
+                                                    {db::Text(t.tenant_id), db::Text(rep.kek_id), db::Text(cursor),
+                                                     db::Int(opts.batch_size)}}}));
+        const db::Rows& rows = rs[2];
+        if (rows.size() == 0) break;  // TxnGuard rolls the empty transaction back
+        cursor = rows.Get(rows.size() - 1, 0);
+        std::vector<db::Stmt> updates;
+        std::map<std::string, int64_t> batch_from;
+        for (int i = 0; i < rows.size(); ++i) {
+          const std::string artifact = rows.Get(i, 0), old_id = rows.Get(i, 1);
+          const crypto::KekProvider* from = target.Holds(old_id) ? &target : sources.Holds(old_id) ? &sources : nullptr;
+          if (from == nullptr) {
+            ++unknown[old_id];
+            continue;
+          }
+          const std::string aad = kt.aad(t.tenant_id, artifact);
+          auto dek = from->UnwrapFrom(old_id, rows.GetBytes(i, 2), aad);
+          if (!dek.ok())
+            return Status(dek.status().code(),
+                          "tenant " + t.name + " " + kt.table + " " + artifact + ": DEK recorded under " + old_id +
+                              " does not unwrap: " + dek.status().message(),
+                          dek.status().type());
+          auto wrapped = target.Wrap(dek->view(), aad);
+          dek->Wipe();
+          if (!wrapped.ok()) return wrapped.status();
+          // Guarded by the old id: the row is locked, so it still holds what was read.
+          updates.push_back({std::string("WITH u AS (UPDATE oml.") + kt.table + " SET kek_id = $3, wrapped_dek = $4 "
+                             "WHERE tenant_id = $1 AND " + kt.id + " = $2 AND kek_id = $5 RETURNING 1) "
+                             "SELECT 1/count(*) FROM u",
+                             {db::Text(t.tenant_id), db::Text(artifact), db::Text(rep.kek_id), db::Bytes(*wrapped),
+                              db::Text(old_id)}});
+          ++batch_from[old_id];
         }
-        const std::string aad = DekAad(t.tenant_id, artifact);
-        auto dek = from->UnwrapFrom(old_id, rows.GetBytes(i, 2), aad);
-        if (!dek.ok())
-          return Status(dek.status().code(),
-                        "tenant " + t.name + " artifact " + artifact + ": DEK recorded under " + old_id +
-                            " does not unwrap: " + dek.status().message(),
-                        dek.status().type());
-        auto wrapped = target.Wrap(dek->view(), aad);
-        dek->Wipe();
-        if (!wrapped.ok()) return wrapped.status();
-        // Guarded by the old id: the row is locked, so it still holds what was read.
-        updates.push_back({"WITH u AS (UPDATE oml.artifact_keys SET kek_id = $3, wrapped_dek = $4 "
-                           "WHERE tenant_id = $1 AND artifact_id = $2 AND kek_id = $5 RETURNING 1) "
-                           "SELECT 1/count(*) FROM u",
-                           {db::Text(t.tenant_id), db::Text(artifact), db::Text(rep.kek_id), db::Bytes(*wrapped),
-                            db::Text(old_id)}});
-        ++batch_from[old_id];
+        if (updates.empty()) continue;  // only rows under unknown KEKs: rolled back, next batch
+        updates.push_back({"COMMIT", {}});
+        auto done = c->Pipeline(updates);
+        if (!done.ok()) return done.status();
+        txn.open = false;
+        OML_RETURN_IF_ERROR(c->CommitVerdict(done->back()));
+        ++rep.batches;
+        for (const auto& [id, n] : batch_from) {
+          rep.rewrapped_from[id] += n;
+          rep.rewrapped += n;
+        }
+        log::Info("kek rotation batch committed", {{"tenant", t.name}, {"rewrapped", static_cast<int64_t>(updates.size() - 1)},
+                                                   {"total", rep.rewrapped}});
+        OML_RETURN_IF_ERROR(OML_SYNC_POINT("kek.rotate.after_batch"));
       }
-      if (updates.empty()) continue;  // only rows under unknown KEKs: rolled back, next batch
-      updates.push_back({"COMMIT", {}});
-      auto done = c->Pipeline(updates);
-      if (!done.ok()) return done.status();
-      txn.open = false;
-      OML_RETURN_IF_ERROR(c->CommitVerdict(done->back()));
-      ++rep.batches;
-      for (const auto& [id, n] : batch_from) {
-        rep.rewrapped_from[id] += n;
-        rep.rewrapped += n;
-      }
-      log::Info("kek rotation batch committed", {{"tenant", t.name}, {"rewrapped", static_cast<int64_t>(updates.size() - 1)},
-                                                 {"total", rep.rewrapped}});
-      OML_RETURN_IF_ERROR(OML_SYNC_POINT("kek.rotate.after_batch"));
     }
   }
 
@@ -138,11 +158,13 @@ Result<KekRotationReport> RotateKek(journal::Journal& journal, const crypto::Kek
   for (const auto& t : tenants) {
     OML_ASSIGN_OR_RETURN(auto others, CountOthers(pool, t.tenant_id, rep.kek_id));
     for (const auto& [id, n] : others) left += n;
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(t.tenant_id, {"SELECT count(*) FROM oml.artifact_keys "
-                                                             "WHERE tenant_id = $1 AND kek_id = $2",
-                                                             {db::Text(t.tenant_id), db::Text(rep.kek_id)}}));
-    rep.keys += r.GetInt(0, 0);
+    for (const KeyTable& kt : kKeyTables) {
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool.Acquire());
+      OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(t.tenant_id, {std::string("SELECT count(*) FROM oml.") + kt.table +
+                                                                   " WHERE tenant_id = $1 AND kek_id = $2",
+                                                               {db::Text(t.tenant_id), db::Text(rep.kek_id)}}));
+      rep.keys += r.GetInt(0, 0);
+    }
   }
   if (left > 0)
     return FailedPrecondition(std::to_string(left) +

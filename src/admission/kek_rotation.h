@@ -1,8 +1,10 @@
 // KEK rotation (`oml kek rotate`): re-wraps every stored DEK under a new KEK.
 //
 // Each row of oml.artifact_keys holds one DEK wrapped under the KEK its kek_id names
-// (sql/0006_kek_id.sql). RotateKek walks every tenant's rows in artifact_id order, in batches;
-// each batch is one transaction scoped to the tenant:
+// (sql/0006_kek_id.sql); so does each upload session that still has a DEK (oml.upload_sessions,
+// sql/0011: active and complete sessions, AAD uploads::UploadDekAad). RotateKek walks every
+// tenant's rows of each table in id order, in batches; each batch is one transaction scoped to
+// the tenant (shown for artifact_keys; upload_sessions by upload_id alike):
 //
 //   BEGIN; scope; SELECT ... WHERE kek_id <> <new id> AND artifact_id > <cursor>
 //                        ORDER BY artifact_id LIMIT <batch> FOR UPDATE

@@ -6,6 +6,9 @@
 #include <thread>
 
 #include "api/http.h"
+#include "api/attachments_handlers.h"
+#include "api/recall_handlers.h"
+#include "api/uploads_handlers.h"
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -40,6 +43,13 @@ const char* DefaultSlug(Code c) {
 int HttpStatus(const Status& s) {
   // Refined by type: well-formed, but its Idempotency-Key belongs to another request.
   if (s.type() == "idempotency-key-reused") return 422;
+  // tus (api/uploads_handlers.h): statuses the protocol fixes.
+  if (s.type() == "checksum-mismatch") return 460;
+  if (s.type() == "digest-mismatch") return 422;
+  if (s.type() == "tus-version-unsupported") return 412;
+  if (s.type() == "unsupported-media-type") return 415;
+  // Attachments (admission/attachments.h): a Range past the end.
+  if (s.type() == "range-not-satisfiable") return 416;
   switch (s.code()) {
     case Code::kOk: return 200;
     case Code::kInvalidArgument: return 400;
@@ -207,7 +217,8 @@ struct Server::Impl {
             {"erased_seq", m.erased_seq ? json(*m.erased_seq) : json(nullptr)},
             {"promoted_seq", m.promoted_seq ? json(*m.promoted_seq) : json(nullptr)},
             {"rejected_seq", m.rejected_seq ? json(*m.rejected_seq) : json(nullptr)},
-            {"demoted_seq", m.demoted_seq ? json(*m.demoted_seq) : json(nullptr)}};
+            {"demoted_seq", m.demoted_seq ? json(*m.demoted_seq) : json(nullptr)},
+            {"review", m.body_review}};
   }
 
   // Parses a JSON object body allowing only `allowed` members.
@@ -287,9 +298,19 @@ struct Server::Impl {
     if (Status g = DurabilityGate(); !g.ok()) return Problem(res, req, g);
     auto idem = IdempotencyKeyOf(req);
     if (!idem.ok()) return Problem(res, req, idem.status());
-    auto j = ParseObject(req, {"body", "workarea_id", "path", "provenance", "simulation_id", "media_type"});
+    auto j = ParseObject(req, {"body", "workarea_id", "path", "provenance", "simulation_id", "media_type", "attachments"});
     if (!j.ok()) return Problem(res, req, j.status());
     admission::SubmitRequest sr;
+    if (j->contains("attachments") && !(*j)["attachments"].is_null()) {
+      const json& a = (*j)["attachments"];
+      if (!a.is_array())
+        return Problem(res, req, InvalidArgument("field 'attachments' must be an array of upload ids", "invalid-field"));
+      for (const auto& id : a) {
+        if (!id.is_string())
+          return Problem(res, req, InvalidArgument("field 'attachments' must be an array of upload ids", "invalid-field"));
+        sr.attachments.push_back(id.get<std::string>());
+      }
+    }
     auto body = StringField(*j, "body", true);
     auto wa = StringField(*j, "workarea_id", true);
     auto path = StringField(*j, "path", true);
@@ -329,8 +350,55 @@ struct Server::Impl {
     auto out = d.claims->Fetch(*caller, req.captures[0]);
     if (!out.ok()) return Problem(res, req, out.status());
     json j = MetaJson(out->meta);
+    if (admission::Attachments* atts = d.claims->attachments()) {
+      // Serving a held claim's body to a reviewer journals review.served (item 0) first.
+      if (Status g = ServeGate(*caller, out->meta); !g.ok()) return Problem(res, req, g);
+      Status served = atts->RecordServed(*caller, out->meta, 0, out->meta.plaintext_sha256, out->meta.ciphertext_sha256);
+      if (!served.ok()) return Problem(res, req, served);
+      auto list = atts->List(caller->tenant_id, out->meta.artifact_id, out->meta.version);
+      if (!list.ok()) return Problem(res, req, list.status());
+      j["attachments"] = json::array();
+      for (const auto& a : *list) j["attachments"].push_back(AttachmentJson(a));
+    }
     j["body"] = out->body;
     Json(res, 200, j);
+  }
+
+  // A serve that journals review.served (a reviewer or admin reading a held claim) is a write:
+  // it passes the write and durability gates.
+  Status ServeGate(const admission::Caller& c, const admission::ClaimMeta& m) {
+    if ((c.role != "reviewer" && c.role != "admin") || m.state != "held") return Status::Ok();
+    OML_RETURN_IF_ERROR(WriteGate(c));
+    return DurabilityGate();
+  }
+
+  // GET /v1/claims/{id}/attachments/{n}: api/attachments_handlers.h.
+  void GetAttachment(const http::Request& req, http::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
+    admission::Attachments* atts = d.claims->attachments();
+    const int ordinal = std::atoi(req.captures[1].c_str());  // the route takes 1..3 digits
+    if (atts == nullptr || ordinal < 1 || ordinal > admission::kMaxAttachments)
+      return Problem(res, req, NotFound("no attachment " + req.captures[1], "attachment-not-found"));
+    auto range = ParseRange(req);
+    if (!range.ok()) return Problem(res, req, range.status());
+    auto claim = d.claims->Fetch(*caller, req.captures[0]);  // visibility (404) and erasure (410)
+    if (!claim.ok()) return Problem(res, req, claim.status());
+    crypto::Wipe(&claim->body);
+    if (Status g = ServeGate(*caller, claim->meta); !g.ok()) return Problem(res, req, g);
+    auto served = atts->Serve(*caller, claim->meta, ordinal, *range);
+    if (!served.ok()) {
+      Problem(res, req, served.status());
+      if (served.status().type() == "range-not-satisfiable") {
+        auto list = atts->List(caller->tenant_id, claim->meta.artifact_id, claim->meta.version);
+        if (list.ok())
+          for (const auto& a : *list)
+            if (a.ordinal == ordinal) res.SetHeader("Content-Range", "bytes */" + std::to_string(a.size));
+      }
+      return;
+    }
+    AttachmentResponse(*served, res);
   }
 
   void EraseClaim(const http::Request& req, http::Response& res) {
@@ -409,6 +477,18 @@ struct Server::Impl {
   }
   void VerdictClaim(const http::Request& req, http::Response& res) { ReviewClaim(req, res, false); }
   void DemoteClaim(const http::Request& req, http::Response& res) { ReviewClaim(req, res, true); }
+
+  // GET /v1/claims and GET /v1/search: api/recall_handlers.h (reads only).
+  void Recall(const http::Request& req, http::Response& res, bool search) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
+    auto page = search ? SearchClaimsJson(*d.pool, *caller, req, &MetaJson) : RecallClaimsJson(*d.pool, *caller, req, &MetaJson);
+    if (!page.ok()) return Problem(res, req, page.status());
+    Json(res, 200, *page);
+  }
+  void ListClaims(const http::Request& req, http::Response& res) { Recall(req, res, false); }
+  void SearchClaims(const http::Request& req, http::Response& res) { Recall(req, res, true); }
 
   void ChainHead(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
@@ -520,9 +600,13 @@ struct Server::Impl {
       return [this, fn](const http::Request& req, http::Response& res) { (this->*fn)(req, res); };
     };
     using BP = http::BodyPolicy;
-    return {
+    std::vector<http::Route> routes = {
         {"POST", "/v1/claims", "/v1/claims", BP::kRequired, bind(&Impl::SubmitClaim)},
+        {"GET", "/v1/claims", "/v1/claims", BP::kNone, bind(&Impl::ListClaims)},
+        {"GET", "/v1/search", "/v1/search", BP::kNone, bind(&Impl::SearchClaims)},
         {"GET", "/v1/claims/([^/]+)", "/v1/claims/{id}", BP::kNone, bind(&Impl::GetClaim)},
+        {"GET", "/v1/claims/([^/]+)/attachments/([0-9]{1,3})", "/v1/claims/{id}/attachments/{n}", BP::kNone,
+         bind(&Impl::GetAttachment)},
         {"POST", "/v1/claims/([^/]+)/erase", "/v1/claims/{id}/erase", BP::kOptional, bind(&Impl::EraseClaim)},
         {"POST", "/v1/claims/([^/]+)/verdict", "/v1/claims/{id}/verdict", BP::kRequired, bind(&Impl::VerdictClaim)},
         {"POST", "/v1/claims/([^/]+)/demote", "/v1/claims/{id}/demote", BP::kOptional, bind(&Impl::DemoteClaim)},
@@ -530,6 +614,17 @@ struct Server::Impl {
         {"GET", "/v1/events", "/v1/events", BP::kNone, bind(&Impl::Events)},
         {"GET", "/v1/health", "/v1/health", BP::kNone, bind(&Impl::Health)},
     };
+    if (d.uploads != nullptr) {
+      UploadHooks hooks{[this](const http::Request& req) { return Authenticate(req); },
+                        [this](const admission::Caller& c) {
+                          if (Status g = WriteGate(c); !g.ok()) return g;
+                          return DurabilityGate();
+                        },
+                        [this](http::Response& res, const http::Request& req, const Status& s) { Problem(res, req, s); },
+                        [this](const admission::Caller& c, const Status& s) { ForgetIfRevoked(c, s); }};
+      for (auto& r : UploadRoutes(d.uploads, std::move(hooks))) routes.push_back(std::move(r));
+    }
+    return routes;
   }
 
   static http::Response TransportProblem(int status, const std::string& slug, const std::string& detail,
@@ -539,6 +634,7 @@ struct Server::Impl {
     r.status = status;
     r.content_type = "application/problem+json";
     r.body = j.dump();
+    if (path.rfind("/v1/uploads", 0) == 0) r.SetHeader("Tus-Resumable", "1.0.0");  // tus: on every response
     return r;
   }
 

@@ -13,6 +13,7 @@
 #include "db/conn.h"
 #include "db/durability.h"
 #include "journal/journal.h"
+#include "uploads/uploads.h"
 
 namespace oml::api {
 
@@ -31,6 +32,8 @@ struct ServerDeps {
   // The production durability requirement (db/durability.h): writes are refused with 503
   // durability-reduced while it gates them. Null: no durability gate.
   db::DurabilityMonitor* durability = nullptr;
+  // tus uploads under /v1/uploads (api/uploads_handlers.h). Null: those routes answer 404.
+  uploads::Uploads* uploads = nullptr;
 };
 
 class Server {

@@ -12,7 +12,8 @@ inline constexpr int kExitVerifyFailed = 3;    // verify / verify-receipt / doct
 inline constexpr int kExitPrecondition = 4;    // e.g. schema newer than the binary, tenant exists
 inline constexpr int kExitUnavailable = 5;     // database or object store unreachable
 inline constexpr int kExitNotFound = 6;        // named tenant / claim does not exist
-inline constexpr int kExitForbidden = 7;       // not allowed for this target, e.g. API keys for the provider tenant
+inline constexpr int kExitForbidden = 7;       // not allowed for this target, e.g. API keys for the provider tenant;
+                                               // or the server refused the API key (401) or its role (403)
 
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {
@@ -22,6 +23,7 @@ inline int ExitCodeFor(const Status& s) {
     case Code::kUnavailable: return kExitUnavailable;
     case Code::kNotFound: return kExitNotFound;
     case Code::kPermissionDenied: return kExitForbidden;
+    case Code::kUnauthenticated: return kExitForbidden;  // `oml claim submit`: HTTP 401
     case Code::kDataLoss: return kExitVerifyFailed;
     default: return kExitError;
   }

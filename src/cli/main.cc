@@ -1,6 +1,7 @@
 // The `oml` command: one binary, one subcommand per operation (ARCHITECTURE.md "Components").
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,7 +22,11 @@
 #include "admission/kek_rotation.h"
 #include "api/http.h"
 #include "api/server.h"
+#include "uploads/uploads.h"
+#include "admission/attachments.h"
+#include "review/review.h"
 #include "blob/object_store.h"
+#include "cli/claim_submit.h"
 #include "cli/exit_codes.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -312,6 +317,11 @@ sigset_t BlockStopSignals() {
 
 // `local_profile`: `oml dev`, whose durability is reduced by definition (one disk, no standbys).
 Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_profile = false) {
+  // Buffers of 256 KiB and more (request bodies up to http_max_request_bytes, an upload chunk's
+  // ciphertext) are mmapped and unmapped on free. glibc otherwise raises its mmap threshold after
+  // the first such free and keeps them in each worker thread's arena: a 1 GiB tus upload in
+  // 6 MiB chunks left ~300 MiB resident over 32 workers (tests/test_uploads.py, memory).
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size, c.db_acquire_timeout_ms));
   OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*rt->pool, *rt->key));
   OML_RETURN_IF_ERROR(rt->RequireOwnKeyTrusted());
@@ -334,7 +344,25 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
                                                           : db::DurabilityMode::kEnforced,
                                    std::chrono::milliseconds(c.durability_check_ms));
   OML_RETURN_IF_ERROR(durability.Start());
-  api::Server server({&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &durability});
+  // tus uploads (uploads/uploads.h): parts and objects in the quarantine bucket; a sweep expires
+  // sessions and removes what they left, every min(60 s, upload_expiry_s / 2).
+  OML_ASSIGN_OR_RETURN(auto quarantine, blob::OpenBucket(c, c.quarantine_bucket));
+  uploads::Options uo;
+  uo.max_length = c.upload_max_bytes;
+  uo.expiry = std::chrono::seconds(c.upload_expiry_s);
+  uo.tombstone_retention = std::chrono::seconds(c.upload_expiry_s);
+  uploads::Uploads uploads(rt->pool.get(), kek.get(), quarantine.get(), uo);
+  uploads::Sweeper sweeper(&uploads, std::chrono::milliseconds(std::clamp<int64_t>(c.upload_expiry_s * 500, 1000, 60000)));
+  // Attachments and the review gate (admission/attachments.h): promoted files go to the bodies
+  // bucket; the deny-list file and clamd address are checked here, at startup.
+  OML_ASSIGN_OR_RETURN(auto bodies, blob::OpenBucket(c, c.bodies_bucket));
+  OML_ASSIGN_OR_RETURN(review::Options review_opts, review::OptionsFromConfig(c));
+  admission::Attachments attachments(rt->pool.get(), rt->journal.get(), kek.get(), &uploads, quarantine.get(),
+                                     bodies.get(), std::move(review_opts));
+  claims.set_attachments(&attachments);
+  api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &durability};
+  deps.uploads = &uploads;
+  api::Server server(deps);
 
   sigset_t set = BlockStopSignals();
   std::thread waiter([&] {
@@ -702,11 +730,16 @@ int Main(int argc, char** argv) {
   status->add_option("--stream", status_stream, "outbox stream (default: default)");
   status->add_flag("--json", status_json, "one JSON object instead of text");
 
+  // `oml claim submit` (cli/claim_submit.h): an HTTP client of a running server.
+  ClaimSubmitOptions claim_opts;
+  auto* claim_submit = AddClaimSubmit(app, &claim_opts);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
+  if (*claim_submit) return RunClaimSubmit(cfg, claim_opts);  // no database, keys or store: HTTP only
 
   if (*dev || *serve) {
     // Before any thread exists, so every thread inherits the mask and only sigwait sees them.

@@ -306,6 +306,7 @@ constexpr uint32_t kMaxSegmentSize = 16u * 1024 * 1024;
 constexpr uint64_t kMaxSegments = uint64_t{1} << 32;  // indices are u32
 static_assert(4 + 1 + 4 + kNoncePrefixSize == kAeadHeaderSize);
 static_assert(kNoncePrefixSize + 4 + 1 == kGcmNonceSize);
+static_assert(kNoncePrefixSize == kAeadNoncePrefixSize);
 
 Status IntegrityError(const std::string& what) { return DataLoss("ciphertext integrity: " + what, "integrity"); }
 
@@ -331,6 +332,13 @@ class SegmentedEncryptor final : public AeadStreamEncryptor {
       : gcm_(std::move(gcm)), aad_(std::move(aad)), segment_size_(segment_size), prefix_(std::move(nonce_prefix)) {
     pending_.reserve(segment_size_);
   }
+  // Resumes a suspended stream. REQUIRES: the state was checked by AeadStreamEncryptor::Resume.
+  SegmentedEncryptor(Gcm gcm, std::string aad, AeadEncryptorState st)
+      : SegmentedEncryptor(std::move(gcm), std::move(aad), st.segment_size, std::move(st.nonce_prefix)) {
+    pending_.append(st.pending.view());  // reserved above: no reallocation leaves a copy behind
+    next_index_ = st.next_segment;
+    header_sent_ = st.header_sent;
+  }
   ~SegmentedEncryptor() override { Wipe(&pending_); }
 
   Result<std::string> Update(std::string_view plaintext) override {
@@ -355,6 +363,20 @@ class SegmentedEncryptor final : public AeadStreamEncryptor {
     }
     pending_.append(plaintext);
     return out;
+  }
+
+  Result<AeadEncryptorState> Suspend() const override {
+    OML_RETURN_IF_ERROR(CheckUsable());
+    AeadEncryptorState st;
+    st.segment_size = segment_size_;
+    st.nonce_prefix = prefix_;
+    st.next_segment = next_index_;
+    st.header_sent = header_sent_;
+    std::string copy;
+    copy.reserve(segment_size_);  // on the heap: SecureBytes takes the buffer over, no stray copy
+    copy.append(pending_);
+    st.pending = SecureBytes(std::move(copy));
+    return st;
   }
 
   Result<std::string> Finish() override {
@@ -836,6 +858,21 @@ Result<std::unique_ptr<AeadStreamEncryptor>> AeadStreamEncryptor::Create(std::st
   OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(dek, /*encrypt=*/true));
   return std::unique_ptr<AeadStreamEncryptor>(
       new SegmentedEncryptor(std::move(gcm), std::move(aad), segment_size, RandomBytes(kNoncePrefixSize)));
+}
+
+Result<std::unique_ptr<AeadStreamEncryptor>> AeadStreamEncryptor::Resume(std::string_view dek, std::string aad,
+                                                                         AeadEncryptorState state) {
+  if (dek.size() != kGcmKeySize) return InvalidArgument("DEK must be 32 bytes, got " + std::to_string(dek.size()));
+  if (state.segment_size == 0 || state.segment_size > kMaxSegmentSize) {
+    return InvalidArgument("segment size must be in [1, 16 MiB], got " + std::to_string(state.segment_size));
+  }
+  if (state.nonce_prefix.size() != kNoncePrefixSize) return InvalidArgument("nonce prefix must be 7 bytes");
+  if (state.pending.size() > state.segment_size) return InvalidArgument("pending plaintext exceeds one segment");
+  if (!state.header_sent && (state.next_segment > 0 || !state.pending.empty()))
+    return InvalidArgument("a stream with segments or pending plaintext has sent its header");
+  if (state.next_segment >= kMaxSegments) return InvalidArgument("segment index overflow");
+  OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(dek, /*encrypt=*/true));
+  return std::unique_ptr<AeadStreamEncryptor>(new SegmentedEncryptor(std::move(gcm), std::move(aad), std::move(state)));
 }
 
 Result<std::unique_ptr<AeadStreamDecryptor>> AeadStreamDecryptor::Create(std::string_view dek, std::string aad) {

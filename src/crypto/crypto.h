@@ -141,6 +141,18 @@ bool Ed25519Verify(std::string_view public_key_raw, std::string_view msg, std::s
 inline constexpr uint32_t kDefaultSegmentSize = 64 * 1024;
 inline constexpr size_t kAeadHeaderSize = 16;
 inline constexpr size_t kAeadTagSize = 16;
+inline constexpr size_t kAeadNoncePrefixSize = 7;
+
+// Where an encryptor stands between two Update calls: enough to go on with the same stream in
+// another process (resumable uploads, src/uploads). Everything but `pending` may be stored in
+// the clear; `pending` is plaintext (store it sealed).
+struct AeadEncryptorState {
+  uint32_t segment_size = kDefaultSegmentSize;
+  std::string nonce_prefix;    // kAeadNoncePrefixSize bytes, fixed for the stream
+  uint64_t next_segment = 0;   // segments sealed (and emitted) so far
+  bool header_sent = false;    // the 16-byte header was emitted
+  SecureBytes pending;         // plaintext not yet sealed: 0..segment_size bytes
+};
 
 // Encrypts a stream chunk by chunk. Feed any chunk sizes; output is the framing above.
 class AeadStreamEncryptor {
@@ -148,11 +160,26 @@ class AeadStreamEncryptor {
   // dek: 32 bytes. kInvalidArgument otherwise.
   static Result<std::unique_ptr<AeadStreamEncryptor>> Create(std::string_view dek, std::string aad,
                                                               uint32_t segment_size = kDefaultSegmentSize);
+  // Goes on with a stream from a state Suspend() returned (possibly in another process): the
+  // ciphertext it emits continues the ciphertext emitted before the state was taken, byte for
+  // byte as if one encryptor had seen the whole plaintext. kInvalidArgument for a dek that is
+  // not 32 bytes, a segment size outside [1, 16 MiB], a nonce prefix of the wrong size, pending
+  // longer than the segment size, pending or segments without the header, or a segment index
+  // past 2^32.
+  // REQUIRES: a state is continued with one plaintext only. Resuming the same state twice with
+  // different plaintext seals two segments under one nonce (AES-GCM then leaks their XOR and
+  // its authentication key): a caller that may retry a continuation (a failed upload chunk sent
+  // again) must send the same bytes, or resume from a newer state.
+  static Result<std::unique_ptr<AeadStreamEncryptor>> Resume(std::string_view dek, std::string aad,
+                                                              AeadEncryptorState state);
   virtual ~AeadStreamEncryptor() = default;
   // Returns ciphertext bytes ready so far (the header first time, then complete segments).
   virtual Result<std::string> Update(std::string_view plaintext) = 0;
   // Returns the remaining ciphertext (the last segment). Call exactly once.
   virtual Result<std::string> Finish() = 0;
+  // A copy of the state after the last Update (the encryptor stays usable). kFailedPrecondition
+  // after Finish; the sticky error after a failure.
+  virtual Result<AeadEncryptorState> Suspend() const = 0;
 };
 
 // Decrypts the framing above. Any tampering yields kDataLoss with type "integrity".

@@ -1,0 +1,474 @@
+#include "admission/attachments.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/log.h"
+#include "review/media_type.h"
+#include "uploads/running_sha256.h"
+
+namespace oml::admission {
+namespace {
+
+constexpr uint64_t kReadChunk = uint64_t{8} << 20;  // object reads, in ranges of this size
+constexpr size_t kSniffBytes = 64 * 1024;         // type detection of an attachment too large to review
+
+const char* kSelectAttachments =
+    "SELECT ordinal, upload_id::text, plaintext_sha256, ciphertext_sha256, size_bytes, ciphertext_size, media_type, "
+    "coalesce(filename, ''), object_key, location, review::text, flagged, attach_seq, version "
+    "FROM oml.attachments WHERE tenant_id = $1 AND artifact_id = $2";
+
+Attachment FromRow(const db::Rows& r, int i) {
+  Attachment a;
+  a.ordinal = static_cast<int>(r.GetInt(i, 0));
+  a.upload_id = r.Get(i, 1);
+  a.plaintext_sha256 = r.GetBytes(i, 2);
+  a.ciphertext_sha256 = r.GetBytes(i, 3);
+  a.size = r.GetInt(i, 4);
+  a.ciphertext_size = r.GetInt(i, 5);
+  a.media_type = r.Get(i, 6);
+  a.filename = r.Get(i, 7);
+  a.object_key = r.Get(i, 8);
+  a.location = r.Get(i, 9);
+  a.review = nlohmann::json::parse(r.Get(i, 10), nullptr, false);
+  a.flagged = r.Get(i, 11) == "t";
+  a.attach_seq = r.GetInt(i, 12);
+  return a;
+}
+
+bool Flagging(const nlohmann::json& flags) {
+  if (!flags.is_array()) return false;
+  for (const auto& f : flags)
+    if (f == "deny-list" || f == "infected") return true;
+  return false;
+}
+
+// Streams the object `key` of `store` through `fn` in kReadChunk ranges; kDataLoss "integrity" if
+// it is missing or not `size` bytes long.
+template <typename Fn>
+Status ReadObject(blob::ObjectStore& store, const std::string& key, uint64_t size, Fn fn) {
+  uint64_t at = 0;
+  while (true) {
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> part, store.GetRange(key, at, kReadChunk));
+    if (!part) return Status(Code::kDataLoss, "object " + key + " is missing", "integrity");
+    if (part->empty()) break;
+    at += part->size();
+    if (at > size) break;
+    OML_RETURN_IF_ERROR(fn(*part));
+    if (part->size() < kReadChunk) break;
+  }
+  if (at != size)
+    return Status(Code::kDataLoss,
+                  "object " + key + " is " + std::to_string(at) + " bytes, not " + std::to_string(size), "integrity");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Attachments::Attachments(db::Pool* pool, journal::Journal* journal, const crypto::KekProvider* kek,
+                         uploads::Uploads* uploads, blob::ObjectStore* quarantine, blob::ObjectStore* bodies,
+                         review::Options review, AttachmentsOptions opts)
+    : pool_(pool),
+      journal_(journal),
+      kek_(kek),
+      uploads_(uploads),
+      quarantine_(quarantine),
+      bodies_(bodies),
+      review_(std::move(review)),
+      opts_(opts) {}
+
+blob::ObjectStore* Attachments::StoreOf(const Attachment& a) const {
+  return a.location == "bodies" ? bodies_ : quarantine_;
+}
+
+Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, const std::vector<std::string>& ids) {
+  if (ids.size() > static_cast<size_t>(kMaxAttachments))
+    return InvalidArgument("a claim takes at most " + std::to_string(kMaxAttachments) + " attachments, not " +
+                               std::to_string(ids.size()),
+                           "invalid-field");
+  std::set<std::string> seen;
+  for (const auto& id : ids) {
+    if (!Claims::ValidUuid(id)) return InvalidArgument("attachments: '" + id + "' is not an upload id", "invalid-field");
+    if (!seen.insert(id).second) return InvalidArgument("attachments: upload " + id + " is named twice", "invalid-field");
+  }
+  const uploads::Owner owner{c.tenant_id, c.api_key_id, c.api_key_hash, c.principal};
+  std::vector<PreparedAttachment> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    OML_ASSIGN_OR_RETURN(uploads::CompletedUpload u, uploads_->LookupCompleted(owner, ids[i]));
+    PreparedAttachment p;
+    Attachment& a = p.a;
+    a.ordinal = static_cast<int>(i) + 1;
+    a.upload_id = u.upload_id;
+    a.plaintext_sha256 = u.plaintext_sha256;
+    a.ciphertext_sha256 = u.ciphertext_sha256;
+    a.size = static_cast<int64_t>(u.size);
+    a.ciphertext_size = static_cast<int64_t>(u.ciphertext_size);
+    a.media_type = u.media_type;
+    a.filename = u.filename;
+    a.object_key = u.object_key;
+    a.location = "quarantine";
+    // Decrypt from quarantine: both digests are checked here, before anything is signed.
+    OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek,
+                         kek_->UnwrapFrom(u.kek_id, u.wrapped_dek, uploads::UploadDekAad(c.tenant_id, u.upload_id)));
+    OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::Create(dek.view(),
+                                                                       uploads::AttachmentAad(c.tenant_id, u.upload_id)));
+    uploads::RunningSha256 pt_hash, ct_hash;
+    const bool whole = u.size <= opts_.max_review_bytes;
+    std::string plain;  // the whole plaintext (whole) or its first kSniffBytes; wiped below
+    auto keep = [&](const std::string& bytes) {
+      const size_t room = whole ? bytes.size() : (plain.size() < kSniffBytes ? kSniffBytes - plain.size() : 0);
+      plain.append(bytes, 0, std::min(room, bytes.size()));
+    };
+    OML_RETURN_IF_ERROR(ReadObject(*quarantine_, u.object_key, u.ciphertext_size, [&](const std::string& ct) -> Status {
+      ct_hash.Update(ct);
+      OML_ASSIGN_OR_RETURN(std::string pt, dec->Update(ct));
+      pt_hash.Update(pt);
+      keep(pt);
+      crypto::Wipe(&pt);
+      return Status::Ok();
+    }));
+    OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
+    pt_hash.Update(tail);
+    keep(tail);
+    crypto::Wipe(&tail);
+    if (ct_hash.Digest() != u.ciphertext_sha256 || pt_hash.Digest() != u.plaintext_sha256)
+      return Status(Code::kDataLoss, "upload " + u.upload_id + ": the stored object does not match its digests",
+                    "integrity");
+    struct WipeOnExit {
+      std::string* s;
+      ~WipeOnExit() { crypto::Wipe(s); }
+    } wipe_plain{&plain};
+    if (whole) {
+      OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, u.media_type, plain));
+      crypto::Wipe(&r.text);
+      a.review = review::ReviewToJson(r);
+    } else {
+      OML_ASSIGN_OR_RETURN(review::Detected d, review::DetectMediaType(plain));
+      a.review = {{"declared_media_type", u.media_type},
+                  {"detected_media_type", d.media_type},
+                  {"media_type", d.media_type},
+                  {"review", "opaque"},
+                  {"method", "too-large"},
+                  {"sha256", crypto::Hex(u.plaintext_sha256)},
+                  {"size", u.size},
+                  {"deny_list_hits", nlohmann::json::array()},
+                  {"notes", {"larger than " + std::to_string(opts_.max_review_bytes) + " bytes: not extracted"}},
+                  {"flags", {"not-extracted"}}};
+    }
+    a.flagged = Flagging(a.review.value("flags", nlohmann::json::array()));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+nlohmann::json Attachments::Binding(const std::vector<PreparedAttachment>& prepared) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : prepared)
+    out.push_back({{"ordinal", p.a.ordinal},
+                   {"plaintext_sha256", crypto::Hex(p.a.plaintext_sha256)},
+                   {"ciphertext_sha256", crypto::Hex(p.a.ciphertext_sha256)},
+                   {"media_type", p.a.media_type},
+                   {"size", p.a.size}});
+  return out;
+}
+
+std::vector<journal::EventSpec> Attachments::AttachEvents(const Caller& c, const std::string& artifact_id, int version,
+                                                          const std::vector<PreparedAttachment>& prepared) const {
+  std::vector<journal::EventSpec> evs;
+  for (const auto& p : prepared) {
+    const Attachment a = p.a;
+    nlohmann::json payload = {{"artifact_id", artifact_id},
+                              {"version", version},
+                              {"ordinal", a.ordinal},
+                              {"upload_id", a.upload_id},
+                              {"plaintext_sha256", crypto::Hex(a.plaintext_sha256)},
+                              {"ciphertext_sha256", crypto::Hex(a.ciphertext_sha256)},
+                              {"media_type", a.media_type},
+                              {"size", a.size},
+                              {"ciphertext_size", a.ciphertext_size},
+                              {"filename", a.filename.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.filename)},
+                              {"review", a.review},
+                              {"flagged", a.flagged}};
+    journal::EventSpec ev{"submission.attach", c.principal, payload, nlohmann::json::object(), nullptr};
+    const std::string tenant = c.tenant_id;
+    ev.fold = [tenant, artifact_id, version, a](int64_t seq) -> std::vector<db::Stmt> {
+      return {
+          // The upload must still be complete (not attached by a racing claim, not cancelled):
+          // moving its key and deleting it is guarded; zero rows fails the whole submission.
+          {"WITH k AS (INSERT INTO oml.attachment_keys (tenant_id, upload_id, kek_id, wrapped_dek) "
+           "SELECT tenant_id, upload_id, kek_id, wrapped_dek FROM oml.upload_sessions "
+           "WHERE tenant_id = $1 AND upload_id = $2 AND state = 'complete' AND ciphertext_sha256 = $3 RETURNING 1) "
+           "SELECT 1/count(*) FROM k",
+           {db::Text(tenant), db::Text(a.upload_id), db::Bytes(a.ciphertext_sha256)},
+           "oml_attach_key_move"},
+          {"WITH d AS (DELETE FROM oml.upload_sessions WHERE tenant_id = $1 AND upload_id = $2 AND state = 'complete' "
+           "RETURNING 1) SELECT 1/count(*) FROM d",
+           {db::Text(tenant), db::Text(a.upload_id)},
+           "oml_attach_upload_delete"},
+          {"INSERT INTO oml.attachments (tenant_id, artifact_id, version, ordinal, upload_id, plaintext_sha256, "
+           "ciphertext_sha256, size_bytes, ciphertext_size, media_type, filename, object_key, location, review, "
+           "flagged, attach_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,'quarantine',$13::jsonb,$14,$15)",
+           {db::Text(tenant), db::Text(artifact_id), db::Int(version), db::Int(a.ordinal), db::Text(a.upload_id),
+            db::Bytes(a.plaintext_sha256), db::Bytes(a.ciphertext_sha256), db::Int(a.size), db::Int(a.ciphertext_size),
+            db::Text(a.media_type), a.filename.empty() ? db::Null() : db::Text(a.filename), db::Text(a.object_key),
+            db::Text(a.review.dump()), db::Text(a.flagged ? "true" : "false"), db::Int(seq)},
+           "oml_attach_insert"},
+      };
+    };
+    ev.api_key_hash = c.api_key_hash;
+    evs.push_back(std::move(ev));
+  }
+  return evs;
+}
+
+void Attachments::DropLeftoverParts(const std::string& tenant, const std::vector<PreparedAttachment>& prepared) {
+  for (const auto& p : prepared) {
+    auto keys = quarantine_->List(uploads::PartPrefix(tenant, p.a.upload_id));
+    Status st = keys.status();
+    if (keys.ok())
+      for (const auto& k : *keys)
+        if (Status d = quarantine_->Delete(k); !d.ok()) st = d;
+    if (!st.ok())
+      log::Warn("attached upload: leftover parts not deleted", {{"upload", p.a.upload_id}, {"error", st.ToString()}});
+  }
+}
+
+Result<std::vector<Attachment>> Attachments::List(const std::string& tenant, const std::string& artifact_id,
+                                                  int version) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(tenant, {std::string(kSelectAttachments) +
+                                                             " AND version = $3 ORDER BY ordinal",
+                                                         {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
+                                                         "oml_attachments_list"}));
+  std::vector<Attachment> out;
+  for (int i = 0; i < r.size(); ++i) out.push_back(FromRow(r, i));
+  return out;
+}
+
+Result<std::vector<Attachment>> Attachments::ListAllVersions(const std::string& tenant,
+                                                             const std::string& artifact_id) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(tenant, {std::string(kSelectAttachments) + " ORDER BY version, ordinal",
+                                                         {db::Text(tenant), db::Text(artifact_id)},
+                                                         "oml_attachments_list_all"}));
+  std::vector<Attachment> out;
+  for (int i = 0; i < r.size(); ++i) out.push_back(FromRow(r, i));
+  return out;
+}
+
+Status Attachments::RecordServed(const Caller& c, const ClaimMeta& m, int item, const std::string& plaintext_sha256,
+                                 const std::string& ciphertext_sha256) {
+  if ((c.role != "reviewer" && c.role != "admin") || m.state != "held") return Status::Ok();
+  {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(c.tenant_id,
+                                                  {"SELECT 1 FROM oml.review_served WHERE tenant_id = $1 AND "
+                                                   "artifact_id = $2 AND version = $3 AND item = $4 AND reviewer = $5",
+                                                   {db::Text(c.tenant_id), db::Text(m.artifact_id), db::Int(m.version),
+                                                    db::Int(item), db::Text(c.principal)},
+                                                   "oml_served_check"}));
+    if (r.size() > 0) return Status::Ok();
+  }
+  nlohmann::json payload = {{"artifact_id", m.artifact_id},
+                            {"version", m.version},
+                            {"item", item},
+                            {"plaintext_sha256", crypto::Hex(plaintext_sha256)},
+                            {"ciphertext_sha256", crypto::Hex(ciphertext_sha256)}};
+  journal::EventSpec ev{"review.served", c.principal, payload, nlohmann::json::object(), nullptr};
+  const std::string tenant = c.tenant_id, artifact = m.artifact_id, reviewer = c.principal;
+  const int version = m.version;
+  ev.fold = [=](int64_t seq) -> std::vector<db::Stmt> {
+    // Two serves racing: the second's row already exists and the first serve's seq stands.
+    return {{"INSERT INTO oml.review_served (tenant_id, artifact_id, version, item, reviewer, served_seq) "
+             "VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT DO NOTHING",
+             {db::Text(tenant), db::Text(artifact), db::Int(version), db::Int(item), db::Text(reviewer), db::Int(seq)},
+             "oml_served_insert"}};
+  };
+  ev.api_key_hash = c.api_key_hash;
+  return journal_->Append(c.tenant_id, ev).status();
+}
+
+Result<crypto::SecureBytes> Attachments::Dek(const std::string& tenant, const Attachment& a) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(tenant, {"SELECT kek_id, wrapped_dek FROM oml.attachment_keys "
+                                                         "WHERE tenant_id = $1 AND upload_id = $2",
+                                                         {db::Text(tenant), db::Text(a.upload_id)},
+                                                         "oml_attachment_key"}));
+  if (r.size() == 0)
+    return Status(Code::kGone, "attachment " + std::to_string(a.ordinal) + " was erased (its key is destroyed)",
+                  "erased");
+  return kek_->UnwrapFrom(r.Get(0, 0), r.GetBytes(0, 1), uploads::UploadDekAad(tenant, a.upload_id));
+}
+
+Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m, int ordinal,
+                                            std::optional<ByteRange> range) {
+  OML_ASSIGN_OR_RETURN(std::vector<Attachment> atts, List(c.tenant_id, m.artifact_id, m.version));
+  auto it = std::find_if(atts.begin(), atts.end(), [&](const Attachment& a) { return a.ordinal == ordinal; });
+  if (it == atts.end())
+    return NotFound("claim " + m.artifact_id + " has no attachment " + std::to_string(ordinal), "attachment-not-found");
+  const Attachment& a = *it;
+  if (m.erased_seq || a.location == "none")
+    return Status(Code::kGone, "claim " + m.artifact_id + " was erased", "erased");
+  const uint64_t size = static_cast<uint64_t>(a.size);
+  uint64_t first = 0, last = size == 0 ? 0 : size - 1;
+  if (range && range->suffix_length > 0) {
+    if (size == 0)
+      return Status(Code::kInvalidArgument, "a suffix range of an empty attachment is not satisfiable",
+                    "range-not-satisfiable");
+    range = ByteRange{size - std::min(range->suffix_length, size), size - 1, 0};
+  }
+  if (range) {
+    if (range->first >= size || range->last < range->first)
+      return Status(Code::kInvalidArgument,
+                    "range " + std::to_string(range->first) + "-" + std::to_string(range->last) +
+                        " is not satisfiable for " + std::to_string(size) + " bytes",
+                    "range-not-satisfiable");
+    first = range->first;
+    last = std::min(range->last, size - 1);
+  } else if (size > opts_.max_serve_bytes) {
+    return FailedPrecondition("attachment " + std::to_string(ordinal) + " is " + std::to_string(size) +
+                                  " bytes; above " + std::to_string(opts_.max_serve_bytes) + " read it with Range",
+                              "range-required");
+  }
+  OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
+  OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek, Dek(c.tenant_id, a));
+  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::Create(dek.view(),
+                                                                     uploads::AttachmentAad(c.tenant_id, a.upload_id)));
+  ServedAttachment out;
+  out.meta = a;
+  out.first = first;
+  out.partial = range.has_value();
+  const uint64_t want = size == 0 ? 0 : last - first + 1;
+  uint64_t pos = 0;  // plaintext offset of the next byte the decryptor returns
+  auto take = [&](const std::string& pt) {
+    const uint64_t b = pos, e = pos + pt.size();
+    pos = e;
+    if (e <= first || out.bytes.size() >= want) return;
+    const uint64_t from = std::max(b, first) - b;
+    const uint64_t n = std::min<uint64_t>(e - b - from, want - out.bytes.size());
+    out.bytes.append(pt, from, n);
+  };
+  uploads::RunningSha256 pt_hash;
+  blob::ObjectStore* store = StoreOf(a);
+  uint64_t at = 0;
+  // Reads ciphertext in ranges until the range's plaintext is whole (a range stops early; its
+  // segments were authenticated as they were decrypted).
+  while (out.bytes.size() < want || !range) {
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store->GetRange(a.object_key, at, kReadChunk));
+    if (!ct) return Status(Code::kDataLoss, "object " + a.object_key + " is missing", "integrity");
+    if (ct->empty()) break;
+    at += ct->size();
+    OML_ASSIGN_OR_RETURN(std::string pt, dec->Update(*ct));
+    if (!range) pt_hash.Update(pt);
+    take(pt);
+    if (ct->size() < kReadChunk) break;
+  }
+  if (!range) {
+    OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
+    pt_hash.Update(tail);
+    take(tail);
+    if (at != static_cast<uint64_t>(a.ciphertext_size) || pt_hash.Digest() != a.plaintext_sha256)
+      return Status(Code::kDataLoss, "attachment " + std::to_string(ordinal) + " does not match its digests",
+                    "integrity");
+  } else if (out.bytes.size() < want) {
+    // The object ended before the range did: only the last segment's tag can tell, so finish.
+    OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
+    take(tail);
+    if (out.bytes.size() < want)
+      return Status(Code::kDataLoss, "attachment " + std::to_string(ordinal) + " is shorter than its size",
+                    "integrity");
+  }
+  return out;
+}
+
+Status Attachments::CheckAllServed(const Caller& c, const ClaimMeta& m) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(c.tenant_id,
+                                                {"SELECT a.ordinal FROM oml.attachments a WHERE a.tenant_id = $1 AND "
+                                                 "a.artifact_id = $2 AND a.version = $3 AND NOT EXISTS (SELECT 1 FROM "
+                                                 "oml.review_served s WHERE s.tenant_id = a.tenant_id AND s.artifact_id "
+                                                 "= a.artifact_id AND s.version = a.version AND s.item = a.ordinal AND "
+                                                 "s.reviewer = $4) ORDER BY a.ordinal",
+                                                 {db::Text(c.tenant_id), db::Text(m.artifact_id), db::Int(m.version),
+                                                  db::Text(c.principal)},
+                                                 "oml_served_missing"}));
+  if (r.size() == 0) return Status::Ok();
+  std::string list;
+  for (int i = 0; i < r.size(); ++i) list += (i ? ", " : "") + r.Get(i, 0);
+  return FailedPrecondition("a verdict needs every attachment served to " + c.principal + " first; not served: " + list,
+                            "attachments-not-served");
+}
+
+Status Attachments::CopyToBodies(const std::vector<Attachment>& atts) {
+  for (const Attachment& a : atts) {
+    if (a.location != "quarantine") continue;
+    OML_ASSIGN_OR_RETURN(std::unique_ptr<blob::ObjectWriter> w, bodies_->OpenWriter(a.object_key));
+    uploads::RunningSha256 h;
+    Status st = ReadObject(*quarantine_, a.object_key, static_cast<uint64_t>(a.ciphertext_size),
+                           [&](const std::string& ct) -> Status {
+                             h.Update(ct);
+                             return w->Write(ct);
+                           });
+    if (st.ok() && h.Digest() != a.ciphertext_sha256)
+      st = Status(Code::kDataLoss, "attachment " + std::to_string(a.ordinal) + ": the quarantined object " +
+                                       a.object_key + " does not match its ciphertext digest",
+                  "integrity");
+    if (!st.ok()) {
+      (void)w->Abort();
+      return st;
+    }
+    OML_RETURN_IF_ERROR(w->Finish());
+  }
+  return Status::Ok();
+}
+
+db::Stmt Attachments::PromoteFold(const std::string& tenant, const std::string& artifact_id, int version) {
+  return {"UPDATE oml.attachments SET location = 'bodies' WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3 "
+          "AND location = 'quarantine'",
+          {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
+          "oml_attach_promote"};
+}
+
+void Attachments::DropQuarantineCopies(const std::vector<Attachment>& atts) {
+  for (const Attachment& a : atts) {
+    if (a.location != "quarantine") continue;
+    Status st = quarantine_->Delete(a.object_key);
+    if (!st.ok())
+      log::Warn("promoted attachment: the quarantine copy was not deleted",
+                {{"object_key", a.object_key}, {"error", st.ToString()}});
+  }
+}
+
+std::vector<db::Stmt> Attachments::EraseFold(const std::string& tenant, const std::string& artifact_id) {
+  return {{"DELETE FROM oml.attachment_keys k USING oml.attachments a WHERE k.tenant_id = $1 AND a.tenant_id = $1 "
+           "AND a.artifact_id = $2 AND k.upload_id = a.upload_id",
+           {db::Text(tenant), db::Text(artifact_id)},
+           "oml_attach_erase_keys"},
+          {"UPDATE oml.attachments SET location = 'none' WHERE tenant_id = $1 AND artifact_id = $2",
+           {db::Text(tenant), db::Text(artifact_id)},
+           "oml_attach_erase"}};
+}
+
+void Attachments::DeleteObjects(const std::vector<Attachment>& atts) {
+  for (const Attachment& a : atts) {
+    if (a.location == "none") continue;
+    Status st = StoreOf(a)->Delete(a.object_key);
+    if (!st.ok())
+      log::Warn("erased attachment: the object was not deleted (its key is destroyed)",
+                {{"object_key", a.object_key}, {"error", st.ToString()}});
+  }
+}
+
+nlohmann::json Attachments::VerdictFlags(const nlohmann::json& body_review, const std::vector<Attachment>& atts) {
+  std::set<std::string> flags;
+  if (body_review.is_object())
+    for (const auto& f : body_review.value("flags", nlohmann::json::array())) flags.insert("body:" + f.get<std::string>());
+  for (const Attachment& a : atts)
+    for (const auto& f : a.review.value("flags", nlohmann::json::array()))
+      flags.insert("attachment " + std::to_string(a.ordinal) + ":" + f.get<std::string>());
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : flags) out.push_back(f);
+  return out;
+}
+
+}  // namespace oml::admission

@@ -1,0 +1,188 @@
+// Attachments of a claim (issue 9: "Naming, binding, the signed unit", "Admission lifecycle",
+// "Retrieval"; sql/0013_attachments.sql).
+//
+// Binding. POST /v1/claims names completed uploads (uploads/uploads.h) of the caller's own API
+// key. Each is looked up, decrypted from the quarantine bucket (plaintext digest checked against
+// the upload's), and reviewed per type (review/review.h). claim.submitted then lists every
+// attachment's digests, media type and size (so the claim's signature binds them all), and each
+// file gets its own submission.attach event with the same digests plus its review record; all in
+// one commit-point transaction. The fold of submission.attach inserts the attachments row, moves
+// the upload's wrapped DEK to attachment_keys and deletes the upload session, guarded: an upload
+// attached by a racing claim, cancelled or expired in between fails the whole submission.
+//
+// Naming (docs/data/uploads.md "Naming"): an object is keyed by its CIPHERTEXT digest,
+// <tenant>/<ciphertext_sha256 hex>, and every attachment has its own DEK. The seed's name by
+// plaintext digest would give two claims with the same file one object under two DEKs; with
+// ours they share nothing, so erasing one never makes another's file unreadable. The plaintext
+// digest stays the signed identity (submission.attach, claim.submitted).
+//
+// Lifecycle of the ciphertext:
+//   held, rejected   quarantine bucket (until the rejected retention, a follow-up: not swept yet)
+//   promoted         copied to the bodies bucket under the same key, byte for byte (the copy's
+//                    SHA-256 is checked against the journalled ciphertext digest before the
+//                    claim.promoted event; the quarantine copy is deleted after it commits)
+//   demoted          stays in the bodies bucket (only readers of promoted claims lose it)
+//   erased           attachment_keys row deleted in the artifact.erased transaction (crypto-
+//                    shredding: the ciphertext can never be decrypted again), then the object is
+//                    deleted from its bucket; an object whose delete failed is unreadable
+//                    ciphertext that the reconciler (roadmap) reports by digest.
+//
+// Serving. Each attachment served to a reviewer or admin while the claim is held journals
+// review.served (item = its ordinal; item 0 is the body, served by GET /v1/claims/{id}) unless
+// that reviewer was served it before. A verdict (accept or reject) needs every attachment served
+// to the reviewer giving it: kFailedPrecondition "attachments-not-served" (409) otherwise.
+//
+// Thread-safe; every call uses its own connections from the pool.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "admission/claims.h"
+#include "blob/object_store.h"
+#include "common/status.h"
+#include "crypto/crypto.h"
+#include "db/conn.h"
+#include "journal/journal.h"
+#include "review/review.h"
+#include "uploads/uploads.h"
+
+namespace oml::admission {
+
+inline constexpr int kMaxAttachments = 16;  // per claim
+
+struct Attachment {
+  int ordinal = 0;  // 1.. in the order the claim named them
+  std::string upload_id;
+  std::string plaintext_sha256, ciphertext_sha256;  // raw, 32 bytes each
+  int64_t size = 0, ciphertext_size = 0;
+  std::string media_type;  // as declared at upload
+  std::string filename;    // "" if none
+  std::string object_key;  // <tenant>/<ciphertext_sha256 hex>
+  std::string location;    // quarantine | bodies | none
+  nlohmann::json review;   // review::ReviewToJson (no text), as signed in submission.attach
+  bool flagged = false;    // a deny-list hit or an infection
+  int64_t attach_seq = 0;
+};
+
+// A completed upload checked and reviewed, ready to be attached.
+struct PreparedAttachment {
+  Attachment a;
+};
+
+// A byte range of an attachment's plaintext, as HTTP states it (RFC 9110 §14.1.2):
+// bytes=first-last (inclusive), bytes=first- (last = UINT64_MAX: to the end), or
+// bytes=-suffix_length (the last suffix_length bytes; first and last unused).
+struct ByteRange {
+  uint64_t first = 0;
+  uint64_t last = UINT64_MAX;
+  uint64_t suffix_length = 0;  // > 0: a suffix range
+};
+
+struct ServedAttachment {
+  Attachment meta;
+  std::string bytes;   // the plaintext of [first, first + bytes.size())
+  uint64_t first = 0;
+  bool partial = false;  // a range was asked for (206)
+};
+
+struct AttachmentsOptions {
+  // Largest attachment reviewed whole (decrypted into memory for extraction); a larger one is
+  // reviewed as opaque (method "too-large", flag "not-extracted") from its first 64 KiB.
+  uint64_t max_review_bytes = uint64_t{64} << 20;
+  // Largest response without a Range header; a larger attachment answers kFailedPrecondition
+  // "range-required" (409) and is read with Range requests.
+  uint64_t max_serve_bytes = uint64_t{64} << 20;
+};
+
+class Attachments {
+ public:
+  // REQUIRES: every pointer outlives this object.
+  Attachments(db::Pool* pool, journal::Journal* journal, const crypto::KekProvider* kek, uploads::Uploads* uploads,
+              blob::ObjectStore* quarantine, blob::ObjectStore* bodies, review::Options review,
+              AttachmentsOptions opts = {});
+
+  const review::Options& review_options() const { return review_; }
+
+  // Checks the ids (kInvalidArgument "invalid-field": more than kMaxAttachments, not a uuid, or
+  // named twice), looks each up as a completed upload of c's API key (kNotFound
+  // "upload-not-found" otherwise), decrypts it from quarantine (kDataLoss "integrity" if the
+  // object's bytes or plaintext digest are not the upload's), and reviews it.
+  Result<std::vector<PreparedAttachment>> Prepare(const Caller& c, const std::vector<std::string>& upload_ids);
+
+  // claim.submitted's "attachments" member: [{ordinal, plaintext_sha256, ciphertext_sha256
+  // (lowercase hex), media_type, size}], in ordinal order.
+  static nlohmann::json Binding(const std::vector<PreparedAttachment>& prepared);
+
+  // The submission.attach events (fold included) of a claim version, in ordinal order. They must
+  // follow claim.submitted in the same transaction (their fold references the artifacts row).
+  std::vector<journal::EventSpec> AttachEvents(const Caller& c, const std::string& artifact_id, int version,
+                                               const std::vector<PreparedAttachment>& prepared) const;
+
+  // After the submission committed: deletes any part objects its upload sessions still had
+  // (a completed session whose part deletion had failed; its row, which the sweep would have
+  // retried from, is gone now). Errors are logged.
+  void DropLeftoverParts(const std::string& tenant, const std::vector<PreparedAttachment>& prepared);
+
+  // The attachments of a claim version, by ordinal ([] if none).
+  Result<std::vector<Attachment>> List(const std::string& tenant, const std::string& artifact_id, int version);
+
+  // Journals review.served for `item` (0 the body, n the attachment with ordinal n) when c is a
+  // reviewer or admin, m is held, and c.principal was not served that item before. No-op
+  // otherwise.
+  Status RecordServed(const Caller& c, const ClaimMeta& m, int item, const std::string& plaintext_sha256,
+                      const std::string& ciphertext_sha256);
+
+  // Attachment `ordinal` of m, decrypted, for c (who may read m: the caller checked). Records the
+  // serve first (RecordServed). Whole: the plaintext digest is checked (kDataLoss "integrity").
+  // A range: every segment it touches is authenticated; the whole-file digest is not (that
+  // would read the whole file). kNotFound "attachment-not-found" for an unknown ordinal;
+  // kGone "erased" once erased; kFailedPrecondition "range-required" for a whole read above
+  // max_serve_bytes; kInvalidArgument "range-not-satisfiable" (416) for a range past the end.
+  Result<ServedAttachment> Serve(const Caller& c, const ClaimMeta& m, int ordinal, std::optional<ByteRange> range);
+
+  // OK iff c.principal was served every attachment of m (none: OK); else kFailedPrecondition
+  // "attachments-not-served" naming the ordinals not served.
+  Status CheckAllServed(const Caller& c, const ClaimMeta& m);
+
+  // Promotion, before claim.promoted is journalled: copies each attachment's ciphertext from
+  // quarantine to bodies under the same key, checking the SHA-256 of the bytes copied against
+  // the journalled ciphertext digest (kDataLoss "integrity": nothing is promoted). Idempotent.
+  Status CopyToBodies(const std::vector<Attachment>& atts);
+  // The fold statement of claim.promoted that records the new location.
+  static db::Stmt PromoteFold(const std::string& tenant, const std::string& artifact_id, int version);
+  // After claim.promoted committed: deletes the quarantine copies (errors are logged; the copy is
+  // then unreadable without its key once erased, and the reconciler reports it).
+  void DropQuarantineCopies(const std::vector<Attachment>& atts);
+
+  // The fold statements of artifact.erased: delete the keys of every attachment of the artifact
+  // (all versions) and set their location to none.
+  static std::vector<db::Stmt> EraseFold(const std::string& tenant, const std::string& artifact_id);
+  // Every attachment of every version of an artifact (for deleting the objects after erasure).
+  Result<std::vector<Attachment>> ListAllVersions(const std::string& tenant, const std::string& artifact_id);
+  // After artifact.erased committed: deletes each object from the bucket it was in.
+  void DeleteObjects(const std::vector<Attachment>& atts);
+
+  // The flags of a claim version for its verdict: the body's ("body:<flag>") and each
+  // attachment's ("attachment <n>:<flag>"), sorted. Empty if nothing was flagged.
+  static nlohmann::json VerdictFlags(const nlohmann::json& body_review, const std::vector<Attachment>& atts);
+
+ private:
+  blob::ObjectStore* StoreOf(const Attachment& a) const;
+  Result<crypto::SecureBytes> Dek(const std::string& tenant, const Attachment& a);
+
+  db::Pool* pool_;
+  journal::Journal* journal_;
+  const crypto::KekProvider* kek_;
+  uploads::Uploads* uploads_;
+  blob::ObjectStore* quarantine_;
+  blob::ObjectStore* bodies_;
+  review::Options review_;
+  AttachmentsOptions opts_;
+};
+
+}  // namespace oml::admission

@@ -1,0 +1,35 @@
+// GET /v1/claims/{id}/attachments/{n}: one attachment of a claim, decrypted (admission/
+// attachments.h), with single byte ranges (RFC 9110 §14). Helpers of server.cc's handler.
+//
+//   200  the whole attachment; Repr-Digest: sha-256=:<base64>: (RFC 9530) of its plaintext,
+//        which the server checked while decrypting; Accept-Ranges: bytes
+//   206  Range: bytes=a-b | a- | -n (one range): Content-Range: bytes a-b/size; every AES-GCM
+//        segment the range touches is authenticated, the whole-file digest is not re-checked
+//   416  a range past the end, or a header that is not one byte range (Content-Range: bytes */size)
+//   409  range-required: a whole read above the serve limit (read it in ranges)
+// Content-Type is the media type declared at upload; Content-Disposition names the upload's
+// filename (attachment; filename*=UTF-8''...).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "admission/attachments.h"
+#include "api/http.h"
+#include "common/status.h"
+
+namespace oml::api {
+
+// The Range header of a request: nullopt without one; kInvalidArgument "range-not-satisfiable"
+// for a value that is not one byte range.
+Result<std::optional<admission::ByteRange>> ParseRange(const http::Request& req);
+
+// Fills a 200/206 response for a served attachment.
+void AttachmentResponse(const admission::ServedAttachment& s, http::Response& res);
+
+// An attachment as the claim document lists it (no bytes).
+nlohmann::json AttachmentJson(const admission::Attachment& a);
+
+}  // namespace oml::api

@@ -1,0 +1,251 @@
+// Upload sessions: resumable, encrypted-as-they-arrive uploads of attachments (issue 9, tus 1.0
+// under /v1/uploads; the protocol is api/uploads_handlers.cc, this module the sessions).
+//
+// A session (oml.upload_sessions, sql/0011_uploads.sql) belongs to the API key that created it,
+// declares the file's size and plaintext SHA-256 up front, and takes chunks at its offset:
+//
+//   created --PATCH--> receiving --last byte, digest ok--> complete
+//      |                  |      \--last byte, size/digest wrong--> failed
+//      |                  \------------------------------------------ DELETE --> cancelled
+//      \--------- (both) expires_at passes (on access or by Sweep) --> expired
+//
+// (docs/data/uploads.md draws it.) complete, failed, expired and cancelled are final.
+//
+// Encryption (docs/data/uploads.md "Naming"): each session gets its own fresh 32-byte DEK at
+// creation, wrapped under the KEK (AAD UploadDekAad). Chunks are encrypted as they arrive with
+// the segmented AEAD (crypto.h, AAD AttachmentAad); the stream is continued across chunks and
+// processes through crypto::AeadEncryptorState. Segments are full but the last, so the
+// plaintext of a chunk's trailing partial segment waits in the row, sealed under the DEK
+// (AAD PendingAad), never in the clear; so does the running SHA-256 of the plaintext (its state
+// holds plaintext: AAD ShaStateAad). The running SHA-256 of the ciphertext is stored as is.
+// Both hashes go on from their stored states after a restart: nothing is re-hashed.
+//
+// Storage: each chunk's ciphertext (whole segments) is put as one part object
+// `<tenant>/uploads/<upload_id>/<part_no, 8 digits>` in the quarantine bucket BEFORE the row's
+// offset advances, in the transaction that holds the row's lock. At the last byte the parts and
+// the final segment are composed (blob::ObjectWriter) into `<tenant>/<ciphertext_sha256_hex>`,
+// the composed bytes re-hashed on the way (a part changed in the store is kDataLoss), and the
+// parts deleted. Random DEKs and nonce prefixes make ciphertext digests unique, so two uploads
+// of one file never share a name or a key.
+//
+// Invariants:
+//   * The committed offset only moves with a committed part: a chunk is taken whole or not at
+//     all (client disconnect, crash, failed put or commit: the offset stays; a part written
+//     without its commit is overwritten by the next chunk's part of the same number, or removed
+//     with the session).
+//   * One chunk at a time per session: Append locks the row (FOR UPDATE SKIP LOCKED); a second
+//     Append finds it locked and answers kFailedPrecondition "upload-busy" at once, never waits.
+//   * A final state holds no key material: failed, expired and cancelled rows lose their wrapped
+//     DEK, pending tail and hash states in the transaction that enters the state, and their
+//     parts are deleted after it commits (parts_left records what is still to delete; Sweep
+//     retries). A complete row keeps its wrapped DEK (the object needs it).
+//   * Memory: one chunk (the request body), its ciphertext, and while composing one part plus
+//     the writer's buffer.
+//
+// Nonce reuse (crypto.h, AeadStreamEncryptor::Resume): a chunk retried after a crash between
+// its part put and its commit is encrypted again from the same state; the same bytes give the
+// same ciphertext. A client that sends different bytes for the same offsets gets their segments
+// sealed under the same nonces; the part objects are overwritten (same keys), and it is that
+// client's own upload under that upload's own DEK. The sealed pending tail and hash state use a
+// fresh random nonce prefix per seal (crypto::EncryptAll).
+//
+// Thread-safe: every call runs its own transactions on connections from the pool.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "blob/object_store.h"
+#include "common/status.h"
+#include "crypto/crypto.h"
+#include "db/conn.h"
+#include "uploads/running_sha256.h"  // RunningSha256, for callers that hash stored objects
+
+namespace oml::uploads {
+
+enum class State { kCreated, kReceiving, kComplete, kFailed, kExpired, kCancelled };
+const char* StateName(State s);
+
+// The API key a session belongs to.
+struct Owner {
+  std::string tenant_id;
+  std::string api_key_id;    // "ak_..." (journal::ApiKeyId)
+  std::string api_key_hash;  // SHA-256 of the token: writes check the key is not revoked
+  std::string principal;     // recorded at creation
+};
+
+struct NewUpload {
+  uint64_t length = 0;
+  std::string plaintext_sha256;  // raw, 32 bytes: the declared digest of the whole file
+  std::string filename;          // "" when none was given
+  std::string media_type = "application/octet-stream";
+};
+
+enum class ChecksumAlgorithm { kSha1, kSha256 };
+struct Checksum {
+  ChecksumAlgorithm algorithm = ChecksumAlgorithm::kSha256;
+  std::string digest;  // raw
+};
+
+// A session as its owner sees it.
+struct Session {
+  std::string upload_id;
+  State state = State::kCreated;
+  uint64_t length = 0;
+  uint64_t offset = 0;
+  int64_t expires_at = 0;  // Unix seconds
+  std::string declared_sha256;  // raw
+  std::string filename;
+  std::string media_type;
+};
+
+// A completed upload, for the claim that attaches it (admission): everything needed to name,
+// verify and decrypt its object.
+struct CompletedUpload {
+  std::string upload_id;
+  std::string tenant_id;
+  std::string api_key_id;
+  std::string principal;
+  uint64_t size = 0;                 // plaintext bytes
+  std::string plaintext_sha256;      // raw, 32 bytes (= the declared digest)
+  std::string ciphertext_sha256;     // raw, 32 bytes
+  uint64_t ciphertext_size = 0;
+  std::string media_type;
+  std::string filename;              // "" when none was given
+  std::string object_key;            // `<tenant>/<ciphertext_sha256_hex>` in the quarantine bucket
+  std::string wrapped_dek;           // 60 bytes, AAD UploadDekAad(tenant, upload_id)
+  std::string kek_id;                // the KEK that wrapped it
+  int64_t completed_at = 0;          // Unix seconds
+};
+
+// AAD of a session's wrapped DEK: "oml-upload-dek|<tenant>|<upload_id>" (also the KEK rotation's,
+// admission/kek_rotation.h).
+std::string UploadDekAad(const std::string& tenant, const std::string& upload_id);
+// AAD of the attachment's ciphertext (every segment): "oml-attachment|<tenant>|<upload_id>".
+std::string AttachmentAad(const std::string& tenant, const std::string& upload_id);
+// AADs of the sealed pending tail and plaintext-hash state at a committed offset:
+// "oml-upload-pending|<tenant>|<upload_id>|<offset>", "oml-upload-sha|<tenant>|<upload_id>|<offset>".
+std::string PendingAad(const std::string& tenant, const std::string& upload_id, uint64_t offset);
+std::string ShaStateAad(const std::string& tenant, const std::string& upload_id, uint64_t offset);
+// Object keys in the quarantine bucket.
+std::string PartPrefix(const std::string& tenant, const std::string& upload_id);  // ".../" form
+std::string PartKey(const std::string& tenant, const std::string& upload_id, int64_t part_no);
+std::string ObjectKey(const std::string& tenant, const std::string& ciphertext_sha256_raw);
+
+struct Options {
+  uint64_t max_length = uint64_t{8} << 30;      // largest declared size (Tus-Max-Size)
+  std::chrono::seconds expiry{86400};            // a session's life from creation
+  // How long a failed, expired or cancelled session's key-less row stays (its 410/404 answers)
+  // before Sweep deletes it.
+  std::chrono::seconds tombstone_retention{86400};
+  uint32_t segment_size = crypto::kDefaultSegmentSize;
+};
+
+struct SweepReport {
+  int64_t expired = 0;         // sessions moved to expired
+  int64_t parts_removed = 0;   // part objects deleted
+  int64_t rows_deleted = 0;    // tombstones deleted
+};
+
+// Errors (problem slugs; HTTP status in parentheses, api/server.cc HttpStatus):
+//   kNotFound "upload-not-found" (404)       no such session for this key: unknown, another key's
+//                                            or tenant's, malformed id, or cancelled
+//   kGone "upload-expired" (410)             expired (its data is removed)
+//   kGone "upload-failed" (410)              failed at its last byte (its data is removed)
+//   kFailedPrecondition "upload-offset-mismatch" (409)  Upload-Offset is not the session's offset
+//   kFailedPrecondition "upload-busy" (409)  another chunk of the session is being taken
+//   kFailedPrecondition "upload-complete" (409)  DELETE of a complete session
+//   kPayloadTooLarge "upload-too-large" (413)  a declared length above Options::max_length
+//   kPayloadTooLarge "upload-length-exceeded" (413)  a chunk past the declared length
+//   kInvalidArgument "checksum-mismatch" (460)  the chunk does not match its Upload-Checksum
+//   kInvalidArgument "digest-mismatch" (422)  the whole file's SHA-256 is not the declared one
+//   kInvalidArgument "invalid-upload-metadata" (400)
+//   kPermissionDenied "forbidden-role" (403)  a reviewer creating an upload
+//   kUnauthenticated "unauthenticated" (401)  the key was revoked (checked by every write)
+//   kDataLoss "integrity" (500)              stored state, a part or the wrapped DEK is not what
+//                                            this server wrote
+// and the database's and the object store's own errors (db/conn.h, blob/object_store.h).
+class Uploads {
+ public:
+  // REQUIRES: every pointer outlives this object; `quarantine` is thread-safe.
+  Uploads(db::Pool* pool, const crypto::KekProvider* kek, blob::ObjectStore* quarantine, Options opts);
+
+  const Options& options() const { return opts_; }
+
+  // Creates a session (state created, offset 0, expires now + expiry). `role` is the caller's:
+  // reviewers may not upload. A zero-length upload completes at once (or fails: digest-mismatch).
+  Result<Session> Create(const Owner& owner, const std::string& role, const NewUpload& req);
+
+  // The session (no lock). An active session past expires_at is expired here (kGone).
+  Result<Session> Head(const Owner& owner, const std::string& upload_id);
+
+  // Appends `bytes` at `offset` (tus PATCH). Checks, in order: the session (404/410), the lock
+  // (409 upload-busy), the offset (409 upload-offset-mismatch), the length (413), the checksum
+  // (460); then encrypts, puts the part, and commits the new offset. At the last byte: the
+  // plaintext digest (422 digest-mismatch: the session fails, every part is deleted), then the
+  // object is composed and the session completes. An empty chunk at the current offset changes
+  // nothing. A complete session answers an empty chunk at its length with the session.
+  // *current_offset is set to the session's committed offset whenever the row was read (for the
+  // Upload-Offset of a 409).
+  Result<Session> Append(const Owner& owner, const std::string& upload_id, uint64_t offset, std::string_view bytes,
+                         const std::optional<Checksum>& checksum, uint64_t* current_offset = nullptr);
+
+  // tus termination: an active session becomes cancelled, its parts are deleted. 404 for a
+  // cancelled one, 410 for failed or expired, 409 upload-complete for a complete one.
+  Status Cancel(const Owner& owner, const std::string& upload_id);
+
+  // The completed session `upload_id` of `owner`'s key (tenant and API key id; the hash and
+  // principal are not used). kNotFound "upload-not-found" if there is none for that key, or it
+  // is not complete (the message says which state).
+  Result<CompletedUpload> LookupCompleted(const Owner& owner, const std::string& upload_id);
+  // The same inside a caller's open transaction, already scoped to owner.tenant_id (e.g. the
+  // claim's commit-point transaction). `lock`: FOR SHARE, so that it cannot change until commit.
+  Result<CompletedUpload> LookupCompleted(db::Conn& tx, const Owner& owner, const std::string& upload_id, bool lock);
+
+  // Expires overdue sessions, deletes the parts of final ones, and deletes tombstones older
+  // than tombstone_retention, in every tenant. Sessions being appended to are skipped (next
+  // sweep). Idempotent.
+  Result<SweepReport> Sweep();
+
+ private:
+  struct Row;
+  // Takes the chunk into the locked row and commits; *txn_open is false once c's transaction ended.
+  Result<Session> DoAppend(db::Conn& c, const Owner& owner, Row& row, uint64_t offset, std::string_view bytes,
+                           bool* txn_open);
+  // Puts the row in a final state without key material (in the caller's transaction).
+  Status EndSession(db::Conn& c, const Owner& owner, const std::string& upload_id, State to);
+  // Deletes every object under the session's part prefix, then clears parts_left.
+  Status RemoveParts(const std::string& tenant, const std::string& upload_id, int64_t* removed = nullptr);
+
+  db::Pool* pool_;
+  const crypto::KekProvider* kek_;
+  blob::ObjectStore* store_;
+  Options opts_;
+};
+
+// Runs Uploads::Sweep every `interval` on its own thread until destroyed (errors are logged).
+class Sweeper {
+ public:
+  Sweeper(Uploads* uploads, std::chrono::milliseconds interval);
+  ~Sweeper();
+  Sweeper(const Sweeper&) = delete;
+  Sweeper& operator=(const Sweeper&) = delete;
+
+ private:
+  void Run();
+  Uploads* uploads_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace oml::uploads

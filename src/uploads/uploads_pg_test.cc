@@ -1,0 +1,372 @@
+// Upload sessions on a real PostgreSQL cluster and a local-directory quarantine bucket: resume
+// from the row alone, the stored object decrypts to the file, every fault leaves the offset where
+// it was and no part or object behind, races, expiry, the sweep.
+#include "uploads/uploads.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/sync_point_testing.h"
+#include "common/temp_dir_testing.h"
+#include "crypto/crypto.h"
+#include "db/test_cluster.h"
+#include "journal/provider.h"
+#include "journal/test_journal.h"
+
+namespace oml::uploads {
+namespace {
+
+class UploadsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    static auto* tj = new journal::testing::TestJournal(8);
+    pool_ = &tj->pool;
+    journal_ = &tj->journal;
+    static auto* dir = new oml::testing::ScopedTempDir("oml-uploads-test");
+    const std::string kek_file = (dir->path() / "kek.key").string();
+    ASSERT_TRUE(crypto::FileKekProvider::Generate(kek_file).ok());
+    kek_ = crypto::FileKekProvider::Load(kek_file).value().release();
+    store_ = blob::OpenObjectStore("file://" + (dir->path() / "quarantine").string()).value().release();
+    tenant_ = journal::CreateTenant(*journal_, "uploads").value().tenant_id;
+    alice_ = NewOwner("alice");
+    bob_ = NewOwner("bob");
+  }
+  static Owner NewOwner(const std::string& principal) {
+    auto k = journal::CreateApiKey(*journal_, tenant_, principal, "writer");
+    EXPECT_TRUE(k.ok()) << k.status().ToString();
+    return Owner{tenant_, k->key_id, crypto::Sha256(k->token), principal};
+  }
+  // A fresh Uploads over the same database and store, as after a restart: nothing in memory.
+  static Uploads Fresh(Options o = Options()) {
+    o.segment_size = 1024;  // small segments: chunks end mid-segment and on boundaries
+    return Uploads(pool_, kek_, store_, o);
+  }
+  static NewUpload Declare(const std::string& data) {
+    NewUpload n;
+    n.length = data.size();
+    n.plaintext_sha256 = crypto::Sha256(data);
+    n.filename = "data.bin";
+    return n;
+  }
+  static db::Conn Su() { return std::move(db::Conn::Connect(db::testing::SuperuserUrl())).value(); }
+  static std::string Column(const std::string& id, const std::string& col) {
+    db::Conn su = Su();
+    auto r = su.Query("SELECT " + col + " FROM oml.upload_sessions WHERE upload_id = $1", {db::Text(id)});
+    EXPECT_TRUE(r.ok() && r->size() == 1) << id;
+    return r->IsNull(0, 0) ? "<null>" : r->Get(0, 0);
+  }
+  static size_t Parts(const std::string& id) { return store_->List(PartPrefix(tenant_, id))->size(); }
+  // The stored object, decrypted with the session's own DEK; verifies both digests.
+  static std::string Decrypted(const CompletedUpload& u) {
+    auto ct = store_->Get(u.object_key);
+    EXPECT_TRUE(ct.ok() && ct->has_value()) << u.object_key;
+    EXPECT_EQ(crypto::Sha256(**ct), u.ciphertext_sha256);
+    EXPECT_EQ((*ct)->size(), u.ciphertext_size);
+    auto dek = kek_->UnwrapFrom(u.kek_id, u.wrapped_dek, UploadDekAad(u.tenant_id, u.upload_id));
+    EXPECT_TRUE(dek.ok());
+    auto pt = crypto::DecryptAll(dek->view(), AttachmentAad(u.tenant_id, u.upload_id), **ct);
+    EXPECT_TRUE(pt.ok()) << pt.status().ToString();
+    EXPECT_EQ(crypto::Sha256(*pt), u.plaintext_sha256);
+    return *pt;
+  }
+
+  static db::Pool* pool_;
+  static journal::Journal* journal_;
+  static crypto::FileKekProvider* kek_;
+  static blob::ObjectStore* store_;
+  static std::string tenant_;
+  static Owner alice_, bob_;
+};
+db::Pool* UploadsTest::pool_;
+journal::Journal* UploadsTest::journal_;
+crypto::FileKekProvider* UploadsTest::kek_;
+blob::ObjectStore* UploadsTest::store_;
+std::string UploadsTest::tenant_;
+Owner UploadsTest::alice_, UploadsTest::bob_;
+
+// Chunks of every kind of boundary, each taken by a fresh Uploads (state from the row only):
+// the object is named by its ciphertext digest, decrypts to the file, and the parts are gone.
+TEST_F(UploadsTest, ResumedChunkByChunkTheObjectDecryptsToTheFile) {
+  const std::string data = crypto::RandomBytes(10 * 1024 + 77);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->state, State::kCreated);
+  EXPECT_EQ(Column(s->upload_id, "state"), "created");
+  uint64_t off = 0;
+  for (size_t n : {size_t{1}, size_t{1023}, size_t{1024}, size_t{3000}, size_t{0}, size_t{2048}, size_t{100}}) {
+    auto r = Fresh().Append(alice_, s->upload_id, off, std::string_view(data).substr(off, n), std::nullopt);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    off += n;
+    EXPECT_EQ(r->offset, off);
+    EXPECT_EQ(r->state, off == 0 ? State::kCreated : State::kReceiving);
+    EXPECT_EQ(Fresh().Head(alice_, s->upload_id)->offset, off);
+    // The tail of the plaintext waits sealed: no byte of it is in the row in the clear.
+    db::Conn su = Su();
+    auto row = su.Query("SELECT coalesce(pending_sealed, ''), plaintext_sha_sealed FROM oml.upload_sessions WHERE upload_id = $1",
+                        {db::Text(s->upload_id)});
+    ASSERT_TRUE(row.ok());
+    const std::string tail = data.substr(off - std::min<uint64_t>(off, 16), std::min<uint64_t>(off, 16));
+    if (tail.size() == 16) {
+      EXPECT_EQ(row->GetBytes(0, 0).find(tail), std::string::npos);
+      EXPECT_EQ(row->GetBytes(0, 1).find(tail), std::string::npos);
+    }
+  }
+  EXPECT_GT(Parts(s->upload_id), 0u);
+  auto done = Fresh().Append(alice_, s->upload_id, off, std::string_view(data).substr(off), std::nullopt);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->state, State::kComplete);
+  EXPECT_EQ(done->offset, data.size());
+  EXPECT_EQ(Parts(s->upload_id), 0u);
+  EXPECT_EQ(Column(s->upload_id, "parts_left"), "f");
+  auto u = Fresh().LookupCompleted(alice_, s->upload_id);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->object_key, tenant_ + "/" + crypto::Hex(u->ciphertext_sha256));
+  EXPECT_EQ(u->size, data.size());
+  EXPECT_EQ(u->media_type, "application/octet-stream");
+  EXPECT_EQ(u->filename, "data.bin");
+  EXPECT_EQ(u->principal, "alice");
+  EXPECT_EQ(u->kek_id, kek_->kek_id());
+  EXPECT_TRUE(Decrypted(*u) == data);
+  // An empty chunk at the end is answered with the session; anything else is refused.
+  EXPECT_EQ(Fresh().Append(alice_, s->upload_id, data.size(), "", std::nullopt)->state, State::kComplete);
+  EXPECT_EQ(Fresh().Append(alice_, s->upload_id, data.size(), "x", std::nullopt).status().type(), "upload-length-exceeded");
+  EXPECT_EQ(Fresh().Append(alice_, s->upload_id, 0, "x", std::nullopt).status().type(), "upload-offset-mismatch");
+  EXPECT_EQ(Fresh().Cancel(alice_, s->upload_id).type(), "upload-complete");
+  // Same file again: another DEK and nonce prefix, so another object name.
+  auto again = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, again->upload_id, 0, data, std::nullopt).ok());
+  auto u2 = Fresh().LookupCompleted(alice_, again->upload_id);
+  ASSERT_TRUE(u2.ok());
+  EXPECT_NE(u2->object_key, u->object_key);
+  EXPECT_TRUE(Decrypted(*u2) == data);
+}
+
+TEST_F(UploadsTest, ZeroLengthUploadCompletesAtCreation) {
+  auto s = Fresh().Create(alice_, "writer", Declare(""));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->state, State::kComplete);
+  auto u = Fresh().LookupCompleted(alice_, s->upload_id);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->ciphertext_size, crypto::kAeadHeaderSize + crypto::kAeadTagSize);
+  EXPECT_EQ(Decrypted(*u), "");
+  NewUpload bad = Declare("");
+  bad.plaintext_sha256 = crypto::Sha256("not empty");
+  EXPECT_EQ(Fresh().Create(alice_, "writer", bad).status().type(), "digest-mismatch");
+}
+
+TEST_F(UploadsTest, RefusalsLeaveTheOffsetAndNothingBehind) {
+  const std::string data = crypto::RandomBytes(5000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  const std::string id = s->upload_id;
+  ASSERT_TRUE(Fresh().Append(alice_, id, 0, data.substr(0, 2000), std::nullopt).ok());
+  const size_t parts = Parts(id);
+  uint64_t cur = 0;
+  // Wrong offset: 409 with the offset.
+  auto r = Fresh().Append(alice_, id, 1999, data.substr(1999, 10), std::nullopt, &cur);
+  EXPECT_EQ(r.status().type(), "upload-offset-mismatch");
+  EXPECT_EQ(cur, 2000u);
+  // Wrong per-chunk checksum (sha1 and sha256): 460, discarded.
+  Checksum sum{ChecksumAlgorithm::kSha256, crypto::Sha256("something else")};
+  EXPECT_EQ(Fresh().Append(alice_, id, 2000, data.substr(2000, 1000), sum).status().type(), "checksum-mismatch");
+  Checksum sha1{ChecksumAlgorithm::kSha1, std::string(20, '\0')};
+  EXPECT_EQ(Fresh().Append(alice_, id, 2000, data.substr(2000, 1000), sha1).status().type(), "checksum-mismatch");
+  // Past the declared length: 413.
+  EXPECT_EQ(Fresh().Append(alice_, id, 2000, data.substr(2000) + "x", std::nullopt).status().type(), "upload-length-exceeded");
+  // Another key, even of the same tenant: 404 everywhere.
+  EXPECT_EQ(Fresh().Head(bob_, id).status().type(), "upload-not-found");
+  EXPECT_EQ(Fresh().Append(bob_, id, 2000, data.substr(2000, 10), std::nullopt).status().type(), "upload-not-found");
+  EXPECT_EQ(Fresh().Cancel(bob_, id).type(), "upload-not-found");
+  EXPECT_EQ(Fresh().LookupCompleted(bob_, id).status().type(), "upload-not-found");
+  EXPECT_EQ(Fresh().Head(alice_, "not-a-uuid").status().type(), "upload-not-found");
+  // A reviewer may not upload; too large is 413.
+  EXPECT_EQ(Fresh().Create(alice_, "reviewer", Declare(data)).status().type(), "forbidden-role");
+  Options small;
+  small.max_length = 4999;
+  EXPECT_EQ(Fresh(small).Create(alice_, "writer", Declare(data)).status().type(), "upload-too-large");
+  EXPECT_EQ(Fresh().Head(alice_, id)->offset, 2000u);
+  EXPECT_EQ(Parts(id), parts);
+  // A correct checksum is taken.
+  Checksum good{ChecksumAlgorithm::kSha256, crypto::Sha256(data.substr(2000, 1000))};
+  EXPECT_EQ(Fresh().Append(alice_, id, 2000, data.substr(2000, 1000), good)->offset, 3000u);
+  // Not complete yet: no lookup.
+  EXPECT_EQ(Fresh().LookupCompleted(alice_, id).status().code(), Code::kNotFound);
+
+  // The whole file differs from the declared digest: 422, failed, every part and no object.
+  std::string wrong = data.substr(3000);
+  wrong[0] ^= 1;
+  const size_t objects_before = store_->List(tenant_ + "/")->size() - Parts(id);
+  auto f = Fresh().Append(alice_, id, 3000, wrong, std::nullopt);
+  EXPECT_EQ(f.status().type(), "digest-mismatch");
+  EXPECT_EQ(Column(id, "state"), "failed");
+  EXPECT_EQ(Column(id, "wrapped_dek"), "<null>");
+  EXPECT_EQ(Column(id, "plaintext_sha_sealed"), "<null>");
+  EXPECT_EQ(Column(id, "object_key"), "<null>");
+  EXPECT_EQ(Parts(id), 0u);
+  EXPECT_EQ(store_->List(tenant_ + "/")->size(), objects_before);
+  EXPECT_EQ(Fresh().Head(alice_, id).status().type(), "upload-failed");
+  EXPECT_EQ(Fresh().Append(alice_, id, 3000, data.substr(3000), std::nullopt).status().type(), "upload-failed");
+}
+
+TEST_F(UploadsTest, CancelRemovesPartsAndTheSessionIsGone) {
+  const std::string data = crypto::RandomBytes(3000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 0, data.substr(0, 2500), std::nullopt).ok());
+  EXPECT_GT(Parts(s->upload_id), 0u);
+  ASSERT_TRUE(Fresh().Cancel(alice_, s->upload_id).ok());
+  EXPECT_EQ(Parts(s->upload_id), 0u);
+  EXPECT_EQ(Column(s->upload_id, "state"), "cancelled");
+  EXPECT_EQ(Column(s->upload_id, "wrapped_dek"), "<null>");
+  EXPECT_EQ(Column(s->upload_id, "pending_sealed"), "<null>");
+  EXPECT_EQ(Fresh().Head(alice_, s->upload_id).status().type(), "upload-not-found");
+  EXPECT_EQ(Fresh().Cancel(alice_, s->upload_id).type(), "upload-not-found");
+  EXPECT_EQ(Fresh().Append(alice_, s->upload_id, 2500, data.substr(2500), std::nullopt).status().type(), "upload-not-found");
+}
+
+// A crash between the part put and the commit (the fault point fails the chunk there): the
+// offset stays, the part left behind is overwritten by the retried chunk, the file is whole.
+TEST_F(UploadsTest, ChunkFailingBeforeItsCommitIsRetriedWhole) {
+  const std::string data = crypto::RandomBytes(6000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 0, data.substr(0, 1500), std::nullopt).ok());
+  SyncPoints::Set("uploads.append.after_part", [] { return Internal("injected", "injected-fault"); });
+  auto failed = Fresh().Append(alice_, s->upload_id, 1500, data.substr(1500, 2500), std::nullopt);
+  SyncPoints::Clear("uploads.append.after_part");
+  EXPECT_EQ(failed.status().type(), "injected-fault");
+  EXPECT_EQ(Fresh().Head(alice_, s->upload_id)->offset, 1500u);
+  EXPECT_EQ(Column(s->upload_id, "part_count"), "1");
+  EXPECT_EQ(Parts(s->upload_id), 2u);  // the uncommitted part 2 is there
+  // The client resends from 1500 in other chunk sizes.
+  ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 1500, data.substr(1500, 700), std::nullopt).ok());
+  ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 2200, data.substr(2200), std::nullopt).ok());
+  auto u = Fresh().LookupCompleted(alice_, s->upload_id);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_TRUE(Decrypted(*u) == data);
+  EXPECT_EQ(Parts(s->upload_id), 0u);
+  // The last chunk failing after its object was written: the retry rewrites the same object.
+  auto t = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, t->upload_id, 0, data.substr(0, 4000), std::nullopt).ok());
+  SyncPoints::Set("uploads.complete.after_object", [] { return Internal("injected", "injected-fault"); });
+  EXPECT_EQ(Fresh().Append(alice_, t->upload_id, 4000, data.substr(4000), std::nullopt).status().type(), "injected-fault");
+  SyncPoints::Clear("uploads.complete.after_object");
+  EXPECT_EQ(Column(t->upload_id, "state"), "receiving");
+  ASSERT_TRUE(Fresh().Append(alice_, t->upload_id, 4000, data.substr(4000), std::nullopt).ok());
+  auto v = Fresh().LookupCompleted(alice_, t->upload_id);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(Decrypted(*v) == data);
+}
+
+// A part changed in the store between its chunk and the last byte: the composed bytes do not
+// hash to what was put, no object appears, and the session stays receiving.
+TEST_F(UploadsTest, TamperedPartIsCaughtWhenComposing) {
+  const std::string data = crypto::RandomBytes(4000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 0, data.substr(0, 3000), std::nullopt).ok());
+  auto part = store_->Get(PartKey(tenant_, s->upload_id, 1));
+  ASSERT_TRUE(part.ok() && part->has_value());
+  std::string bad = **part;
+  bad[100] ^= 1;
+  ASSERT_TRUE(store_->Put(PartKey(tenant_, s->upload_id, 1), bad).ok());
+  const size_t objects = store_->List(tenant_ + "/")->size();
+  auto r = Fresh().Append(alice_, s->upload_id, 3000, data.substr(3000), std::nullopt);
+  EXPECT_EQ(r.status().code(), Code::kDataLoss);
+  EXPECT_EQ(r.status().type(), "integrity");
+  EXPECT_EQ(store_->List(tenant_ + "/")->size(), objects);
+  EXPECT_EQ(Column(s->upload_id, "state"), "receiving");
+  ASSERT_TRUE(Fresh().Cancel(alice_, s->upload_id).ok());
+}
+
+// Two chunks at the same offset at once: the first holds the row (paused after its part put);
+// the second is refused at once with the offset, never queued; the file is whole.
+TEST_F(UploadsTest, TwoChunksRacingOneWinsTheOtherIs409) {
+  const std::string data = crypto::RandomBytes(4000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  Uploads up = Fresh();
+  Result<Session> first = Status(Code::kInternal, "unset");
+  {
+    oml::testing::HoldFirst hold("uploads.append.after_part");
+    std::thread a([&] { first = up.Append(alice_, s->upload_id, 0, data.substr(0, 2000), std::nullopt); });
+    hold.WaitUntilHeld();
+    uint64_t cur = 99;
+    auto second = up.Append(alice_, s->upload_id, 0, data.substr(0, 2000), std::nullopt, &cur);
+    EXPECT_EQ(second.status().type(), "upload-busy");
+    EXPECT_EQ(second.status().code(), Code::kFailedPrecondition);
+    EXPECT_EQ(cur, 0u);
+    EXPECT_EQ(up.Cancel(alice_, s->upload_id).type(), "upload-busy");
+    hold.Release();
+    a.join();
+  }
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->offset, 2000u);
+  // Now the loser's retry at 0 is a plain offset mismatch.
+  EXPECT_EQ(up.Append(alice_, s->upload_id, 0, data.substr(0, 2000), std::nullopt).status().type(), "upload-offset-mismatch");
+  ASSERT_TRUE(up.Append(alice_, s->upload_id, 2000, data.substr(2000), std::nullopt).ok());
+  EXPECT_TRUE(Decrypted(*up.LookupCompleted(alice_, s->upload_id)) == data);
+}
+
+TEST_F(UploadsTest, ExpiryOnAccessAndByTheSweep) {
+  const std::string data = crypto::RandomBytes(4000);
+  auto a = Fresh().Create(alice_, "writer", Declare(data));
+  auto b = Fresh().Create(alice_, "writer", Declare(data));
+  auto done = Fresh().Create(alice_, "writer", Declare("x"));
+  ASSERT_TRUE(a.ok() && b.ok() && done.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, done->upload_id, 0, "x", std::nullopt).ok());
+  for (const auto& s : {*a, *b}) ASSERT_TRUE(Fresh().Append(alice_, s.upload_id, 0, data.substr(0, 3000), std::nullopt).ok());
+  EXPECT_GT(Parts(a->upload_id), 0u);
+  // Both pass their expiry (as if upload_expiry_s had gone by).
+  db::Conn su = Su();
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET expires_at = now() - interval '1 second' WHERE upload_id IN ($1, $2, $3)",
+                       {db::Text(a->upload_id), db::Text(b->upload_id), db::Text(done->upload_id)})
+                  .ok());
+  // a: on access (HEAD), 410 and its parts removed.
+  EXPECT_EQ(Fresh().Head(alice_, a->upload_id).status().type(), "upload-expired");
+  EXPECT_EQ(Column(a->upload_id, "state"), "expired");
+  EXPECT_EQ(Column(a->upload_id, "wrapped_dek"), "<null>");
+  EXPECT_EQ(Parts(a->upload_id), 0u);
+  EXPECT_EQ(Fresh().Append(alice_, a->upload_id, 3000, data.substr(3000), std::nullopt).status().type(), "upload-expired");
+  // b: by the sweep, untouched by any request.
+  auto rep = Fresh().Sweep();
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->expired, 1);
+  EXPECT_GT(rep->parts_removed, 0);
+  EXPECT_EQ(Column(b->upload_id, "state"), "expired");
+  EXPECT_EQ(Parts(b->upload_id), 0u);
+  // A complete session does not expire.
+  EXPECT_EQ(Column(done->upload_id, "state"), "complete");
+  EXPECT_TRUE(Fresh().LookupCompleted(alice_, done->upload_id).ok());
+  // Tombstones go after their retention.
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET updated_at = now() - interval '2 days' WHERE upload_id IN ($1, $2)",
+                       {db::Text(a->upload_id), db::Text(b->upload_id)})
+                  .ok());
+  auto rep2 = Fresh().Sweep();
+  ASSERT_TRUE(rep2.ok());
+  EXPECT_EQ(rep2->rows_deleted, 2);
+  auto left = su.Query("SELECT count(*) FROM oml.upload_sessions WHERE upload_id IN ($1, $2)",
+                       {db::Text(a->upload_id), db::Text(b->upload_id)});
+  EXPECT_EQ(left->GetInt(0, 0), 0);
+  EXPECT_EQ(Fresh().Head(alice_, a->upload_id).status().type(), "upload-not-found");
+  auto rep3 = Fresh().Sweep();
+  ASSERT_TRUE(rep3.ok());
+  EXPECT_EQ(rep3->expired + rep3->parts_removed + rep3->rows_deleted, 0);
+}
+
+TEST_F(UploadsTest, RevokedKeyWritesNothing) {
+  Owner carol = NewOwner("carol");
+  auto s = Fresh().Create(carol, "writer", Declare("abc"));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(journal::RevokeApiKey(*journal_, tenant_, carol.api_key_id, "lost").ok());
+  EXPECT_EQ(Fresh().Append(carol, s->upload_id, 0, "abc", std::nullopt).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(Fresh().Create(carol, "writer", Declare("abc")).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(Column(s->upload_id, "upload_offset"), "0");
+}
+
+}  // namespace
+}  // namespace oml::uploads

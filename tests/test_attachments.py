@@ -1,0 +1,257 @@
+"""Attachments and admission (issue 9, "Naming, binding, the signed unit", "Admission lifecycle",
+"Retrieval"): completed tus uploads bound to a claim as one signed unit, served to a reviewer
+before a verdict counts, released from quarantine to the bodies bucket byte for byte on
+promotion, and crypto-shredded on erasure (src/admission/attachments.h, sql/0013).
+
+Buckets are local directories: $OML_HOME/objects/oml-quarantine and oml-bodies."""
+import base64
+import hashlib
+import json
+
+import requests
+
+from test_uploads import new_upload, upload_all
+
+AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"  # AWS's documented example key id: matches the built-in pattern
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000") + bytes(64)
+
+
+def problem(r, status, slug):
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert r.json()["type"] == f"urn:oml:problem:{slug}", r.text
+    return r.json()
+
+
+def upload(d, token, data, **kv):
+    uid = new_upload(d, token, data, **kv)
+    assert upload_all(d, token, uid, data, chunk=7000) == len(data)
+    return uid
+
+
+def events(d, types=None):
+    """(seq, type, payload) of the tenant's journal, in seq order."""
+    with d.su() as c:
+        rows = c.execute("SELECT seq, signed_bytes FROM oml.journal WHERE tenant_id = %s ORDER BY seq",
+                         (d.tenant_id,)).fetchall()
+    out = []
+    for seq, sb in rows:
+        env = json.loads(bytes(sb))
+        if types is None or env["type"] in types:
+            out.append((seq, env["type"], env["payload"]))
+    return out
+
+
+def bucket(d, name):
+    return d.home / "objects" / name / d.tenant_id
+
+
+def objects(d, name):
+    root = bucket(d, name)
+    if not root.exists():
+        return {}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in root.iterdir() if p.is_file()}
+
+
+def get_att(d, token, art, n, **headers):
+    h = {"Authorization": f"Bearer {token}"}
+    h.update(headers)
+    return requests.get(f"{d.base}/v1/claims/{art}/attachments/{n}", headers=h, timeout=60)
+
+
+def verdict(d, token, art, v):
+    return d.post(f"/v1/claims/{art}/verdict", token, json={"verdict": v})
+
+
+def head_seq(d):
+    with d.su() as c:
+        return c.execute("SELECT coalesce(max(seq), 0) FROM oml.journal WHERE tenant_id = %s", (d.tenant_id,)).fetchone()[0]
+
+
+def test_three_attachments_end_to_end(served):
+    d = served
+    files = [("notes.txt", "text/plain", f"deploy with {AWS_KEY} today\n".encode() * 3),
+             ("data.json", "application/json", json.dumps({"k": "v", "n": [1, 2, 3]}).encode()),
+             ("pixel.png", "image/png", PNG)]
+    uids = [upload(d, d.writer, data, filename=name, **{"content-type": mt}) for name, mt, data in files]
+    with d.su() as c:
+        sessions = {str(u): (bytes(p).hex(), bytes(ct).hex(), key) for u, p, ct, key in c.execute(
+            "SELECT upload_id, plaintext_sha256, ciphertext_sha256, object_key FROM oml.upload_sessions "
+            "WHERE state = 'complete'").fetchall()}
+    assert set(sessions) == set(uids)
+
+    r = d.submit(d.writer, body="three files", attachments=uids)
+    assert r.status_code == 201, r.text
+    art, seq = r.json()["artifact_id"], r.json()["receipt"]["seq"]
+
+    # One signed unit: claim.submitted binds every digest; then one submission.attach per file,
+    # at the next seqs, with the same digests and each file's review.
+    evs = events(d)
+    sub = [e for e in evs if e[0] == seq][0]
+    assert sub[1] == "claim.submitted"
+    assert [(a["ordinal"], a["plaintext_sha256"], a["ciphertext_sha256"], a["size"]) for a in sub[2]["attachments"]] == \
+        [(i + 1, hashlib.sha256(files[i][2]).hexdigest(), sessions[uids[i]][1], len(files[i][2])) for i in range(3)]
+    attach = [e for e in evs if e[1] == "submission.attach"]
+    assert [e[0] for e in attach] == [seq + 1, seq + 2, seq + 3]
+    assert [(e[2]["ordinal"], e[2]["upload_id"], e[2]["plaintext_sha256"], e[2]["ciphertext_sha256"]) for e in attach] == \
+        [(i + 1, uids[i], sessions[uids[i]][0], sessions[uids[i]][1]) for i in range(3)]
+    assert [e[2]["flagged"] for e in attach] == [True, False, False]
+    assert attach[0][2]["review"]["flags"] == ["deny-list"]
+    assert attach[0][2]["review"]["deny_list_hits"][0]["pattern"].startswith("aws-access-key")
+    assert AWS_KEY not in json.dumps(attach[0][2])  # the hit is named, never copied
+    assert attach[2][2]["review"]["review"] == "opaque"
+    with d.su() as c:
+        assert c.execute("SELECT count(*) FROM oml.upload_sessions").fetchone()[0] == 0  # moved, not copied
+        assert c.execute("SELECT count(*) FROM oml.attachment_keys").fetchone()[0] == 3
+        assert c.execute("SELECT array_agg(location ORDER BY ordinal) FROM oml.attachments").fetchone()[0] == \
+            ["quarantine"] * 3
+    quarantined = {s[1] for s in sessions.values()}
+    assert set(objects(d, "oml-quarantine")) == quarantined
+
+    # The claim document lists the attachments (no bytes) for the author.
+    doc = d.get(f"/v1/claims/{art}", d.writer).json()
+    assert [a["ordinal"] for a in doc["attachments"]] == [1, 2, 3]
+    assert [a["flagged"] for a in doc["attachments"]] == [True, False, False]
+
+    # A verdict before the files are served is refused, naming what is missing; nothing journalled.
+    before = head_seq(d)
+    assert "1, 2, 3" in problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")["detail"]
+    assert head_seq(d) == before
+    # The author's reads journal nothing (only a reviewer's serve counts).
+    assert get_att(d, d.writer, art, 1).content == files[0][2]
+    assert head_seq(d) == before
+    for n in (1, 2):
+        g = get_att(d, d.reviewer, art, n)
+        assert g.status_code == 200 and g.content == files[n - 1][2]
+        assert g.headers["Repr-Digest"] == "sha-256=:" + base64.b64encode(hashlib.sha256(files[n - 1][2]).digest()).decode() + ":"
+        assert g.headers["Content-Type"] == files[n - 1][1]
+    assert get_att(d, d.reviewer, art, 1).status_code == 200  # a second serve journals nothing new
+    served_evs = [e for e in events(d, {"review.served"})]
+    assert [(e[2]["item"], e[2]["ciphertext_sha256"]) for e in served_evs] == [(1, sessions[uids[0]][1]), (2, sessions[uids[1]][1])]
+    assert "not served: 3" in problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")["detail"]
+    g = get_att(d, d.reviewer, art, 3, Range="bytes=8-15")
+    assert g.status_code == 206 and g.content == PNG[8:16]
+    assert g.headers["Content-Range"] == f"bytes 8-15/{len(PNG)}"
+
+    # Accept: the same ciphertext bytes move to the bodies bucket; the verdict records the flags.
+    r = verdict(d, d.reviewer, art, "accept")
+    assert r.status_code == 200, r.text
+    promoted = events(d, {"claim.promoted"})[-1][2]
+    assert promoted["flags"] == ["attachment 1:deny-list"] and promoted["attachments_served"] == 3
+    assert objects(d, "oml-quarantine") == {}
+    assert objects(d, "oml-bodies") == {ct: ct for ct in quarantined}  # name = digest of the bytes
+    with d.su() as c:
+        assert c.execute("SELECT array_agg(location ORDER BY ordinal) FROM oml.attachments").fetchone()[0] == ["bodies"] * 3
+    # Promoted: any caller of the tenant reads it, decrypted from the bodies bucket.
+    assert get_att(d, d.writer2, art, 2).content == files[1][2]
+
+    assert d.post(f"/v1/claims/{art}/demote", d.reviewer, json={"reason": "superseded"}).status_code == 200
+    r = d.post(f"/v1/claims/{art}/erase", d.admin, json={"reason": "gdpr"})
+    assert r.status_code == 200, r.text
+    erased = events(d, {"artifact.erased"})[-1][2]
+    assert sorted(erased["attachments_ciphertext_sha256"]) == sorted(quarantined)
+    problem(get_att(d, d.writer, art, 1), 410, "erased")
+    assert objects(d, "oml-bodies") == {}
+    with d.su() as c:
+        assert c.execute("SELECT count(*) FROM oml.attachment_keys").fetchone()[0] == 0
+        assert c.execute("SELECT array_agg(location) FROM oml.attachments").fetchone()[0] == ["none"] * 3
+    assert d.run("verify").stdout.startswith("OK")
+
+
+def test_the_same_file_in_two_claims_shares_no_name_and_erasing_one_keeps_the_other(served):
+    d = served
+    data = b"the same bytes in two claims\n" * 100
+    a = d.submit(d.writer, attachments=[upload(d, d.writer, data)]).json()["artifact_id"]
+    b = d.submit(d.writer, attachments=[upload(d, d.writer, data)]).json()["artifact_id"]
+    with d.su() as c:
+        rows = c.execute("SELECT artifact_id::text, plaintext_sha256, ciphertext_sha256, object_key, upload_id "
+                         "FROM oml.attachments ORDER BY attach_seq").fetchall()
+    assert [r[0] for r in rows] == [a, b]
+    assert rows[0][1] == rows[1][1]              # one plaintext digest (the signed identity)
+    assert rows[0][2] != rows[1][2]              # two ciphertexts, two DEKs
+    assert rows[0][3] != rows[1][3]              # two object names
+    assert len(objects(d, "oml-quarantine")) == 2
+    assert d.post(f"/v1/claims/{a}/erase", d.writer, json={}).status_code == 200
+    problem(get_att(d, d.writer, a, 1), 410, "erased")
+    assert get_att(d, d.writer, b, 1).content == data  # the other claim's file is untouched
+    assert list(objects(d, "oml-quarantine")) == [bytes(rows[1][2]).hex()]
+    with d.su() as c:
+        assert [str(x[0]) for x in c.execute("SELECT upload_id FROM oml.attachment_keys").fetchall()] == [str(rows[1][4])]
+
+
+def test_an_upload_attaches_once_and_only_by_its_own_key(served):
+    d = served
+    uid = upload(d, d.writer, b"once")
+    before = head_seq(d)
+    problem(d.submit(d.writer2, attachments=[uid]), 404, "upload-not-found")  # another key's upload
+    problem(d.submit(d.writer, attachments=[uid, uid]), 400, "invalid-field")
+    problem(d.submit(d.writer, attachments=["not-a-uuid"]), 400, "invalid-field")
+    problem(d.submit(d.writer, attachments=uid), 400, "invalid-field")
+    assert head_seq(d) == before
+    assert d.submit(d.writer, attachments=[uid]).status_code == 201
+    after = head_seq(d)
+    problem(d.submit(d.writer, attachments=[uid]), 404, "upload-not-found")  # attached already
+    assert head_seq(d) == after
+    # An upload that is not complete cannot be attached either.
+    partial = new_upload(d, d.writer, b"0123456789")
+    problem(d.submit(d.writer, attachments=[partial]), 404, "upload-not-found")
+    assert head_seq(d) == after
+
+
+def test_ranges_and_visibility(served):
+    d = served
+    data = bytes(range(256)) * 1000  # 256,000 bytes: several 64 KiB AEAD segments
+    art = d.submit(d.writer, attachments=[upload(d, d.writer, data)]).json()["artifact_id"]
+    for rng, first, last in [("bytes=0-0", 0, 0), ("bytes=65530-65545", 65530, 65545), ("bytes=-10", len(data) - 10, len(data) - 1),
+                             ("bytes=255990-", 255990, len(data) - 1), ("bytes=255990-999999", 255990, len(data) - 1)]:
+        g = get_att(d, d.writer, art, 1, Range=rng)
+        assert g.status_code == 206, (rng, g.text)
+        assert g.content == data[first:last + 1], rng
+        assert g.headers["Content-Range"] == f"bytes {first}-{last}/{len(data)}"
+    for rng in ["bytes=256000-", "bytes=5-1", "bytes=0-1,5-6", "items=0-1", "bytes=-0"]:
+        g = get_att(d, d.writer, art, 1, Range=rng)
+        problem(g, 416, "range-not-satisfiable")
+    assert get_att(d, d.writer, art, 1, Range="bytes=256000-").headers["Content-Range"] == f"bytes */{len(data)}"
+    problem(get_att(d, d.writer, art, 2), 404, "attachment-not-found")
+    # Held: another writer does not see it; a reviewer does.
+    problem(get_att(d, d.writer2, art, 1), 404, "claim-not-found")
+    assert get_att(d, d.reviewer, art, 1).content == data
+
+
+def test_the_body_gate_flags_a_secret_in_the_body_and_no_body_or_file_reaches_the_outbox(served):
+    d = served
+    secret_file = b"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+    body = f"key id {AWS_KEY} in a body"
+    r = d.submit(d.writer, body=body, attachments=[upload(d, d.writer, secret_file, **{"content-type": "text/plain"})])
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    assert doc["review"]["flags"] == ["deny-list"]
+    assert doc["review"]["deny_list_hits"][0]["offset"] == body.index(AWS_KEY)
+    sub = events(d, {"claim.submitted"})[-1][2]
+    assert sub["review"] == doc["review"]
+    clean = d.submit(d.writer, body="nothing to see").json()
+    assert clean["review"]["flags"] == [] and clean["review"]["deny_list_hits"] == []
+    # Containment: no outbox row holds a body or a file, in any encoding.
+    needles = [body.encode(), secret_file, AWS_KEY.encode(), b"MIIEowIBAAKCAQEA"]
+    with d.su() as c:
+        rows = [bytes(r[0], "utf-8") for r in c.execute("SELECT row_data::text FROM oml.outbox").fetchall()]
+    assert rows
+    for text in rows:
+        for n in needles:
+            assert n not in text
+            assert base64.b64encode(n) not in text
+    # Nor the lake: drain everything into the Delta tables and scan every file under the lake
+    # root (Parquet pages are snappy-compressed, so read them back with pyarrow as well).
+    import pyarrow.parquet as pq
+    from test_lakewriter import lakewriter
+    lakewriter(d)
+    files = [p for p in (d.home / "lake").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".parquet" for p in files)
+    for p in files:
+        raw = p.read_bytes()
+        texts = [raw] + ([repr(pq.read_table(p).to_pylist()).encode()] if p.suffix == ".parquet" else [])
+        for text in texts:
+            for n in needles:
+                assert n not in text, p
+                assert base64.b64encode(n) not in text, p
