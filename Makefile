@@ -18,7 +18,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 JOBS ?= $(shell nproc)
 OML := $(BUILD)/oml
 
-.PHONY: all deps build run test test-cpp test-py venv bench bench-lake clean format
+.PHONY: all deps build run test test-cpp test-py venv bench bench-lake bench-uploads clean format
 
 all: build
 
@@ -67,6 +67,12 @@ bench: build venv
 bench-lake: build venv
 	@scripts/install-deps.sh --bench
 	OML_BIN=$(OML) OML_VENV=$(VENV) $(VENV)/bin/python bench/lake $(BENCH_LAKE_ARGS)
+
+# tus uploads and attachments (docs/performance.md "Uploads and attachments"): 1 GiB upload
+# throughput against the openssl single-core bound, parallel uploads with the server's peak RSS,
+# and a claim's attachments through submit, serve and accept. E.g. BENCH_UPLOADS_ARGS="--size 64MiB".
+bench-uploads: build venv
+	OML_BIN=$(OML) OML_VENV=$(VENV) $(VENV)/bin/python bench/uploads $(BENCH_UPLOADS_ARGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -7,14 +7,19 @@
 --   * It declares its length and the plaintext SHA-256 of the whole file at creation.
 --   * Each chunk is encrypted as it arrives under the session's own DEK (wrapped_dek under the
 --     KEK kek_id, AAD "oml-upload-dek|<tenant>|<upload_id>"), its ciphertext put as a part object
---     in the quarantine bucket, and upload_offset advanced in the transaction that holds the row
---     lock (FOR UPDATE SKIP LOCKED: a second chunk of the same session is refused, never queued).
---   * What a resume needs lives in the row: the AEAD stream's nonce prefix, next segment index and
---     header flag; the plaintext of the trailing partial segment and the running SHA-256 state of
---     the plaintext, both sealed under the DEK (they are plaintext); the running SHA-256 state of
---     the ciphertext in the clear. A restart re-hashes nothing.
+--     in the quarantine bucket, and upload_offset then advanced in a short transaction guarded on
+--     the offset it read. One request at a time per session: it holds the session's advisory lock
+--     (pg_try_advisory_lock(0x6f6d6c75, hashtext(tenant_id || '/' || upload_id)), session level,
+--     no transaction open during object-store I/O); a second one is refused, never queued.
+--   * What a resume needs lives in the row: the whole AEAD stream state (segment size, nonce
+--     prefix, next segment index, header flag, the plaintext of the trailing partial segment) and
+--     the running SHA-256 state of the plaintext, both sealed under the DEK with upload_offset in
+--     their AAD (a row whose stream does not open under its offset, or stands elsewhere, is
+--     refused); the running SHA-256 state of the ciphertext in the clear. A restart re-hashes
+--     nothing.
 --   * Final states (failed, expired, cancelled) keep no key material (CHECK below): the row stays
---     as a key-less tombstone, so the session answers 410/404, until the sweep deletes it.
+--     as a key-less tombstone, so the session answers 410/404, until the sweep deletes it. A
+--     complete session that no claim attaches within upload_complete_ttl_s expires the same way.
 -- docs/data/postgres-schema.md describes every column.
 
 SET LOCAL search_path = oml, pg_catalog;
@@ -34,15 +39,14 @@ CREATE TABLE upload_sessions (
   -- The session's DEK, wrapped under the KEK kek_id (as artifact_keys); NULL once final but complete.
   kek_id               text    CHECK (kek_id ~ '^[a-z][a-z0-9]*:[0-9a-f]{16}$'),
   wrapped_dek          bytea,
-  -- The AEAD stream (crypto/crypto.h framing): segment size, nonce prefix, index of the next
-  -- segment, whether the 16-byte header was emitted.
+  -- The AEAD stream (crypto/crypto.h framing) as created: segment size and nonce prefix (also in
+  -- the object's header). Fixed; stream_sealed holds them too and must agree.
   segment_size         integer NOT NULL CHECK (segment_size BETWEEN 1 AND 16777216),
   nonce_prefix         bytea   NOT NULL CHECK (length(nonce_prefix) = 7),
-  next_segment         bigint  NOT NULL DEFAULT 0 CHECK (next_segment >= 0),
-  header_sent          boolean NOT NULL DEFAULT false,
-  -- crypto::EncryptAll(DEK, "oml-upload-pending|<tenant>|<upload_id>|<upload_offset>", tail):
-  -- the plaintext not yet in a whole segment (0..segment_size bytes). NULL: none.
-  pending_sealed       bytea,
+  -- crypto::EncryptAll(DEK, "oml-upload-stream|<tenant>|<upload_id>|<upload_offset>", state): the
+  -- stream's whole state at upload_offset (uploads::EncodeStreamState: segment size, nonce prefix,
+  -- next segment index, header flag, the plaintext not yet in a whole segment).
+  stream_sealed        bytea,
   -- crypto::EncryptAll(DEK, "oml-upload-sha|<tenant>|<upload_id>|<upload_offset>", SHA256_CTX):
   -- the running SHA-256 of the plaintext so far (uploads/running_sha256.h).
   plaintext_sha_sealed bytea,
@@ -55,31 +59,42 @@ CREATE TABLE upload_sessions (
   parts_left           boolean NOT NULL DEFAULT false,
   created_at           timestamptz NOT NULL DEFAULT now(),
   updated_at           timestamptz NOT NULL DEFAULT now(),   -- last state or offset change
-  expires_at           timestamptz NOT NULL,                 -- tus Upload-Expires
+  -- Active: creation + upload_expiry_s (tus Upload-Expires); complete: completion +
+  -- upload_complete_ttl_s (then expired unless a claim attached it).
+  expires_at           timestamptz NOT NULL,
   -- Set on completion.
   completed_at         timestamptz,
   plaintext_sha256     bytea   CHECK (length(plaintext_sha256) = 32),
   ciphertext_sha256    bytea   CHECK (length(ciphertext_sha256) = 32),
   ciphertext_size      bigint  CHECK (ciphertext_size >= 0),
-  object_key           text,   -- <tenant>/<ciphertext_sha256 hex> in the quarantine bucket
+  -- <tenant>/<ciphertext_sha256 hex> in the quarantine bucket. Recorded before the object is
+  -- composed (the session still receiving), so a crash before the completion's commit leaves a
+  -- row naming it; an ended session's object is deleted, then this is cleared.
+  object_key           text,
   PRIMARY KEY (tenant_id, upload_id),
   CONSTRAINT upload_sessions_key_pair CHECK ((kek_id IS NULL) = (wrapped_dek IS NULL)),
   CONSTRAINT upload_sessions_active CHECK (
-    state NOT IN ('created', 'receiving') OR (wrapped_dek IS NOT NULL AND plaintext_sha_sealed IS NOT NULL
-                                               AND ciphertext_sha_state IS NOT NULL)),
+    state NOT IN ('created', 'receiving') OR (wrapped_dek IS NOT NULL AND stream_sealed IS NOT NULL
+                                               AND plaintext_sha_sealed IS NOT NULL AND ciphertext_sha_state IS NOT NULL)),
+  -- (A complete session that is later cancelled or expires keeps its digests and completed_at.)
   CONSTRAINT upload_sessions_complete CHECK (
-    (state = 'complete') = (completed_at IS NOT NULL AND plaintext_sha256 IS NOT NULL AND ciphertext_sha256 IS NOT NULL
+    state <> 'complete' OR (completed_at IS NOT NULL AND plaintext_sha256 IS NOT NULL AND ciphertext_sha256 IS NOT NULL
                             AND ciphertext_size IS NOT NULL AND object_key IS NOT NULL)),
   CONSTRAINT upload_sessions_complete_whole CHECK (
     state <> 'complete' OR (upload_offset = upload_length AND wrapped_dek IS NOT NULL
-                            AND plaintext_sha256 = declared_sha256 AND pending_sealed IS NULL)),
+                            AND plaintext_sha256 = declared_sha256 AND stream_sealed IS NULL)),
   -- A final session but complete keeps no key material and no state.
   CONSTRAINT upload_sessions_shredded CHECK (
-    state NOT IN ('failed', 'expired', 'cancelled') OR (wrapped_dek IS NULL AND pending_sealed IS NULL
-                                                         AND plaintext_sha_sealed IS NULL AND ciphertext_sha_state IS NULL))
+    state NOT IN ('failed', 'expired', 'cancelled') OR (wrapped_dek IS NULL AND stream_sealed IS NULL
+                                                         AND plaintext_sha_sealed IS NULL AND ciphertext_sha_state IS NULL)),
+  -- An ended session that still names an object has it still to delete.
+  CONSTRAINT upload_sessions_object_pending CHECK (
+    state NOT IN ('failed', 'expired', 'cancelled') OR object_key IS NULL OR parts_left)
 );
--- The sweep: active sessions by expiry; final sessions with parts still to delete; tombstones.
-CREATE INDEX upload_sessions_expiring ON upload_sessions (tenant_id, expires_at) WHERE state IN ('created', 'receiving');
+-- The sweep: sessions by expiry (active ones, and complete ones past upload_complete_ttl_s);
+-- ended sessions with parts or an object still to delete; tombstones.
+CREATE INDEX upload_sessions_expiring ON upload_sessions (tenant_id, expires_at)
+  WHERE state IN ('created', 'receiving', 'complete');
 CREATE INDEX upload_sessions_parts_left ON upload_sessions (tenant_id) WHERE parts_left AND state NOT IN ('created', 'receiving');
 CREATE INDEX upload_sessions_tombstones ON upload_sessions (tenant_id, updated_at) WHERE state IN ('failed', 'expired', 'cancelled');
 
@@ -88,12 +103,12 @@ CREATE POLICY upload_sessions_scope ON upload_sessions
   USING (tenant_id = current_tenant()) WITH CHECK (tenant_id = current_tenant());
 
 -- The tenants that have sweep work (Uploads::Sweep then works in each tenant's scope): an
--- overdue active session, a final session with parts left, or a tombstone older than
+-- overdue active or complete session, a final session with parts left, or a tombstone older than
 -- p_retention. SECURITY DEFINER (the owner is not subject to RLS); it reveals tenant ids only.
 CREATE FUNCTION upload_sweep_tenants(p_retention interval) RETURNS SETOF uuid
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = oml, pg_catalog AS $$
   SELECT DISTINCT s.tenant_id FROM oml.upload_sessions s
-  WHERE (s.state IN ('created', 'receiving') AND s.expires_at <= now())
+  WHERE (s.state IN ('created', 'receiving', 'complete') AND s.expires_at <= now())
      OR (s.parts_left AND s.state NOT IN ('created', 'receiving'))
      OR (s.state IN ('failed', 'expired', 'cancelled') AND s.updated_at <= now() - p_retention)
 $$;

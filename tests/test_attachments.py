@@ -7,7 +7,10 @@ Buckets are local directories: $OML_HOME/objects/oml-quarantine and oml-bodies."
 import base64
 import hashlib
 import json
+import os
+import time
 
+import pytest
 import requests
 
 from test_uploads import new_upload, upload_all
@@ -69,10 +72,19 @@ def head_seq(d):
         return c.execute("SELECT coalesce(max(seq), 0) FROM oml.journal WHERE tenant_id = %s", (d.tenant_id,)).fetchone()[0]
 
 
+def serve_with(d, env):
+    """`deployment` with tenant acme, a writer (alice) and a reviewer (rita), served with `env`."""
+    d.tenant_id = d.tenant("acme")
+    d.writer = d.api_key("acme", "writer", "alice")
+    d.reviewer = d.api_key("acme", "reviewer", "rita")
+    d.serve(env=env)
+    return d
+
+
 def test_three_attachments_end_to_end(served):
     d = served
     files = [("notes.txt", "text/plain", f"deploy with {AWS_KEY} today\n".encode() * 3),
-             ("data.json", "application/json", json.dumps({"k": "v", "n": [1, 2, 3]}).encode()),
+             ("data.json", "application/json", json.dumps({"k": "zebrafish", "n": [1, 2, 3]}).encode()),
              ("pixel.png", "image/png", PNG)]
     uids = [upload(d, d.writer, data, filename=name, **{"content-type": mt}) for name, mt, data in files]
     with d.su() as c:
@@ -109,6 +121,7 @@ def test_three_attachments_end_to_end(served):
     quarantined = {s[1] for s in sessions.values()}
     assert set(objects(d, "oml-quarantine")) == quarantined
 
+    assert d.get("/v1/search?q=zebrafish", d.reviewer).json()["claims"] == []  # held: not indexed
     # The claim document lists the attachments (no bytes) for the author.
     doc = d.get(f"/v1/claims/{art}", d.writer).json()
     assert [a["ordinal"] for a in doc["attachments"]] == [1, 2, 3]
@@ -133,6 +146,9 @@ def test_three_attachments_end_to_end(served):
     g = get_att(d, d.reviewer, art, 3, Range="bytes=8-15")
     assert g.status_code == 206 and g.content == PNG[8:16]
     assert g.headers["Content-Range"] == f"bytes 8-15/{len(PNG)}"
+    # A part of a file is not a serve of it.
+    assert "not served: 3" in problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")["detail"]
+    assert get_att(d, d.reviewer, art, 3).content == PNG
 
     # Accept: the same ciphertext bytes move to the bodies bucket; the verdict records the flags.
     r = verdict(d, d.reviewer, art, "accept")
@@ -145,8 +161,12 @@ def test_three_attachments_end_to_end(served):
         assert c.execute("SELECT array_agg(location ORDER BY ordinal) FROM oml.attachments").fetchone()[0] == ["bodies"] * 3
     # Promoted: any caller of the tenant reads it, decrypted from the bodies bucket.
     assert get_att(d, d.writer2, art, 2).content == files[1][2]
+    # The files' extracted text is searchable with the body (a word only data.json holds).
+    found = d.get("/v1/search?q=zebrafish", d.writer2).json()["claims"]
+    assert [c["artifact_id"] for c in found] == [art]
 
     assert d.post(f"/v1/claims/{art}/demote", d.reviewer, json={"reason": "superseded"}).status_code == 200
+    assert d.get("/v1/search?q=zebrafish", d.reviewer).json()["claims"] == []
     r = d.post(f"/v1/claims/{art}/erase", d.admin, json={"reason": "gdpr"})
     assert r.status_code == 200, r.text
     erased = events(d, {"artifact.erased"})[-1][2]
@@ -255,3 +275,161 @@ def test_the_body_gate_flags_a_secret_in_the_body_and_no_body_or_file_reaches_th
             for n in needles:
                 assert n not in text, p
                 assert base64.b64encode(n) not in text, p
+
+
+def test_a_large_body_lives_in_quarantine_and_follows_an_attachments_lifecycle(served):
+    """One placement rule (sql/0015): a body whose ciphertext is above inline_body_max_bytes
+    (64 KiB) is an object named by its ciphertext digest; a smaller one stays in PostgreSQL."""
+    d = served
+    small = d.submit(d.writer, body="s" * 1000).json()
+    large_body = "".join(f"line {i}: the quick brown fox\n" for i in range(4000))  # ~124 KiB
+    large = d.submit(d.writer, body=large_body).json()
+    with d.su() as c:
+        rows = dict((str(a), (loc, key, ct is None)) for a, loc, key, ct in c.execute(
+            "SELECT artifact_id, location, object_key, ciphertext FROM oml.artifact_bodies").fetchall())
+    assert rows[small["artifact_id"]] == ("postgres", None, False)
+    key = f"{d.tenant_id}/{large['ciphertext_sha256']}"
+    assert rows[large["artifact_id"]] == ("quarantine", key, True)
+    assert objects(d, "oml-quarantine") == {large["ciphertext_sha256"]: large["ciphertext_sha256"]}
+    # Read back through the object, digests checked.
+    assert d.get(f"/v1/claims/{large['artifact_id']}", d.writer).json()["body"] == large_body
+    # Promotion copies the same bytes to the bodies bucket; silver's body_location names it.
+    assert d.get(f"/v1/claims/{large['artifact_id']}", d.reviewer).status_code == 200
+    assert verdict(d, d.reviewer, large["artifact_id"], "accept").status_code == 200
+    assert objects(d, "oml-quarantine") == {}
+    assert objects(d, "oml-bodies") == {large["ciphertext_sha256"]: large["ciphertext_sha256"]}
+    with d.su() as c:
+        silver = c.execute("SELECT row_data FROM oml.outbox WHERE target_table = 'silver/claims' ORDER BY seq").fetchall()
+    assert [r[0]["body_location"] for r in silver] == [f"bodies:{key}"]
+    assert d.get(f"/v1/claims/{large['artifact_id']}", d.writer2).json()["body"] == large_body
+    # Erasure by the operator's CLI (`oml erase`) shreds the key and deletes the object too.
+    d.run("erase", "--tenant", "acme", large["artifact_id"], "--reason", "gdpr")
+    assert objects(d, "oml-bodies") == {}
+    problem(d.get(f"/v1/claims/{large['artifact_id']}", d.writer), 410, "erased")
+    with d.su() as c:
+        assert c.execute("SELECT location FROM oml.artifact_bodies WHERE artifact_id = %s",
+                         (large["artifact_id"],)).fetchone()[0] == "none"
+    assert d.run("verify").stdout.startswith("OK")
+
+
+def test_oml_erase_shreds_the_attachments_too(served):
+    d = served
+    data = b"attached and erased by the operator\n"
+    art = d.submit(d.writer, attachments=[upload(d, d.writer, data)]).json()["artifact_id"]
+    stored = list(objects(d, "oml-quarantine"))
+    assert len(stored) == 1
+    d.run("erase", "--tenant", "acme", art, "--reason", "operator")
+    assert objects(d, "oml-quarantine") == {}
+    with d.su() as c:
+        assert c.execute("SELECT count(*) FROM oml.attachment_keys").fetchone()[0] == 0
+    erased = events(d, {"artifact.erased"})[-1]
+    assert (erased[1], erased[2]["attachments_ciphertext_sha256"]) == ("artifact.erased", stored)
+    problem(get_att(d, d.writer, art, 1), 410, "erased")
+
+
+def test_a_rejected_claim_is_erased_when_its_retention_ends(deployment):
+    d = serve_with(deployment, {"OML_REJECTED_RETENTION_S": "3"})
+    kept = d.submit(d.writer, body="held, never rejected").json()
+    art = d.submit(d.writer, body="to be rejected", attachments=[upload(d, d.writer, b"rejected file")]).json()["artifact_id"]
+    assert get_att(d, d.reviewer, art, 1).status_code == 200
+    assert verdict(d, d.reviewer, art, "reject").status_code == 200
+    assert len(objects(d, "oml-quarantine")) == 1  # kept in quarantine during the retention
+    rejected_seq = events(d, {"claim.rejected"})[-1][0]
+    deadline = time.time() + 15
+    while time.time() < deadline and not events(d, {"artifact.erased"}):
+        time.sleep(0.2)
+    erased = events(d, {"artifact.erased"})
+    assert len(erased) == 1
+    seq, _, payload = erased[0]
+    assert seq > rejected_seq and payload["artifact_id"] == art
+    assert payload["reason"] == "retention: rejected, kept 3 s"
+    with d.su() as c:
+        principal = json.loads(bytes(c.execute("SELECT signed_bytes FROM oml.journal WHERE tenant_id = %s AND seq = %s",
+                                               (d.tenant_id, seq)).fetchone()[0]))["principal"]
+        assert c.execute("SELECT count(*) FROM oml.attachment_keys").fetchone()[0] == 0
+    assert principal == "oml-retention"
+    assert objects(d, "oml-quarantine") == {}
+    problem(get_att(d, d.writer, art, 1), 410, "erased")
+    # The held claim is untouched, and nothing is erased twice.
+    time.sleep(3.5)
+    assert len(events(d, {"artifact.erased"})) == 1
+    assert d.get(f"/v1/claims/{kept['artifact_id']}", d.writer).status_code == 200
+    assert d.run("verify").stdout.startswith("OK")
+
+
+def restart(d, env=None):
+    if d.server is not None and d.server.poll() is None:
+        d.stop_server()
+    else:
+        d.server = None
+        d.server_log.close()
+    d.serve(env=env or {})
+
+
+def test_ranges_are_capped_and_only_a_gapless_read_of_every_byte_counts_as_served(deployment):
+    """A Range never makes a response larger than attachment_serve_max_bytes (the part served is
+    named by Content-Range), and a reviewer's range reads count as a serve only once they covered
+    the file from byte 0 to its end without a gap: one byte per file is not a review."""
+    d = serve_with(deployment, {"OML_ATTACHMENT_SERVE_MAX_BYTES": "65536"})
+    data = bytes(range(256)) * 800  # 204,800 bytes
+    small = b"small enough to read whole"
+    art = d.submit(d.writer, attachments=[upload(d, d.writer, data), upload(d, d.writer, small)]).json()["artifact_id"]
+    problem(get_att(d, d.writer, art, 1), 409, "range-required")
+    g = get_att(d, d.writer, art, 1, Range="bytes=0-")
+    assert (g.status_code, g.headers["Content-Range"], len(g.content)) == (206, f"bytes 0-65535/{len(data)}", 65536)
+    assert g.content == data[:65536]
+    g = get_att(d, d.writer, art, 1, Range="bytes=150000-")  # starts mid-file: decrypted from its segment
+    assert (g.headers["Content-Range"], g.content) == (f"bytes 150000-204799/{len(data)}", data[150000:])
+    # The reviewer: the last byte of each file, then a gap: no serve of file 1 is recorded.
+    assert get_att(d, d.reviewer, art, 2).content == small  # whole read: served
+    assert get_att(d, d.reviewer, art, 1, Range="bytes=-1").content == data[-1:]
+    assert get_att(d, d.reviewer, art, 1, Range="bytes=0-99").content == data[:100]
+    assert get_att(d, d.reviewer, art, 1, Range="bytes=200-300").status_code == 206  # a gap at 100..199
+    assert [e[2]["item"] for e in events(d, {"review.served"})] == [2]
+    assert "not served: 1" in problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")["detail"]
+    # Reading on from the covered prefix, in capped ranges, serves it at the last byte.
+    off = 100
+    while off < len(data):
+        g = get_att(d, d.reviewer, art, 1, Range=f"bytes={off}-")
+        assert g.status_code == 206 and g.content == data[off:off + len(g.content)]
+        off += len(g.content)
+        served = [e[2]["item"] for e in events(d, {"review.served"})]
+        assert served == ([2, 1] if off == len(data) else [2])
+    assert verdict(d, d.reviewer, art, "accept").status_code == 200
+
+
+def test_a_served_row_without_its_signed_event_does_not_count(served):
+    d = served
+    art = d.submit(d.writer, attachments=[upload(d, d.writer, b"forged serve")]).json()["artifact_id"]
+    problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")
+    with d.app() as c:  # the application's role, as a compromised server or operator would write
+        c.execute("SELECT set_config('oml.tenant_id', %s, false)", (d.tenant_id,))
+        c.execute("INSERT INTO oml.review_served VALUES (%s, %s, 1, 1, 'rita', 1)", (d.tenant_id, art))
+    problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")
+    assert events(d, {"review.served"}) == []
+    # The real serve is journalled all the same (the forged row does not pass for it), and counts.
+    assert get_att(d, d.reviewer, art, 1).status_code == 200
+    served = events(d, {"review.served"})
+    assert [(e[2]["artifact_id"], e[2]["item"]) for e in served] == [(art, 1)]
+    with d.su() as c:
+        assert c.execute("SELECT served_seq FROM oml.review_served").fetchone()[0] == served[0][0]
+    assert verdict(d, d.reviewer, art, "accept").status_code == 200
+
+
+def test_a_crashed_accept_leaves_no_copy_in_bodies_after_the_claim_is_erased(deployment):
+    d = serve_with(deployment, {"OML_REJECTED_RETENTION_S": "1"})
+    art = d.submit(d.writer, attachments=[upload(d, d.writer, os.urandom(100000))]).json()["artifact_id"]
+    assert get_att(d, d.reviewer, art, 1).status_code == 200
+    restart(d, {"OML_FAULT": "journal.after_journal_insert:kill", "OML_REJECTED_RETENTION_S": "1"})
+    with pytest.raises(requests.ConnectionError):
+        verdict(d, d.reviewer, art, "accept")
+    d.server.wait(timeout=10)
+    restart(d, {"OML_REJECTED_RETENTION_S": "1"})
+    assert d.get(f"/v1/claims/{art}", d.reviewer).json()["state"] == "held"
+    assert len(objects(d, "oml-bodies")) == 1  # the crash came between the copy and the commit
+    assert verdict(d, d.reviewer, art, "reject").status_code == 200
+    deadline = time.time() + 15
+    while time.time() < deadline and not events(d, {"artifact.erased"}):
+        time.sleep(0.2)
+    assert events(d, {"artifact.erased"})
+    assert objects(d, "oml-quarantine") == {} and objects(d, "oml-bodies") == {}

@@ -11,6 +11,8 @@ import pytest
 
 def test_submit_fetch_and_receipt_verifies_offline(served, tmp_path):
     d = served
+    # A claim under a simulation needs it running (admission/lifecycle.h): seq 6.
+    assert d.post("/v1/simulations", d.admin, json={"simulation_id": "sim-1"}).status_code == 201
     r = d.submit(d.writer, body="the sky is blue", workarea_id="wa-7", path="facts/sky.md", simulation_id="sim-1")
     assert r.status_code == 201, r.text
     doc = r.json()
@@ -20,7 +22,7 @@ def test_submit_fetch_and_receipt_verifies_offline(served, tmp_path):
     assert doc["plaintext_sha256"] == hashlib.sha256(b"the sky is blue").hexdigest()
     rc = doc["receipt"]
     assert rc["tenant"] == d.tenant_id
-    assert rc["seq"] == 6  # seq 1 is the tenant's genesis, 2-5 the fixture's four api_key.created
+    assert rc["seq"] == 7  # seq 1 is the tenant's genesis, 2-5 the fixture's four api_key.created, 6 the simulation
     signed = base64.b64decode(rc["signed_bytes"])
     assert hashlib.sha256(signed).hexdigest() == rc["event_hash"]
     env = json.loads(signed)
@@ -58,6 +60,7 @@ PAYLOAD_COLUMNS = ["artifact_id", "version", "workarea_id", "path", "provenance"
 
 def test_every_event_enqueues_one_bronze_outbox_row(served):
     d = served
+    assert d.post("/v1/simulations", d.admin, json={"simulation_id": "sim-1"}).status_code == 201
     for i in range(3):
         extra = {"simulation_id": "sim-1"} if i == 1 else {}
         assert d.submit(d.writer, body=f"b{i}", **extra).status_code == 201
@@ -66,11 +69,11 @@ def test_every_event_enqueues_one_bronze_outbox_row(served):
         outbox = c.execute("SELECT tenant_id, journal_seq, target_table, xid IS NOT NULL FROM oml.outbox ORDER BY 1, 2").fetchall()
         assert [(t, s) for t, s, _, _ in outbox] == journal
         assert {(tt, x) for _, _, tt, x in outbox} == {("bronze/events", True)}
-        # Sequential commits: outbox seq order is journal order (genesis, four api_key.created, three
-        # claims). This cannot see the order of the xid and the seq draw inside enqueue_outbox; the
+        # Sequential commits: outbox seq order is journal order (genesis, four api_key.created, the
+        # simulation.started, three claims). This cannot see the order of the xid and the seq draw inside enqueue_outbox; the
         # two-connection tests below do.
         seqs = c.execute("SELECT journal_seq FROM oml.outbox WHERE tenant_id = %s ORDER BY seq", (d.tenant_id,)).fetchall()
-        assert [s for (s,) in seqs] == list(range(1, 9))
+        assert [s for (s,) in seqs] == list(range(1, 10))
         # the sequence has CACHE 1
         assert c.execute("SELECT cache_size FROM pg_sequences WHERE sequencename = 'outbox_seq'").fetchone()[0] == 1
         # row_data: the bronze/events columns but outbox_seq (journal/bronze_row.h); a claim's
@@ -81,6 +84,9 @@ def test_every_event_enqueues_one_bronze_outbox_row(served):
         for data, event_type in rows:
             assert set(data) == BRONZE_ROW_KEYS, data
             assert data["event_type"] == event_type
+            if event_type == "simulation.started":  # names its simulation, nothing else
+                assert [data[k] for k in PAYLOAD_COLUMNS] == [None] * 5 + ["sim-1"] + [None] * 2, data
+                continue
             if event_type != "claim.submitted":
                 assert [data[k] for k in PAYLOAD_COLUMNS] == [None] * 8, data
                 continue
@@ -90,7 +96,7 @@ def test_every_event_enqueues_one_bronze_outbox_row(served):
                           "WHERE tenant_id = %s AND submitted_seq = %s", (data["tenant_id"], data["seq"])).fetchone()
             assert [data[k] for k in PAYLOAD_COLUMNS] == list(a)
         assert claims == 3
-        assert sum(1 for data, _ in rows if data["simulation_id"] == "sim-1") == 1
+        assert sum(1 for data, _ in rows if data["simulation_id"] == "sim-1") == 2  # its start and its claim
 
 
 # --- enqueue_outbox takes the transaction's xid BEFORE it draws the outbox seq ----------------------

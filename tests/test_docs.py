@@ -13,14 +13,16 @@ def test_openapi_is_valid_3_1_and_covers_every_route():
     spec = yaml.safe_load((ROOT / "docs" / "api" / "openapi.yaml").read_text())
     validate(spec)  # raises on an invalid document
     assert spec["openapi"].startswith("3.1")
-    # The tus routes (/v1/uploads) are listed in src/api/uploads_handlers.cc.
-    server = (ROOT / "src" / "api" / "server.cc").read_text() + (ROOT / "src" / "api" / "uploads_handlers.cc").read_text()
+    # The tus routes (/v1/uploads) are listed in src/api/uploads_handlers.cc, reassignment and
+    # simulations in src/api/lifecycle_handlers.cc.
+    server = "".join((ROOT / "src" / "api" / f).read_text()
+                     for f in ("server.cc", "uploads_handlers.cc", "lifecycle_handlers.cc"))
     # Routes are {"METHOD", "regex", "name", body policy, handler} (src/api/http.h Route); /metrics
     # is the metrics listener's only route.
     methods = ("get", "post", "head", "patch", "delete", "options")
     routes = {(m.capitalize(), name) for m, name in
               re.findall(r'\{"(GET|POST|HEAD|PATCH|DELETE|OPTIONS)", "[^"]*", "([^"]+)", (?:BP|http::BodyPolicy)::', server)}
-    assert len(routes) == 17, routes
+    assert len(routes) == 21, routes
     documented = {(m.capitalize(), p) for p, ops in spec["paths"].items() for m in ops if m in methods}
     assert routes == documented
 

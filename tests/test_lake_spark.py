@@ -70,6 +70,8 @@ def lake():
             r = d.submit(writers["spark-a"], body=body, path=f"notes/{i}.md", provenance="agent")
             assert r.status_code == 201, r.text
             ids.append(r.json()["artifact_id"])
+        r = d.post("/v1/simulations", admins["spark-b"], json={"simulation_id": "sim-1"})
+        assert r.status_code == 201, r.text
         r = d.submit(writers["spark-b"], body="simulated", workarea_id="wa-sim", simulation_id="sim-1")
         assert r.status_code == 201, r.text
         r = d.post(f"/v1/claims/{ids[1]}/erase", admins["spark-a"], json={"reason": "spark test"})

@@ -133,6 +133,7 @@ def journal_types(d, tenant):
 def test_promotion_and_demotion_in_one_batch_leave_the_row_demoted(served):
     d = served
     a = d.submit(d.writer, body="claim a", workarea_id="wa-a", path="a.md").json()
+    assert d.post("/v1/simulations", d.admin, json={"simulation_id": "sim-1"}).status_code == 201
     b = d.submit(d.writer, body="claim b", workarea_id="wa-b", path="b.md", simulation_id="sim-1").json()
     held = d.submit(d.writer, body="never reviewed").json()
     rejected = d.submit(d.writer, body="rejected").json()

@@ -110,6 +110,7 @@ def shifted(t, hours):
 def test_every_filter_and_role_select_exactly_the_model(served):
     d = served
     authors = {"alice": d.writer, "bob": d.writer2}
+    assert d.post("/v1/simulations", d.admin, json={"simulation_id": "sim-x"}).status_code == 201
     model = []
     for i in range(18):
         who = "alice" if i % 2 else "bob"

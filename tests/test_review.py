@@ -48,7 +48,9 @@ def expected_row(d, claim, promoted_seq, state, seq):
                "workarea_id": a[0], "path": a[1], "writer_key_id": a[2], "principal": a[3],
                "submitted_at": event_time(c, d.tenant_id, a[10]),
                "promoted_at": event_time(c, d.tenant_id, promoted_seq),
-               "provenance": a[4], "simulation_id": a[5], "plaintext_sha256": a[6], "ciphertext_sha256": a[7],
+               # The provenance class: "simulation" under a simulation (sql/0014).
+               "provenance": "simulation" if a[5] else a[4], "simulation_id": a[5],
+               "plaintext_sha256": a[6], "ciphertext_sha256": a[7],
                "media_type": a[8], "size_bytes": a[9], "body_location": "postgres:oml.artifact_bodies",
                "state": state, "state_changed_at": event_time(c, d.tenant_id, seq), "last_event_seq": seq}
     # The same values as the claim document the API answered (digests equal to the artifacts row).
@@ -60,6 +62,8 @@ def expected_row(d, claim, promoted_seq, state, seq):
 
 def test_accept_promotes_and_enqueues_one_silver_row(served):
     d = served
+    # A claim under a simulation needs it running (admission/lifecycle.h): seq 6.
+    assert d.post("/v1/simulations", d.admin, json={"simulation_id": "sim-4"}).status_code == 201
     claim = d.submit(d.writer, body="the promoted body", workarea_id="wa-9", path="facts/p.md",
                      simulation_id="sim-4", media_type="text/markdown").json()
     art = claim["artifact_id"]
@@ -68,7 +72,7 @@ def test_accept_promotes_and_enqueues_one_silver_row(served):
     assert r.status_code == 200, r.text
     doc = r.json()
     seq = doc["receipt"]["seq"]
-    assert seq == 7  # genesis 1, keys 2-5, claim 6
+    assert seq == 8  # genesis 1, keys 2-5, simulation 6, claim 7
     assert (doc["state"], doc["promoted_seq"], doc["rejected_seq"], doc["demoted_seq"]) == ("promoted", seq, None, None)
     assert doc["plaintext_sha256"] == hashlib.sha256(b"the promoted body").hexdigest()
     signed = base64.b64decode(doc["receipt"]["signed_bytes"])

@@ -302,6 +302,10 @@ def test_signed_bytes_of_real_claims_with_non_ascii_fields_are_rfc8785(served):
              simulation_id="\uffff\U0010FFFF"),
         dict(body="y", workarea_id="工作区", path="ноты/ملاحظات/😀.md", provenance="agent"),
     ]
+    for fields in claims:  # their simulations run first (admission/lifecycle.h)
+        if "simulation_id" in fields:
+            s = d.post("/v1/simulations", d.admin, json={"simulation_id": fields["simulation_id"]})
+            assert s.status_code == 201, s.text
     for fields in claims:
         r = d.submit(token, **fields)
         assert r.status_code == 201, r.text
@@ -315,7 +319,8 @@ def test_signed_bytes_of_real_claims_with_non_ascii_fields_are_rfc8785(served):
     page = d.get("/v1/events?after=0&limit=1000", d.reviewer)  # a writer sees only its own events
     assert page.status_code == 200, page.text
     events = page.json()["events"]
-    assert [e["seq"] for e in events] == list(range(1, 10))  # genesis, 5 api_key.created, 3 claims
+    # genesis, 5 api_key.created, 2 simulation.started, 3 claims
+    assert [e["seq"] for e in events] == list(range(1, 12))
     signed = [base64.b64decode(e["signed_bytes"]) for e in events]
     assert json.loads(signed[5])["payload"]["principal"] == principal  # this test's api_key.created
     for sb in signed:

@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -21,6 +22,7 @@ import pytest
 import requests
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from conftest import OML_BIN, free_port
 from test_hostile_clients import proc_status
 
 MIB = 1 << 20
@@ -161,7 +163,7 @@ def assert_gone(d, tenant, uid, state):
     """A session that ended without completing: key-less row, no part, no object."""
     s = row(d, uid)
     assert s["state"] == state
-    for col in ("wrapped_dek", "kek_id", "pending_sealed", "plaintext_sha_sealed", "ciphertext_sha_state", "object_key"):
+    for col in ("wrapped_dek", "kek_id", "stream_sealed", "plaintext_sha_sealed", "ciphertext_sha_state", "object_key"):
         assert s[col] is None, col
     assert s["parts_left"] is False
     assert parts(d, tenant, uid) == []
@@ -256,6 +258,8 @@ def test_chunks_with_checksums_make_one_object_that_decrypts_to_the_file(served)
     assert "Upload-Expires" not in r.headers
     s = row(d, uid)
     assert s["state"] == "complete"
+    # A complete upload waits upload_complete_ttl_s (default: upload_expiry_s) for a claim.
+    assert (s["expires_at"] - s["completed_at"]).total_seconds() == 86400
     assert bytes(s["plaintext_sha256"]) == hashlib.sha256(data).digest()
     assert s["filename"] == "résumé.pdf" and s["media_type"] == "application/pdf"
     assert parts(d, d.tenant_id, uid) == [] and s["parts_left"] is False
@@ -263,10 +267,9 @@ def test_chunks_with_checksums_make_one_object_that_decrypts_to_the_file(served)
     assert decrypted(d, uid) == data
     h = head(d, d.writer, uid)
     assert h.headers["Upload-Offset"] == h.headers["Upload-Length"] == str(len(data))
-    # Complete: an empty PATCH at the end is fine, DELETE is refused, anything else too.
+    # Complete: an empty PATCH at the end is fine, anything else is refused.
     assert patch(d, d.writer, uid, len(data), b"").status_code == 204
     problem(patch(d, d.writer, uid, len(data), b"x"), 413, "upload-length-exceeded")
-    problem(delete(d, d.writer, uid), 409, "upload-complete")
     # A zero-length file is complete at creation.
     r = create(d, d.writer, b"")
     assert r.status_code == 201, r.text
@@ -339,7 +342,10 @@ def test_kill_9_mid_chunk_then_resume_with_head_and_patch(served):
     d.server_log.close()
     d.serve()
     assert head(d, d.writer, uid).headers["Upload-Offset"] == str(MIB + 100000)
-    assert row(d, uid)["state"] == "receiving"
+    s = row(d, uid)
+    assert s["state"] == "receiving"
+    # The object that appeared is named by the row (recorded before it was composed).
+    assert s["object_key"] is not None and objects(d, d.tenant_id) == [s["object_key"].split("/", 1)[1]]
     r = patch(d, d.writer, uid, MIB + 100000, data[MIB + 100000:])
     assert r.status_code == 204, r.text
     assert decrypted(d, uid) == data
@@ -433,8 +439,10 @@ def test_oversize_chunks_are_413_and_change_nothing(served):
     answer = s.recv(65536).decode(errors="replace")
     s.close()
     assert answer.startswith("HTTP/1.1 413"), answer
-    # (Refused while the header is parsed, before the path is known: no Tus-Resumable on this one.)
+    # Refused while the header is parsed, and still a tus answer (the path is named).
+    assert "\r\nTus-Resumable: 1.0.0\r\n" in answer, answer
     assert "urn:oml:problem:body-too-large" in answer
+    assert f'"instance":"/v1/uploads/{uid}"' in answer, answer
     assert row(d, uid)["upload_offset"] == 50000
     assert len(parts(d, d.tenant_id, uid)) == row(d, uid)["part_count"]
     upload_all(d, d.writer, uid, data, start=50000)
@@ -492,6 +500,7 @@ def test_two_patches_racing_one_wins_the_other_is_409(served):
 def test_expired_sessions_answer_410_and_lose_their_parts(deployment):
     d = deployment
     d.env["OML_UPLOAD_EXPIRY_S"] = "2"  # the sweep then runs every second; tombstones live 2 s
+    d.env["OML_UPLOAD_COMPLETE_TTL_S"] = "3600"  # complete uploads wait an hour for a claim
     d.tenant_id = d.tenant("acme")
     d.writer = d.api_key("acme", "writer", "alice")
     d.serve()
@@ -519,7 +528,8 @@ def test_expired_sessions_answer_410_and_lose_their_parts(deployment):
         time.sleep(0.2)
     assert_gone(d, d.tenant_id, b, "expired")
     assert objects(d, d.tenant_id) == [bytes(row(d, done)["ciphertext_sha256"]).hex()]
-    # Complete sessions do not expire; the tombstones go after their retention.
+    # Complete sessions within their upload_complete_ttl_s do not expire; the tombstones go after
+    # their retention.
     deadline = time.time() + 15
     while (row(d, a) or row(d, b)) and time.time() < deadline:
         time.sleep(0.3)
@@ -591,6 +601,245 @@ def test_kek_rotate_rewraps_upload_deks(served):
     upload_all(d, d.writer, active, data, start=100000)
     assert decrypted(d, complete, kek_file=new_file) == data
     assert decrypted(d, active, kek_file=new_file) == data
+
+
+# --- no transaction during object-store I/O (uploads.h "Mutual exclusion") ----------------------
+
+LOCK_CLASS = 0x6f6d6c75  # "omlu": the first key of every session's advisory lock
+
+
+def wait_stopped(pid, timeout=15):
+    """Waits until process `pid` is stopped (OML_FAULT=<point>:stop sent it SIGSTOP)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split()[2] == "T":
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} did not stop at the fault point")
+
+
+def test_a_patch_holds_no_transaction_while_it_waits_on_the_object_store(served):
+    """A PATCH held between its part put and its commit (server A, stopped there) holds the
+    session's advisory lock on an idle connection: no transaction id, no snapshot, no row lock.
+    So a second PATCH is still refused at once, and another tenant's write through server B is
+    at once below the lake writer's outbox cut (pg_snapshot_xmin, docs/data/postgres-schema.md)."""
+    d = served
+    other = d.tenant("beta")
+    beta = d.api_key("beta", "writer", "bob")
+    data = os.urandom(8 * MIB)
+    uid = new_upload(d, d.writer, data)
+    pb = free_port()
+    env_b = dict(d.env, OML_LISTEN=f"127.0.0.1:{pb}", OML_METRICS_LISTEN=f"127.0.0.1:{free_port()}")
+    b = subprocess.Popen([OML_BIN, "serve"], env=env_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base_b = f"http://127.0.0.1:{pb}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                requests.get(base_b + "/v1/health", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert time.time() < deadline, "server B did not come up"
+                time.sleep(0.05)
+        # OML_FAULT=...:stop sends the process SIGSTOP, which stops it a moment after the point
+        # (the main thread starts the group stop): a chunk whose commit slipped in before is
+        # let through, and the next chunk is held on a new server A.
+        off = 0
+        for _ in range(5):
+            d.stop_server()
+            d.serve(env={"OML_FAULT": "uploads.append.after_part:stop"})
+            answers = []
+            t = threading.Thread(target=lambda o=off: answers.append(patch(d, d.writer, uid, o, data[o:o + MIB])),
+                                 daemon=True)
+            t.start()
+            wait_stopped(d.server.pid)
+            if row(d, uid)["upload_offset"] == off:
+                break
+            os.kill(d.server.pid, signal.SIGCONT)
+            t.join(timeout=60)
+            assert [a.status_code for a in answers] == [204]
+            off += MIB
+        else:
+            raise AssertionError("no PATCH was held before its commit")
+        assert parts(d, d.tenant_id, uid) == [f"{n:08d}" for n in range(1, off // MIB + 2)]
+        with d.su() as c:
+            xids = c.execute("SELECT pid, backend_xid, state FROM pg_stat_activity "
+                             "WHERE backend_xid IS NOT NULL AND usename <> current_user").fetchall()
+            assert xids == [], xids
+            # The held PATCH's backend: it holds the session's lock, idle, with no xid and no snapshot.
+            held = c.execute("SELECT a.backend_xid, a.backend_xmin, a.state FROM pg_locks l JOIN pg_stat_activity a "
+                             "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid::bigint = %s AND l.granted",
+                             (LOCK_CLASS,)).fetchall()
+            assert held == [(None, None, "idle")], held
+            c.execute("SELECT 1 FROM oml.upload_sessions WHERE upload_id = %s FOR UPDATE NOWAIT", (uid,))  # no row lock
+        # Still one chunk at a time: the same chunk through B is refused at once, with the offset.
+        r = requests.patch(f"{base_b}/v1/uploads/{uid}", data=data[off:off + MIB], timeout=30,
+                           headers=hdr(d.writer, **{"Upload-Offset": str(off), "Content-Type": OCTETS}))
+        problem(r, 409, "upload-busy")
+        assert r.headers["Upload-Offset"] == str(off)
+        r = requests.post(base_b + "/v1/claims", headers={"Authorization": f"Bearer {beta}"}, timeout=30,
+                          json={"body": "tenant beta", "workarea_id": "wa-1", "path": "a.md", "provenance": "human"})
+        assert r.status_code == 201, r.text
+        with d.su() as c:
+            n, stable = c.execute("SELECT count(*), bool_and(pg_snapshot_xmin(pg_current_snapshot()) > xid) "
+                                  "FROM oml.outbox WHERE tenant_id = %s", (other,)).fetchone()
+        assert n > 0 and stable is True
+    finally:
+        if d.server is not None:
+            os.kill(d.server.pid, signal.SIGCONT)
+        b.terminate()
+        b.wait()
+    t.join(timeout=60)
+    assert [a.status_code for a in answers] == [204], [a.text for a in answers]
+    assert row(d, uid)["upload_offset"] == off + MIB
+    with d.su() as c:
+        assert c.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = %s",
+                         (LOCK_CLASS,)).fetchone()[0] == 0
+    upload_all(d, d.writer, uid, data, start=off + MIB)
+    assert decrypted(d, uid) == data
+
+
+# --- the sealed stream state -------------------------------------------------------------------
+
+def seal_all(key, aad, plaintext, seg=64 * 1024):
+    """crypto::EncryptAll (src/crypto/crypto.h framing) in Python."""
+    prefix = os.urandom(7)
+    out = b"OMLE\x01" + seg.to_bytes(4, "big") + prefix
+    n = max(1, -(-len(plaintext) // seg))
+    for i in range(n):
+        nonce = prefix + i.to_bytes(4, "big") + (b"\x01" if i == n - 1 else b"\x00")
+        out += AESGCM(key).encrypt(nonce, plaintext[i * seg:(i + 1) * seg], aad)
+    return out
+
+
+def open_all(key, aad, ct):
+    """crypto::DecryptAll in Python."""
+    assert ct[:5] == b"OMLE\x01"
+    seg, prefix = int.from_bytes(ct[5:9], "big"), ct[9:16]
+    out, pos, i = b"", 16, 0
+    while True:
+        last = len(ct) - pos <= seg + 16
+        rec = ct[pos:] if last else ct[pos:pos + seg + 16]
+        out += AESGCM(key).decrypt(prefix + i.to_bytes(4, "big") + (b"\x01" if last else b"\x00"), rec, aad)
+        pos += len(rec)
+        i += 1
+        if last:
+            return out
+
+
+def test_a_rewound_stream_state_is_refused_and_seals_nothing(served):
+    """The audit rewound next_segment in the row (with the database role, no KEK) and the server
+    sealed new plaintext under nonces already used. The whole stream state is now sealed under the
+    DEK with the offset in its AAD, and must stand where that offset puts it: every rewind is
+    500 integrity, and no part is written."""
+    d = served
+    seg = 64 * 1024
+    a = os.urandom(2 * seg + 100)
+    b = os.urandom(seg)
+    data = a + b + os.urandom(10)
+    uid = new_upload(d, d.writer, data)
+    at_zero = bytes(row(d, uid)["stream_sealed"])
+    assert patch(d, d.writer, uid, 0, a).status_code == 204
+    s = row(d, uid)
+    assert (s["upload_offset"], s["part_count"]) == (len(a), 1)
+    good = bytes(s["stream_sealed"])
+    for col in ("next_segment", "header_sent", "pending_sealed"):
+        assert col not in s, col  # nothing of the stream's position is in the clear
+
+    def set_stream(v):
+        with d.su() as c:
+            c.execute("UPDATE oml.upload_sessions SET stream_sealed = %s WHERE upload_id = %s", (v, uid))
+
+    def refused():
+        problem(patch(d, d.writer, uid, len(a), b), 500, "integrity")
+        assert parts(d, d.tenant_id, uid) == ["00000001"]
+        assert row(d, uid)["upload_offset"] == len(a)
+
+    # 1. Without the DEK: the state sealed at offset 0 (next segment 0) put back.
+    set_stream(at_zero)
+    refused()
+    # 2. With the DEK (from the KEK file): a rewound state sealed correctly under this offset.
+    kek = bytes.fromhex((d.home / "keys" / "kek.key").read_text().strip())
+    w = bytes(s["wrapped_dek"])
+    dek = AESGCM(kek).decrypt(w[:12], w[12:], f"oml-upload-dek|{d.tenant_id}|{uid}".encode())
+    aad = f"oml-upload-stream|{d.tenant_id}|{uid}|{len(a)}".encode()
+    plain = open_all(dek, aad, good)
+    assert plain[0] == 1 and int.from_bytes(plain[1:5], "big") == seg
+    assert int.from_bytes(plain[12:20], "big") == 2 and plain[20] == 1 and plain[21:] == a[2 * seg:]
+    set_stream(seal_all(dek, aad, plain[:12] + (0).to_bytes(8, "big") + plain[20:]))
+    refused()
+    # Sealed correctly and not rewound: taken (the check is the position, not the seal's bytes).
+    set_stream(seal_all(dek, aad, plain))
+    upload_all(d, d.writer, uid, data, start=len(a))
+    assert decrypted(d, uid) == data
+
+
+# --- complete uploads: DELETE, time to live, crash before the completion's commit ---------------
+
+def test_a_complete_upload_is_deleted_by_delete_and_expires_unless_attached(deployment):
+    d = deployment
+    d.tenant_id = d.tenant("acme")
+    d.writer = d.api_key("acme", "writer", "alice")
+    d.serve(env={"OML_UPLOAD_COMPLETE_TTL_S": "2"})  # the sweep then runs every second
+    data = os.urandom(5000)
+    # DELETE of a complete upload: 204, its DEK shredded, its object deleted.
+    uid = new_upload(d, d.writer, data)
+    upload_all(d, d.writer, uid, data)
+    assert len(objects(d, d.tenant_id)) == 1
+    r = delete(d, d.writer, uid)
+    assert r.status_code == 204 and r.headers["Tus-Resumable"] == "1.0.0"
+    assert_gone(d, d.tenant_id, uid, "cancelled")
+    assert objects(d, d.tenant_id) == []
+    problem(head(d, d.writer, uid), 404, "upload-not-found")
+    problem(delete(d, d.writer, uid), 404, "upload-not-found")
+    # Complete, never attached, its key revoked: it expires upload_complete_ttl_s after completion.
+    uid = new_upload(d, d.writer, data)
+    upload_all(d, d.writer, uid, data)
+    s = row(d, uid)
+    assert s["state"] == "complete" and 1.5 <= (s["expires_at"] - s["completed_at"]).total_seconds() <= 2.5
+    assert len(objects(d, d.tenant_id)) == 1
+    d.run("key", "revoke", "--tenant", "acme", s["api_key_id"], "--reason", "left")
+    deadline = time.time() + 15
+    while row(d, uid)["state"] == "complete" and time.time() < deadline:
+        time.sleep(0.2)
+    assert_gone(d, d.tenant_id, uid, "expired")
+    assert objects(d, d.tenant_id) == []
+    # A live key's claim cannot attach an expired upload.
+    bob = d.api_key("acme", "writer", "bob")
+    late = new_upload(d, bob, data)
+    upload_all(d, bob, late, data)
+    deadline = time.time() + 15
+    while row(d, late)["state"] == "complete" and time.time() < deadline:
+        time.sleep(0.2)
+    assert row(d, late)["state"] == "expired"
+    r = d.submit(bob, attachments=[late])
+    assert r.status_code == 404 and r.json()["type"] == "urn:oml:problem:upload-not-found", r.text
+    problem(head(d, bob, late), 410, "upload-expired")
+
+
+def test_an_object_composed_before_a_crash_is_deleted_with_its_session(served):
+    """Killed after the object appeared, before the completion's commit: the row (still
+    receiving) names the object, and DELETE removes it (the audit found it left behind)."""
+    d = served
+    data = os.urandom(MIB + 1000)
+    uid = new_upload(d, d.writer, data)
+    assert patch(d, d.writer, uid, 0, data[:MIB]).status_code == 204
+    d.stop_server()
+    d.serve(env={"OML_FAULT": "uploads.complete.after_object:kill"})
+    with pytest.raises(requests.ConnectionError):
+        patch(d, d.writer, uid, MIB, data[MIB:])
+    assert d.server.wait(timeout=10) == -signal.SIGKILL
+    d.server = None
+    d.server_log.close()
+    d.serve()
+    s = row(d, uid)
+    assert s["state"] == "receiving" and s["object_key"] is not None
+    assert objects(d, d.tenant_id) == [s["object_key"].split("/", 1)[1]]
+    r = delete(d, d.writer, uid)
+    assert r.status_code == 204
+    assert_gone(d, d.tenant_id, uid, "cancelled")
+    assert objects(d, d.tenant_id) == []
 
 
 # --- memory ------------------------------------------------------------------------------------

@@ -77,8 +77,10 @@ Attachments::Attachments(db::Pool* pool, journal::Journal* journal, const crypto
       review_(std::move(review)),
       opts_(opts) {}
 
-blob::ObjectStore* Attachments::StoreOf(const Attachment& a) const {
-  return a.location == "bodies" ? bodies_ : quarantine_;
+blob::ObjectStore* Attachments::StoreOf(const Attachment& a) const { return StoreAt(a.location); }
+
+blob::ObjectStore* Attachments::StoreAt(const std::string& location) const {
+  return location == "bodies" ? bodies_ : quarantine_;
 }
 
 Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, const std::vector<std::string>& ids) {
@@ -92,9 +94,15 @@ Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, co
     if (!seen.insert(id).second) return InvalidArgument("attachments: upload " + id + " is named twice", "invalid-field");
   }
   const uploads::Owner owner{c.tenant_id, c.api_key_id, c.api_key_hash, c.principal};
+  // Every id is looked up before any object is read: a bad id costs no decryption.
+  std::vector<uploads::CompletedUpload> found;
+  for (const auto& id : ids) {
+    OML_ASSIGN_OR_RETURN(uploads::CompletedUpload u, uploads_->LookupCompleted(owner, id));
+    found.push_back(std::move(u));
+  }
   std::vector<PreparedAttachment> out;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    OML_ASSIGN_OR_RETURN(uploads::CompletedUpload u, uploads_->LookupCompleted(owner, ids[i]));
+  for (size_t i = 0; i < found.size(); ++i) {
+    const uploads::CompletedUpload& u = found[i];
     PreparedAttachment p;
     Attachment& a = p.a;
     a.ordinal = static_cast<int>(i) + 1;
@@ -114,7 +122,11 @@ Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, co
                                                                        uploads::AttachmentAad(c.tenant_id, u.upload_id)));
     uploads::RunningSha256 pt_hash, ct_hash;
     const bool whole = u.size <= opts_.max_review_bytes;
-    std::string plain;  // the whole plaintext (whole) or its first kSniffBytes; wiped below
+    std::string plain;  // the whole plaintext (whole) or its first kSniffBytes
+    struct WipeOnExit {
+      std::string* s;
+      ~WipeOnExit() { crypto::Wipe(s); }
+    } wipe_plain{&plain};
     auto keep = [&](const std::string& bytes) {
       const size_t room = whole ? bytes.size() : (plain.size() < kSniffBytes ? kSniffBytes - plain.size() : 0);
       plain.append(bytes, 0, std::min(room, bytes.size()));
@@ -134,10 +146,6 @@ Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, co
     if (ct_hash.Digest() != u.ciphertext_sha256 || pt_hash.Digest() != u.plaintext_sha256)
       return Status(Code::kDataLoss, "upload " + u.upload_id + ": the stored object does not match its digests",
                     "integrity");
-    struct WipeOnExit {
-      std::string* s;
-      ~WipeOnExit() { crypto::Wipe(s); }
-    } wipe_plain{&plain};
     if (whole) {
       OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, u.media_type, plain));
       crypto::Wipe(&r.text);
@@ -258,12 +266,18 @@ Result<std::vector<Attachment>> Attachments::ListAllVersions(const std::string& 
 
 Status Attachments::RecordServed(const Caller& c, const ClaimMeta& m, int item, const std::string& plaintext_sha256,
                                  const std::string& ciphertext_sha256) {
-  if ((c.role != "reviewer" && c.role != "admin") || m.state != "held") return Status::Ok();
+  if (!ReviewerOfHeld(c, m)) return Status::Ok();
   {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+    // Served before: a row backed by its signed event (as CheckAllServed counts it).
     OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(c.tenant_id,
-                                                  {"SELECT 1 FROM oml.review_served WHERE tenant_id = $1 AND "
-                                                   "artifact_id = $2 AND version = $3 AND item = $4 AND reviewer = $5",
+                                                  {"SELECT 1 FROM oml.review_served s JOIN oml.journal j ON j.tenant_id "
+                                                   "= s.tenant_id AND j.seq = s.served_seq WHERE s.tenant_id = $1 AND "
+                                                   "s.artifact_id = $2 AND s.version = $3 AND s.item = $4 AND "
+                                                   "s.reviewer = $5 AND convert_from(j.signed_bytes, 'UTF8')::jsonb @> "
+                                                   "jsonb_build_object('type', 'review.served', 'principal', $5::text, "
+                                                   "'payload', jsonb_build_object('artifact_id', $2::text, 'version', "
+                                                   "$3::integer, 'item', $4::integer))",
                                                    {db::Text(c.tenant_id), db::Text(m.artifact_id), db::Int(m.version),
                                                     db::Int(item), db::Text(c.principal)},
                                                    "oml_served_check"}));
@@ -278,9 +292,11 @@ Status Attachments::RecordServed(const Caller& c, const ClaimMeta& m, int item, 
   const std::string tenant = c.tenant_id, artifact = m.artifact_id, reviewer = c.principal;
   const int version = m.version;
   ev.fold = [=](int64_t seq) -> std::vector<db::Stmt> {
-    // Two serves racing: the second's row already exists and the first serve's seq stands.
+    // The row names the latest serve event (two racing serves journal two events; either one
+    // backs the row). A row whose seq names no such event (not written by a serve) is replaced.
     return {{"INSERT INTO oml.review_served (tenant_id, artifact_id, version, item, reviewer, served_seq) "
-             "VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT DO NOTHING",
+             "VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (tenant_id, artifact_id, version, item, reviewer) "
+             "DO UPDATE SET served_seq = EXCLUDED.served_seq",
              {db::Text(tenant), db::Text(artifact), db::Int(version), db::Int(item), db::Text(reviewer), db::Int(seq)},
              "oml_served_insert"}};
   };
@@ -325,21 +341,37 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
                     "range-not-satisfiable");
     first = range->first;
     last = std::min(range->last, size - 1);
+    // One response holds at most max_serve_bytes: a longer range is shortened (RFC 9110 §14.2
+    // lets a server answer a part of it; Content-Range says which).
+    if (last - first >= opts_.max_serve_bytes) last = first + opts_.max_serve_bytes - 1;
   } else if (size > opts_.max_serve_bytes) {
     return FailedPrecondition("attachment " + std::to_string(ordinal) + " is " + std::to_string(size) +
                                   " bytes; above " + std::to_string(opts_.max_serve_bytes) + " read it with Range",
                               "range-required");
   }
-  OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
   OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek, Dek(c.tenant_id, a));
-  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::Create(dek.view(),
-                                                                     uploads::AttachmentAad(c.tenant_id, a.upload_id)));
+  const std::string aad = uploads::AttachmentAad(c.tenant_id, a.upload_id);
+  // A promotion racing this read may have moved the object from quarantine to bodies since
+  // the row was read: look there once before calling the object missing.
+  blob::ObjectStore* store = StoreOf(a);
+  OML_ASSIGN_OR_RETURN(std::optional<std::string> header, store->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
+  if (!header && a.location == "quarantine") {
+    store = bodies_;
+    OML_ASSIGN_OR_RETURN(header, store->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
+  }
+  if (!header) return Status(Code::kDataLoss, "object " + a.object_key + " is missing", "integrity");
+  // A range starts decrypting at the segment that holds its first byte (random access); a whole
+  // read starts at 0 and checks the plaintext digest.
+  uint32_t segment = 0;
+  OML_ASSIGN_OR_RETURN(auto probe, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, 0, &segment));
+  const uint64_t first_segment = range ? first / segment : 0;
+  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, first_segment));
   ServedAttachment out;
   out.meta = a;
   out.first = first;
   out.partial = range.has_value();
   const uint64_t want = size == 0 ? 0 : last - first + 1;
-  uint64_t pos = 0;  // plaintext offset of the next byte the decryptor returns
+  uint64_t pos = first_segment * segment;  // plaintext offset of the next byte the decryptor returns
   auto take = [&](const std::string& pt) {
     const uint64_t b = pos, e = pos + pt.size();
     pos = e;
@@ -349,8 +381,7 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
     out.bytes.append(pt, from, n);
   };
   uploads::RunningSha256 pt_hash;
-  blob::ObjectStore* store = StoreOf(a);
-  uint64_t at = 0;
+  uint64_t at = crypto::kAeadHeaderSize + first_segment * (uint64_t{segment} + crypto::kAeadTagSize);
   // Reads ciphertext in ranges until the range's plaintext is whole (a range stops early; its
   // segments were authenticated as they were decrypted).
   while (out.bytes.size() < want || !range) {
@@ -378,17 +409,92 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
       return Status(Code::kDataLoss, "attachment " + std::to_string(ordinal) + " is shorter than its size",
                     "integrity");
   }
+  // Journalled once the bytes are decrypted and checked, before any leaves: a serve that failed
+  // is not recorded, and no reviewer gets bytes whose serve was not journalled. A whole read
+  // serves the file; ranges serve it once they have covered it from byte 0 to its end without a
+  // gap (review_progress, sql/0015), so one byte per file never counts as a review.
+  if (!range) {
+    OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
+  } else if (ReviewerOfHeld(c, m)) {
+    OML_ASSIGN_OR_RETURN(uint64_t upto, AdvanceProgress(c, m, ordinal, first, first + out.bytes.size()));
+    if (upto >= size) OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
+  }
   return out;
+}
+
+bool Attachments::ReviewerOfHeld(const Caller& c, const ClaimMeta& m) {
+  return (c.role == "reviewer" || c.role == "admin") && m.state == "held";
+}
+
+Result<uint64_t> Attachments::AdvanceProgress(const Caller& c, const ClaimMeta& m, int item, uint64_t from,
+                                              uint64_t to) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  const std::vector<db::Param> key = {db::Text(c.tenant_id), db::Text(m.artifact_id), db::Int(m.version),
+                                      db::Int(item), db::Text(c.principal)};
+  auto params = key;
+  params.push_back(db::Int(static_cast<int64_t>(from)));
+  params.push_back(db::Int(static_cast<int64_t>(to)));
+  // Extends the covered prefix [0, served_upto) when this range starts inside or right after it.
+  OML_ASSIGN_OR_RETURN(
+      db::Rows r,
+      conn->Scoped(c.tenant_id,
+                   {"WITH u AS (UPDATE oml.review_progress SET served_upto = greatest(served_upto, $7) "
+                    "WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3 AND item = $4 AND reviewer = $5 "
+                    "AND served_upto >= $6 RETURNING served_upto), "
+                    "i AS (INSERT INTO oml.review_progress (tenant_id, artifact_id, version, item, reviewer, served_upto) "
+                    "SELECT $1, $2, $3, $4, $5, $7 WHERE $6 = 0 AND NOT EXISTS (SELECT 1 FROM u) "
+                    "ON CONFLICT (tenant_id, artifact_id, version, item, reviewer) DO UPDATE "
+                    "SET served_upto = greatest(oml.review_progress.served_upto, EXCLUDED.served_upto) "
+                    "RETURNING served_upto) "
+                    "SELECT served_upto FROM u UNION ALL SELECT served_upto FROM i",
+                    params, "oml_review_progress"}));
+  return r.size() == 0 ? uint64_t{0} : static_cast<uint64_t>(r.GetInt(0, 0));
+}
+
+Result<std::optional<std::string>> Attachments::SearchText(const std::string& tenant, const Attachment& a) {
+  if (a.review.value("review", "") != "text-extraction" || static_cast<uint64_t>(a.size) > opts_.max_review_bytes)
+    return std::optional<std::string>();
+  OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek, Dek(tenant, a));
+  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::Create(dek.view(), uploads::AttachmentAad(tenant, a.upload_id)));
+  std::string plain;
+  struct WipeOnExit {
+    std::string* s;
+    ~WipeOnExit() { crypto::Wipe(s); }
+  } wipe_plain{&plain};
+  OML_RETURN_IF_ERROR(ReadObject(*StoreOf(a), a.object_key, static_cast<uint64_t>(a.ciphertext_size),
+                                 [&](const std::string& ct) -> Status {
+                                   OML_ASSIGN_OR_RETURN(std::string pt, dec->Update(ct));
+                                   plain += pt;
+                                   crypto::Wipe(&pt);
+                                   return Status::Ok();
+                                 }));
+  OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
+  plain += tail;
+  crypto::Wipe(&tail);
+  if (crypto::Sha256(plain) != a.plaintext_sha256)
+    return Status(Code::kDataLoss, "attachment " + std::to_string(a.ordinal) + " does not match its plaintext digest",
+                  "integrity");
+  OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, a.media_type, plain));
+  if (r.kind != review::ReviewKind::kTextExtraction) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(r.text));
 }
 
 Status Attachments::CheckAllServed(const Caller& c, const ClaimMeta& m) {
   OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
   OML_ASSIGN_OR_RETURN(db::Rows r, conn->Scoped(c.tenant_id,
+                                                // A served row counts only with its signed review.served
+                                                // event: same reviewer, claim, item and ciphertext digest
+                                                // (a row inserted by hand is not a serve).
                                                 {"SELECT a.ordinal FROM oml.attachments a WHERE a.tenant_id = $1 AND "
                                                  "a.artifact_id = $2 AND a.version = $3 AND NOT EXISTS (SELECT 1 FROM "
-                                                 "oml.review_served s WHERE s.tenant_id = a.tenant_id AND s.artifact_id "
-                                                 "= a.artifact_id AND s.version = a.version AND s.item = a.ordinal AND "
-                                                 "s.reviewer = $4) ORDER BY a.ordinal",
+                                                 "oml.review_served s JOIN oml.journal j ON j.tenant_id = s.tenant_id "
+                                                 "AND j.seq = s.served_seq WHERE s.tenant_id = a.tenant_id AND "
+                                                 "s.artifact_id = a.artifact_id AND s.version = a.version AND s.item = "
+                                                 "a.ordinal AND s.reviewer = $4 AND convert_from(j.signed_bytes, 'UTF8')"
+                                                 "::jsonb @> jsonb_build_object('type', 'review.served', 'principal', "
+                                                 "$4::text, 'payload', jsonb_build_object('artifact_id', a.artifact_id::"
+                                                 "text, 'version', a.version, 'item', a.ordinal, 'ciphertext_sha256', "
+                                                 "encode(a.ciphertext_sha256, 'hex')))) ORDER BY a.ordinal",
                                                  {db::Text(c.tenant_id), db::Text(m.artifact_id), db::Int(m.version),
                                                   db::Text(c.principal)},
                                                  "oml_served_missing"}));
@@ -399,27 +505,103 @@ Status Attachments::CheckAllServed(const Caller& c, const ClaimMeta& m) {
                             "attachments-not-served");
 }
 
+Status Attachments::CopyVerified(const std::string& key, uint64_t size, const std::string& sha256,
+                                 const std::string& what) {
+  OML_ASSIGN_OR_RETURN(std::unique_ptr<blob::ObjectWriter> w, bodies_->OpenWriter(key));
+  uploads::RunningSha256 h;
+  Status st = ReadObject(*quarantine_, key, size, [&](const std::string& ct) -> Status {
+    h.Update(ct);
+    return w->Write(ct);
+  });
+  if (st.ok() && h.Digest() != sha256)
+    st = Status(Code::kDataLoss, what + ": the quarantined object " + key + " does not match its ciphertext digest",
+                "integrity");
+  if (!st.ok()) {
+    (void)w->Abort();
+    return st;
+  }
+  return w->Finish();
+}
+
 Status Attachments::CopyToBodies(const std::vector<Attachment>& atts) {
   for (const Attachment& a : atts) {
     if (a.location != "quarantine") continue;
-    OML_ASSIGN_OR_RETURN(std::unique_ptr<blob::ObjectWriter> w, bodies_->OpenWriter(a.object_key));
-    uploads::RunningSha256 h;
-    Status st = ReadObject(*quarantine_, a.object_key, static_cast<uint64_t>(a.ciphertext_size),
-                           [&](const std::string& ct) -> Status {
-                             h.Update(ct);
-                             return w->Write(ct);
-                           });
-    if (st.ok() && h.Digest() != a.ciphertext_sha256)
-      st = Status(Code::kDataLoss, "attachment " + std::to_string(a.ordinal) + ": the quarantined object " +
-                                       a.object_key + " does not match its ciphertext digest",
-                  "integrity");
-    if (!st.ok()) {
-      (void)w->Abort();
-      return st;
-    }
-    OML_RETURN_IF_ERROR(w->Finish());
+    OML_RETURN_IF_ERROR(CopyVerified(a.object_key, static_cast<uint64_t>(a.ciphertext_size), a.ciphertext_sha256,
+                                     "attachment " + std::to_string(a.ordinal)));
   }
   return Status::Ok();
+}
+
+// ---- Inline bodies kept as objects (sql/0015) ----------------------------------------------------
+
+Result<std::string> Attachments::PutBodyObject(const std::string& tenant, const std::string& ciphertext,
+                                               const std::string& ciphertext_sha256) {
+  const std::string key = uploads::ObjectKey(tenant, ciphertext_sha256);
+  OML_ASSIGN_OR_RETURN(bool created, quarantine_->PutIfAbsent(key, ciphertext));
+  (void)created;  // an existing object of this name holds exactly these bytes (its name is their digest)
+  return key;
+}
+
+Result<std::string> Attachments::ReadBodyObject(const std::string& location, const std::string& object_key) {
+  if (location == "none") return Status(Code::kGone, "the body object was deleted", "erased");
+  OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, StoreAt(location)->Get(object_key));
+  // A promotion racing this read may have moved it from quarantine to bodies meanwhile.
+  if (!ct && location == "quarantine") {
+    OML_ASSIGN_OR_RETURN(ct, bodies_->Get(object_key));
+  }
+  if (!ct) return Status(Code::kDataLoss, "body object " + object_key + " is missing", "integrity");
+  return std::move(*ct);
+}
+
+Result<std::vector<BodyObject>> Attachments::BodyObjects(const std::string& tenant, const std::string& artifact_id,
+                                                         std::optional<int> version) {
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(
+      db::Rows r,
+      conn->Scoped(tenant, {"SELECT b.version, b.location, b.object_key, a.ciphertext_sha256 FROM oml.artifact_bodies b "
+                            "JOIN oml.artifacts a USING (tenant_id, artifact_id, version) WHERE b.tenant_id = $1 AND "
+                            "b.artifact_id = $2 AND b.object_key IS NOT NULL AND ($3::integer IS NULL OR b.version = $3) "
+                            "ORDER BY b.version",
+                            {db::Text(tenant), db::Text(artifact_id), version ? db::Int(*version) : db::Null()},
+                            "oml_body_objects"}));
+  std::vector<BodyObject> out;
+  for (int i = 0; i < r.size(); ++i)
+    out.push_back({static_cast<int>(r.GetInt(i, 0)), r.Get(i, 1), r.Get(i, 2), r.GetBytes(i, 3)});
+  return out;
+}
+
+Status Attachments::CopyBodyToBodies(const BodyObject& b) {
+  if (b.location != "quarantine") return Status::Ok();
+  OML_ASSIGN_OR_RETURN(std::optional<uint64_t> size, quarantine_->Size(b.object_key));
+  if (!size) return Status(Code::kDataLoss, "body object " + b.object_key + " is missing", "integrity");
+  return CopyVerified(b.object_key, *size, b.ciphertext_sha256, "body");
+}
+
+db::Stmt Attachments::PromoteBodyFold(const std::string& tenant, const std::string& artifact_id, int version) {
+  return {"UPDATE oml.artifact_bodies SET location = 'bodies' WHERE tenant_id = $1 AND artifact_id = $2 AND "
+          "version = $3 AND location = 'quarantine'",
+          {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
+          "oml_body_promote"};
+}
+
+void Attachments::DropQuarantineBody(const BodyObject& b) {
+  if (b.location != "quarantine") return;
+  if (Status st = quarantine_->Delete(b.object_key); !st.ok())
+    log::Warn("promoted body: the quarantine copy was not deleted", {{"object_key", b.object_key}, {"error", st.ToString()}});
+}
+
+db::Stmt Attachments::EraseBodyFold(const std::string& tenant, const std::string& artifact_id) {
+  return {"UPDATE oml.artifact_bodies SET location = 'none' WHERE tenant_id = $1 AND artifact_id = $2 AND "
+          "object_key IS NOT NULL",
+          {db::Text(tenant), db::Text(artifact_id)},
+          "oml_body_erase"};
+}
+
+void Attachments::DeleteBodyObjects(const std::vector<BodyObject>& bodies) {
+  for (const BodyObject& b : bodies) {
+    if (b.location == "none") continue;
+    DeleteEverywhere(b.object_key, "erased body");
+  }
 }
 
 db::Stmt Attachments::PromoteFold(const std::string& tenant, const std::string& artifact_id, int version) {
@@ -450,13 +632,34 @@ std::vector<db::Stmt> Attachments::EraseFold(const std::string& tenant, const st
 }
 
 void Attachments::DeleteObjects(const std::vector<Attachment>& atts) {
+  // From both buckets, whatever the row said when it was read: a promotion racing the erasure,
+  // a copy left in bodies by a failed accept, or a quarantine copy a crash kept after promotion.
   for (const Attachment& a : atts) {
     if (a.location == "none") continue;
-    Status st = StoreOf(a)->Delete(a.object_key);
-    if (!st.ok())
-      log::Warn("erased attachment: the object was not deleted (its key is destroyed)",
-                {{"object_key", a.object_key}, {"error", st.ToString()}});
+    DeleteEverywhere(a.object_key, "erased attachment");
   }
+}
+
+void Attachments::DeleteEverywhere(const std::string& key, const char* what) {
+  for (blob::ObjectStore* store : {quarantine_, bodies_}) {
+    Status st = store->Delete(key);
+    if (!st.ok())
+      log::Warn(std::string(what) + ": an object was not deleted (its key is destroyed)",
+                {{"object_key", key}, {"error", st.ToString()}});
+  }
+}
+
+void Attachments::DropBodiesCopies(const std::vector<Attachment>& atts, const std::vector<BodyObject>& bodies) {
+  for (const Attachment& a : atts)
+    if (a.location == "quarantine")
+      if (Status st = bodies_->Delete(a.object_key); !st.ok())
+        log::Warn("failed promotion: a copy in the bodies bucket was not deleted",
+                  {{"object_key", a.object_key}, {"error", st.ToString()}});
+  for (const BodyObject& b : bodies)
+    if (b.location == "quarantine")
+      if (Status st = bodies_->Delete(b.object_key); !st.ok())
+        log::Warn("failed promotion: a copy in the bodies bucket was not deleted",
+                  {{"object_key", b.object_key}, {"error", st.ToString()}});
 }
 
 nlohmann::json Attachments::VerdictFlags(const nlohmann::json& body_review, const std::vector<Attachment>& atts) {

@@ -90,6 +90,15 @@ struct ServedAttachment {
   bool partial = false;  // a range was asked for (206)
 };
 
+// An inline body kept as an object (sql/0015): bodies whose ciphertext is above
+// AttachmentsOptions::inline_body_max_bytes.
+struct BodyObject {
+  int version = 0;
+  std::string location;           // quarantine | bodies | none
+  std::string object_key;         // <tenant>/<ciphertext_sha256 hex>
+  std::string ciphertext_sha256;  // raw, as journalled in claim.submitted
+};
+
 struct AttachmentsOptions {
   // Largest attachment reviewed whole (decrypted into memory for extraction); a larger one is
   // reviewed as opaque (method "too-large", flag "not-extracted") from its first 64 KiB.
@@ -97,6 +106,10 @@ struct AttachmentsOptions {
   // Largest response without a Range header; a larger attachment answers kFailedPrecondition
   // "range-required" (409) and is read with Range requests.
   uint64_t max_serve_bytes = uint64_t{64} << 20;
+  // The one placement rule for inline bodies (sql/0015): a body whose ciphertext is at most this
+  // many bytes stays in artifact_bodies; a larger one becomes an object with an attachment's
+  // lifecycle (quarantine, bodies on promotion, deleted after erasure).
+  uint64_t inline_body_max_bytes = 64 * 1024;
 };
 
 class Attachments {
@@ -138,7 +151,10 @@ class Attachments {
                       const std::string& ciphertext_sha256);
 
   // Attachment `ordinal` of m, decrypted, for c (who may read m: the caller checked). Records the
-  // serve first (RecordServed). Whole: the plaintext digest is checked (kDataLoss "integrity").
+  // serve (RecordServed) after the bytes were read and checked, before returning them: a whole
+  // read serves the file; range reads serve it once they covered [0, size) without a gap
+  // (review_progress). A range decrypts from the segment holding its first byte and holds at
+  // most max_serve_bytes (a longer one is shortened: the 206 says which part it is). Whole: the plaintext digest is checked (kDataLoss "integrity").
   // A range: every segment it touches is authenticated; the whole-file digest is not (that
   // would read the whole file). kNotFound "attachment-not-found" for an unknown ordinal;
   // kGone "erased" once erased; kFailedPrecondition "range-required" for a whole read above
@@ -148,6 +164,12 @@ class Attachments {
   // OK iff c.principal was served every attachment of m (none: OK); else kFailedPrecondition
   // "attachments-not-served" naming the ordinals not served.
   Status CheckAllServed(const Caller& c, const ClaimMeta& m);
+
+  // Promotion, for the search index (admission/recall.h): the extracted text of an attachment
+  // whose review extracted text (text, JSON, Markdown, PDF; at most max_review_bytes), decrypted
+  // from its bucket and extracted again as at submission (review::ReviewContent is deterministic);
+  // nullopt for an opaque one. kDataLoss "integrity" if the object or its digests do not match.
+  Result<std::optional<std::string>> SearchText(const std::string& tenant, const Attachment& a);
 
   // Promotion, before claim.promoted is journalled: copies each attachment's ciphertext from
   // quarantine to bodies under the same key, checking the SHA-256 of the bytes copied against
@@ -164,15 +186,52 @@ class Attachments {
   static std::vector<db::Stmt> EraseFold(const std::string& tenant, const std::string& artifact_id);
   // Every attachment of every version of an artifact (for deleting the objects after erasure).
   Result<std::vector<Attachment>> ListAllVersions(const std::string& tenant, const std::string& artifact_id);
-  // After artifact.erased committed: deletes each object from the bucket it was in.
+  // After artifact.erased committed: deletes each object from both buckets (whatever the row
+  // said: a racing promotion, or a copy a failed or crashed promotion left behind).
   void DeleteObjects(const std::vector<Attachment>& atts);
+  // After a promotion whose claim.promoted did not commit: deletes the copies CopyToBodies /
+  // CopyBodyToBodies made (best effort: a crash in between leaves a copy in bodies, whose key
+  // dies with the claim's erasure, which deletes from both buckets).
+  void DropBodiesCopies(const std::vector<Attachment>& atts, const std::vector<BodyObject>& bodies);
+
+  // ---- Inline bodies kept as objects (sql/0015) ----
+  // True iff a body of `ciphertext_size` bytes of ciphertext is kept as an object.
+  bool BodyAsObject(uint64_t ciphertext_size) const { return ciphertext_size > opts_.inline_body_max_bytes; }
+  // Before claim.submitted: puts the body's ciphertext into quarantine as <tenant>/<hex digest>
+  // (put-if-absent: an object of that name holds these bytes, its name is their digest). Returns
+  // the key. An object put for a submission that then fails stays behind as ciphertext no key
+  // opens (the reconciler reports it by digest).
+  Result<std::string> PutBodyObject(const std::string& tenant, const std::string& ciphertext,
+                                    const std::string& ciphertext_sha256);
+  // The ciphertext of a body object (kDataLoss "integrity" if it is missing).
+  Result<std::string> ReadBodyObject(const std::string& location, const std::string& object_key);
+  // The body objects of an artifact: every version, or `version` only.
+  Result<std::vector<BodyObject>> BodyObjects(const std::string& tenant, const std::string& artifact_id,
+                                              std::optional<int> version);
+  // Promotion of a body object, as CopyToBodies for attachments (quarantine -> bodies, digest
+  // checked), its fold statement (location 'bodies'), and dropping the quarantine copy after.
+  Status CopyBodyToBodies(const BodyObject& b);
+  static db::Stmt PromoteBodyFold(const std::string& tenant, const std::string& artifact_id, int version);
+  void DropQuarantineBody(const BodyObject& b);
+  // Erasure: the fold statement (location 'none', every version) and the deletes after commit.
+  static db::Stmt EraseBodyFold(const std::string& tenant, const std::string& artifact_id);
+  void DeleteBodyObjects(const std::vector<BodyObject>& bodies);
 
   // The flags of a claim version for its verdict: the body's ("body:<flag>") and each
   // attachment's ("attachment <n>:<flag>"), sorted. Empty if nothing was flagged.
   static nlohmann::json VerdictFlags(const nlohmann::json& body_review, const std::vector<Attachment>& atts);
 
  private:
+  // A reviewer or admin reading a held claim: what review.served records.
+  static bool ReviewerOfHeld(const Caller& c, const ClaimMeta& m);
+  // Records that [from, to) of `item` was served to c (review_progress); returns the end of the
+  // prefix [0, end) served without a gap so far.
+  Result<uint64_t> AdvanceProgress(const Caller& c, const ClaimMeta& m, int item, uint64_t from, uint64_t to);
   blob::ObjectStore* StoreOf(const Attachment& a) const;
+  blob::ObjectStore* StoreAt(const std::string& location) const;
+  void DeleteEverywhere(const std::string& key, const char* what);
+  // Copies `key` from quarantine to bodies, checking the bytes' SHA-256 and size.
+  Status CopyVerified(const std::string& key, uint64_t size, const std::string& sha256, const std::string& what);
   Result<crypto::SecureBytes> Dek(const std::string& tenant, const Attachment& a);
 
   db::Pool* pool_;

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "admission/fields.h"
+#include "admission/lifecycle.h"
 #include "admission/recall.h"
 
 namespace oml::admission {
@@ -152,6 +153,8 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
   m.media_type = req.media_type;
   m.size = static_cast<int64_t>(req.body.size());
   m.state = "held";
+  // A claim under a simulation needs it running (admission/lifecycle.h); the fold checks again.
+  if (m.simulation_id) OML_RETURN_IF_ERROR(CheckSimulationRunning(*pool_, c.tenant_id, *m.simulation_id));
 
   // Attachments are read, checked and reviewed before anything is signed (attachments.h).
   std::vector<PreparedAttachment> prepared;
@@ -169,6 +172,13 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
   OML_ASSIGN_OR_RETURN(std::string wrapped, kek_->Wrap(dek.view(), DekAad(c.tenant_id, m.artifact_id)));
   m.plaintext_sha256 = crypto::Sha256(req.body);
   m.ciphertext_sha256 = crypto::Sha256(ct);
+  // The placement rule (sql/0015, attachments.h): a large body's ciphertext is an object in
+  // quarantine, put before anything is signed; a small one stays in artifact_bodies.
+  std::optional<std::string> body_object;
+  if (attachments_ != nullptr && attachments_->BodyAsObject(ct.size())) {
+    OML_ASSIGN_OR_RETURN(std::string key, attachments_->PutBodyObject(c.tenant_id, ct, m.ciphertext_sha256));
+    body_object = std::move(key);
+  }
 
   nlohmann::json payload = {{"artifact_id", m.artifact_id},
                             {"version", m.version},
@@ -197,12 +207,18 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
               db::Bytes(m.plaintext_sha256), db::Bytes(m.ciphertext_sha256), db::Int(seq),
               m.body_review.is_null() ? db::Null() : db::Text(m.body_review.dump())},
              "oml_claim_insert"},
-            {"INSERT INTO oml.artifact_bodies (tenant_id, artifact_id, version, ciphertext) VALUES ($1,$2,$3,$4)",
-             {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Bytes(ct)},
-             "oml_claim_body_insert"},
+            body_object
+                ? db::Stmt{"INSERT INTO oml.artifact_bodies (tenant_id, artifact_id, version, location, object_key) "
+                           "VALUES ($1,$2,$3,'quarantine',$4)",
+                           {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Text(*body_object)},
+                           "oml_claim_body_object_insert"}
+                : db::Stmt{"INSERT INTO oml.artifact_bodies (tenant_id, artifact_id, version, ciphertext) VALUES ($1,$2,$3,$4)",
+                           {db::Text(tenant), db::Text(m.artifact_id), db::Int(m.version), db::Bytes(ct)},
+                           "oml_claim_body_insert"},
             {"INSERT INTO oml.artifact_keys (tenant_id, artifact_id, kek_id, wrapped_dek) VALUES ($1,$2,$3,$4)",
              {db::Text(tenant), db::Text(m.artifact_id), db::Text(kek_id), db::Bytes(wrapped)},
              "oml_claim_key_insert"}};
+    if (m.simulation_id) stmts.push_back(SimulationRunningGuard(tenant, *m.simulation_id));
     if (extra != nullptr) {
       ClaimMeta at = m;
       at.submitted_seq = seq;
@@ -212,7 +228,9 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
   };
   ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   if (prepared.empty()) {
-    OML_ASSIGN_OR_RETURN(journal::Receipt rc, journal_->Append(c.tenant_id, ev));
+    auto appended = journal_->Append(c.tenant_id, ev);
+    if (!appended.ok()) OML_RETURN_IF_ERROR(SimulationRefusal(*pool_, c.tenant_id, m.simulation_id, appended.status()));
+    OML_ASSIGN_OR_RETURN(journal::Receipt rc, std::move(appended));
     m.submitted_seq = rc.seq;
     return SubmitResult{m, rc};
   }
@@ -223,6 +241,7 @@ Result<SubmitResult> Claims::DoSubmit(const Caller& c, const SubmitRequest& req,
   OML_ASSIGN_OR_RETURN(journal::Journal::Txn tx, journal_->Begin());
   auto rcs = tx.AppendMany(c.tenant_id, all, /*commit_now=*/true);
   if (!rcs.ok()) {
+    OML_RETURN_IF_ERROR(SimulationRefusal(*pool_, c.tenant_id, m.simulation_id, rcs.status()));
     if (rcs.status().type() == db::kZeroRowsGuard)
       return NotFound("an attached upload was attached by another claim, cancelled or expired meanwhile",
                       "upload-not-found");
@@ -273,13 +292,21 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
   if (HiddenFrom(*meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
   if (meta->erased_seq)
     return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
-  OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek, k.kek_id FROM oml.artifact_bodies b "
+  OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek, k.kek_id, b.location, b.object_key "
+                                               "FROM oml.artifact_bodies b "
                                                "LEFT JOIN oml.artifact_keys k USING (tenant_id, artifact_id) "
                                                "WHERE b.tenant_id = $1 AND b.artifact_id = $2 AND b.version = $3",
                                                {db::Text(c.tenant_id), db::Text(artifact_id), db::Int(meta->version)}));
   if (b.size() == 0 || b.IsNull(0, 1))
     return DataLoss("claim " + artifact_id + " has no stored body or key", "integrity");
-  std::string ct = b.GetBytes(0, 0);
+  std::string ct;
+  if (b.Get(0, 3) == "postgres") {
+    ct = b.GetBytes(0, 0);
+  } else {  // a body kept as an object (sql/0015)
+    if (attachments_ == nullptr)
+      return DataLoss("claim " + artifact_id + "'s body is an object and this process has no object store", "integrity");
+    OML_ASSIGN_OR_RETURN(ct, attachments_->ReadBodyObject(b.Get(0, 3), b.Get(0, 4)));
+  }
   if (!crypto::ConstantTimeEquals(crypto::Sha256(ct), meta->ciphertext_sha256))
     return DataLoss("ciphertext of claim " + artifact_id + " does not match its journalled digest", "integrity");
   // Unwrapped under the KEK the row names (during a KEK rotation, the new or the previous one).
@@ -318,7 +345,9 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
   // Attachments of every version: their keys are destroyed with the artifact's, then the objects
   // are deleted (attachments.h). The event lists the ciphertext digests it shreds.
   std::vector<Attachment> atts;
+  std::vector<BodyObject> body_objects;
   if (attachments_ != nullptr) {
+    OML_ASSIGN_OR_RETURN(body_objects, attachments_->BodyObjects(c.tenant_id, artifact_id, std::nullopt));
     OML_ASSIGN_OR_RETURN(atts, attachments_->ListAllVersions(c.tenant_id, artifact_id));
     if (!atts.empty()) {
       nlohmann::json shredded = nlohmann::json::array();
@@ -336,6 +365,8 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
              {db::Text(tenant), db::Text(artifact_id), db::Int(seq)}},
             {"DELETE FROM oml.artifact_keys WHERE tenant_id = $1 AND artifact_id = $2",
              {db::Text(tenant), db::Text(artifact_id)}},
+            // Body objects (sql/0015): location 'none' before the silver rows are built from it.
+            Attachments::EraseBodyFold(tenant, artifact_id),
             // Retracts every version that was ever promoted from silver/claims (state "erased").
             {kEnqueueSilver, {db::Text(tenant), db::Text(artifact_id), db::Null(), db::Int(seq)}, "oml_silver_enqueue"}};
     if (!atts.empty())
@@ -356,6 +387,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoErase(const Caller& c, 
     return rc.status();
   }
   if (!atts.empty()) attachments_->DeleteObjects(atts);
+  if (!body_objects.empty()) attachments_->DeleteBodyObjects(body_objects);
   meta.state = "erased";
   meta.erased_seq = rc->seq;
   return std::make_pair(meta, *rc);
@@ -422,6 +454,17 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
     crypto::Wipe(&body.body);
     if (!same) return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
   }
+  // The attachments' extracted text is indexed with the body, one part each ("attachment:<n>").
+  std::vector<db::Stmt> attachment_text;
+  if (act == ReviewAct::kAccept) {
+    for (const Attachment& a : atts) {
+      OML_ASSIGN_OR_RETURN(std::optional<std::string> text, attachments_->SearchText(c.tenant_id, a));
+      if (!text) continue;
+      attachment_text.push_back(
+          SearchTextFold(c.tenant_id, artifact_id, meta.version, *text, "attachment:" + std::to_string(a.ordinal)));
+      crypto::Wipe(&*text);
+    }
+  }
 
   nlohmann::json payload = {{"artifact_id", artifact_id},
                             {"version", meta.version},
@@ -433,6 +476,11 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   if (attachments_ != nullptr && act != ReviewAct::kDemote) {
     payload["flags"] = Attachments::VerdictFlags(meta.body_review, atts);
     payload["attachments_served"] = atts.size();
+  }
+  std::vector<BodyObject> body_objects;  // a large body kept as an object (sql/0015): promoted likewise
+  if (act == ReviewAct::kAccept && attachments_ != nullptr) {
+    OML_ASSIGN_OR_RETURN(body_objects, attachments_->BodyObjects(c.tenant_id, artifact_id, meta.version));
+    for (const auto& bo : body_objects) OML_RETURN_IF_ERROR(attachments_->CopyBodyToBodies(bo));
   }
   if (act == ReviewAct::kAccept && !atts.empty()) OML_RETURN_IF_ERROR(attachments_->CopyToBodies(atts));
   journal::EventSpec ev = ReviewEvent(act, c.principal, std::move(payload));
@@ -448,8 +496,10 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
           db::Text(rule.from)},
          rule.fold_name}};
     if (search_text) stmts.push_back(*search_text);
+    for (const auto& st : attachment_text) stmts.push_back(st);
     if (act == ReviewAct::kAccept && !atts.empty())
       stmts.push_back(Attachments::PromoteFold(tenant, artifact_id, meta.version));
+    if (!body_objects.empty()) stmts.push_back(Attachments::PromoteBodyFold(tenant, artifact_id, meta.version));
     if (rule.silver)
       stmts.push_back({kEnqueueSilver, {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Int(seq)},
                        "oml_silver_enqueue"});
@@ -465,6 +515,12 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   };
   ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   auto rc = journal_->Append(c.tenant_id, ev);
+  // Not promoted: nothing may stay in bodies. Not when the outcome is unknown (kUnavailable: the
+  // connection was lost, the COMMIT may have happened); then the copies stay, and an erasure
+  // deletes them from both buckets.
+  if (!rc.ok() && rc.status().code() != Code::kUnavailable && act == ReviewAct::kAccept && attachments_ != nullptr &&
+      (!atts.empty() || !body_objects.empty()))
+    attachments_->DropBodiesCopies(atts, body_objects);
   if (!rc.ok()) {
     if (rc.status().type() != db::kZeroRowsGuard) return rc.status();
     // Lost a race: answer as the act that came second would have been answered.
@@ -473,6 +529,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
     return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
   }
   if (act == ReviewAct::kAccept && !atts.empty()) attachments_->DropQuarantineCopies(atts);
+  for (const auto& bo : body_objects) attachments_->DropQuarantineBody(bo);
   meta.state = rule.to;
   if (act == ReviewAct::kAccept) meta.promoted_seq = rc->seq;
   if (act == ReviewAct::kReject) meta.rejected_seq = rc->seq;

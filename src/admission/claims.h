@@ -53,6 +53,9 @@ struct SubmitRequest {
   std::string workarea_id;
   std::string path;
   std::string provenance;  // human | agent | tool | import
+  // A running simulation of the tenant (admission/lifecycle.h); else the submission is refused
+  // with kFailedPrecondition "simulation-not-running" (409), checked after CheckSubmit's checks
+  // and again in the claim.submitted transaction.
   std::optional<std::string> simulation_id;
   std::string media_type = "text/plain";
   // Ids of completed uploads of the caller's API key (uploads/uploads.h), attached in this order
@@ -196,6 +199,9 @@ class Claims {
   Attachments* attachments() const { return attachments_; }
 
   static bool ValidUuid(const std::string& s);
+  // The claim's newest version, read in its own short transaction; kNotFound if none. No
+  // visibility check: the caller applies the own-work rule (admission/lifecycle.cc does).
+  Result<ClaimMeta> LoadNewest(const Caller& c, const std::string& artifact_id);
   // OK iff `key` is 1..255 characters of printable ASCII (0x20..0x7E); else kInvalidArgument
   // "invalid-idempotency-key". The table's CHECK says the same.
   static Status CheckIdempotencyKey(const std::string& key);
@@ -213,8 +219,6 @@ class Claims {
   // REQUIRES: CheckReason(reason) is OK.
   Result<std::pair<ClaimMeta, journal::Receipt>> DoReview(const Caller& c, const std::string& artifact_id, ReviewAct act,
                                                           const std::string& reason, const ExtraFold* extra);
-  // The claim's newest version, read in its own short transaction; kNotFound if none.
-  Result<ClaimMeta> LoadNewest(const Caller& c, const std::string& artifact_id);
   Result<WriteResponse> Once(const Caller& c, const IdempotencyKey& idem, const RenderResponse& render,
                              const Write& write);
   // The live record of (c.api_key_hash, idem.key) as a replayed response; nullopt if none.

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "admission/lifecycle.h"
+
 #include <thread>
 #include <vector>
 
@@ -103,7 +105,8 @@ class ReviewTest : public ::testing::Test {
             {"principal", m.principal},
             {"submitted_at", TimeAt(m.submitted_seq)},
             {"promoted_at", TimeAt(promoted)},
-            {"provenance", m.provenance},
+            // The provenance class: "simulation" under a simulation (sql/0014).
+            {"provenance", m.simulation_id ? std::string("simulation") : m.provenance},
             {"simulation_id", m.simulation_id ? json(*m.simulation_id) : json(nullptr)},
             {"plaintext_sha256", crypto::Hex(m.plaintext_sha256)},
             {"ciphertext_sha256", crypto::Hex(m.ciphertext_sha256)},
@@ -200,6 +203,7 @@ TEST_F(ReviewTest, OnlyReviewersAndAdminsActAndOnlyFromTheActsState) {
 }
 
 TEST_F(ReviewTest, EventsAreDigestOnly) {
+  ASSERT_TRUE(Lifecycle(&tj_->journal, &tj_->pool, claims_).StartSimulation(ada_, "sim-9", "").ok());
   auto s = claims_->Submit(alice_, {"secret-body-text", "wa-9", "notes/9.md", "agent", std::string("sim-9"), "text/plain"});
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const ClaimMeta m = s->meta;
@@ -249,6 +253,7 @@ TEST_F(ReviewTest, EventsAreDigestOnly) {
 }
 
 TEST_F(ReviewTest, PromotionDemotionAndErasureEnqueueSilverRows) {
+  ASSERT_TRUE(Lifecycle(&tj_->journal, &tj_->pool, claims_).StartSimulation(ada_, "sim-1", "").ok());
   const ClaimMeta m = Submit(alice_, "promote-me", std::string("sim-1"));
   EXPECT_TRUE(Silver().empty()) << "a held claim never reaches the silver stream";
   auto [pm, prc] = Act(rita_, m, ReviewAct::kAccept);

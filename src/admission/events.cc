@@ -25,7 +25,7 @@ const char* kWritersEvents =
     "  UNION (SELECT a.erased_seq FROM oml.artifacts a WHERE a.tenant_id = $1 AND a.principal = $5 "
     "     AND a.erased_seq > $2 ORDER BY a.erased_seq LIMIT $3) "
     "  UNION (SELECT a.submitted_seq FROM oml.artifacts a WHERE a.tenant_id = $1 "
-    "     AND a.state NOT IN ('held', 'erased', 'rejected', 'demoted') AND a.submitted_seq > $2 "
+    "     AND a.state NOT IN ('held', 'erased', 'rejected', 'demoted', 'retracted') AND a.submitted_seq > $2 "
     "     ORDER BY a.submitted_seq LIMIT $3) "
     "  UNION (SELECT k.created_seq FROM oml.api_keys k WHERE k.tenant_id = $1 AND k.principal = $5 "
     "     AND k.created_seq > $2 ORDER BY k.created_seq LIMIT $3) "

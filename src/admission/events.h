@@ -11,7 +11,7 @@
 //   other role)          claim.submitted  of a claim it may read (GET /v1/claims/{id} does not
 //                                         answer 404): its own (artifacts.principal = its
 //                                         principal), or one whose state is promoted (not held,
-//                                         rejected, demoted or erased);
+//                                         rejected, demoted, retracted or erased);
 //                        artifact.erased  of its own claims (whoever erased them);
 //                        api_key.created, api_key.revoked of its own API keys
 //                                         (api_keys.principal = its principal).

@@ -46,6 +46,16 @@ class EventsTest : public ::testing::Test {
     rita_ = Key("rita", "reviewer");
     ada_ = Key("ada", "admin");
     alice_laptop_ = Key("alice", "writer");
+    // alice's claim names a simulation, which must be running (admission/lifecycle.h). Its row is
+    // planted as the superuser so that the chain keeps the seqs above (folds are not verified here).
+    {
+      auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+      ASSERT_TRUE(su.ok());
+      ASSERT_TRUE(su->Query("INSERT INTO oml.simulations (tenant_id, simulation_id, state, started_seq) "
+                            "VALUES ($1, 'sim-alice-secret', 'running', 1)",
+                            {db::Text(tenant_)})
+                      .ok());
+    }
     auto a1 = claims_->Submit(alice_, {"alice's private draft", "wa-alice-secret", "alice/secret-plan.md", "human",
                                        std::string("sim-alice-secret"), "text/markdown"});
     ASSERT_TRUE(a1.ok()) << a1.status().ToString();

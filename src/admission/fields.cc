@@ -122,6 +122,7 @@ Status CheckWorkareaId(std::string_view v) { return CheckText("workarea_id", v, 
 Status CheckPath(std::string_view v) { return CheckText("path", v, 1, kMaxPath); }
 Status CheckSimulationId(std::string_view v) { return CheckText("simulation_id", v, 1, kMaxSimulationId); }
 Status CheckReason(std::string_view v) { return CheckText("reason", v, 0, kMaxReason); }
+Status CheckDescription(std::string_view v) { return CheckText("description", v, 0, kMaxReason); }
 Status CheckPrincipal(std::string_view v) { return CheckText("principal", v, 1, kMaxPrincipal); }
 
 Status CheckProvenance(std::string_view v) {

@@ -67,6 +67,9 @@ inline constexpr size_t kMaxPrincipal = 200;
 // reason of an erasure or a key revocation: 0..1024 characters, UTF-8, no control characters.
 // Empty means no reason.
 [[nodiscard]] Status CheckReason(std::string_view v);
+// description of a simulation (admission/lifecycle.h): 0..1024 characters, UTF-8, no control
+// characters. Empty means none.
+[[nodiscard]] Status CheckDescription(std::string_view v);
 // principal of an API key (`oml key create --principal`): 1..200 characters, UTF-8, no control
 // characters.
 [[nodiscard]] Status CheckPrincipal(std::string_view v);

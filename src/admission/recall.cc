@@ -1,6 +1,7 @@
 #include "admission/recall.h"
 
 #include <cmath>
+#include <deque>
 #include <cstdlib>
 #include <regex>
 #include <utility>
@@ -226,7 +227,7 @@ Query BuildList(const Caller& c, const ClaimFilter& f, int limit, const std::opt
     const bool promoted = !f.state || *f.state == "promoted";
     if (promoted) branches.push_back("a.state = 'promoted'");
     if (!f.state)
-      branches.push_back("a.principal = " + q.Add(db::Text(c.principal)) + " AND a.state IN ('held', 'rejected', 'demoted')");
+      branches.push_back("a.principal = " + q.Add(db::Text(c.principal)) + " AND a.state IN ('held', 'rejected', 'demoted', 'retracted')");
     else if (!promoted)
       branches.push_back("a.principal = " + q.Add(db::Text(c.principal)) + " AND a.state = " + q.Add(db::Text(*f.state)));
   }
@@ -365,8 +366,8 @@ Status CheckClaimFilter(const ClaimFilter& f) {
   if (f.provenance) OML_RETURN_IF_ERROR(named(CheckProvenance(*f.provenance), "provenance"));
   if (f.simulation_id) OML_RETURN_IF_ERROR(named(CheckSimulationId(*f.simulation_id), "simulation_id"));
   if (f.state && *f.state != "held" && *f.state != "promoted" && *f.state != "rejected" && *f.state != "demoted" &&
-      *f.state != "erased")
-    return BadParam("query parameter 'state' must be one of held, promoted, rejected, demoted, erased");
+      *f.state != "erased" && *f.state != "retracted")
+    return BadParam("query parameter 'state' must be one of held, promoted, rejected, demoted, erased, retracted");
   using TimeParam = std::pair<const std::optional<std::string>*, const char*>;
   for (const auto& [v, name] : {TimeParam{&f.submitted_after, "submitted_after"},
                                 TimeParam{&f.submitted_before, "submitted_before"}})
@@ -444,18 +445,46 @@ Result<std::string> ExplainSearchClaims(db::Pool& pool, const Caller& caller, co
 db::Stmt SearchTextFold(const std::string& tenant, const std::string& artifact_id, int version, std::string_view text,
                         const std::string& part) {
   // One row per chunk of kSearchChunkChars characters, each also holding the 256 characters after
-  // it; guarded: the version must be promoted (zero rows divides by zero).
+  // it; guarded: the version must be promoted (zero rows divides by zero). The chunks are cut
+  // here, at character boundaries, in one pass, and sent as one text[]: cutting them in SQL with
+  // substr() walks the UTF-8 string from its start for every chunk (quadratic: 2.6 s of
+  // PostgreSQL CPU for an 8 MiB text, docs/performance.md "Uploads and attachments").
+  const std::string fit = FitText(text);
+  constexpr uint64_t kChunk = kSearchChunkChars, kOverlap = 256;
+  std::vector<std::pair<size_t, size_t>> spans;  // byte ranges, in chunk order
+  std::deque<std::pair<size_t, uint64_t>> open;  // (first byte, character index it ends at)
+  uint64_t c = 0;  // character index at byte b
+  for (size_t b = 0;; ++c) {
+    while (!open.empty() && open.front().second == c) {
+      spans.emplace_back(open.front().first, b);
+      open.pop_front();
+    }
+    if (b >= fit.size()) break;
+    if (c % kChunk == 0) open.emplace_back(b, c + kChunk + kOverlap);
+    ++b;
+    while (b < fit.size() && (static_cast<unsigned char>(fit[b]) & 0xC0) == 0x80) ++b;  // FitText: valid UTF-8
+  }
+  for (const auto& o : open) spans.emplace_back(o.first, fit.size());
+  if (spans.empty()) spans.emplace_back(0, 0);  // an empty text is one (empty) row
+  // A text[] literal: every element quoted, '"' and '\' escaped (FitText removed NUL bytes).
+  std::string array = "{";
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (i > 0) array += ',';
+    array += '"';
+    for (size_t k = spans[i].first; k < spans[i].second; ++k) {
+      if (fit[k] == '"' || fit[k] == '\\') array += '\\';
+      array += fit[k];
+    }
+    array += '"';
+  }
+  array += '}';
   static const std::string kSql =
       "WITH i AS (INSERT INTO oml.claim_text (tenant_id, artifact_id, version, part, chunk, tsv) "
-      "SELECT a.tenant_id, a.artifact_id, a.version, $4, c.n, "
-      "to_tsvector('pg_catalog.simple', substr($5, (c.n - 1) * " + std::to_string(kSearchChunkChars) + " + 1, " +
-      std::to_string(kSearchChunkChars + 256) + ")) "
-      "FROM oml.artifacts a, generate_series(1, greatest(1, (length($5) + " + std::to_string(kSearchChunkChars - 1) +
-      ") / " + std::to_string(kSearchChunkChars) + ")) AS c(n) "
+      "SELECT a.tenant_id, a.artifact_id, a.version, $4, c.n::integer, to_tsvector('pg_catalog.simple', c.t) "
+      "FROM oml.artifacts a, unnest($5::text[]) WITH ORDINALITY AS c(t, n) "
       "WHERE a.tenant_id = $1 AND a.artifact_id = $2 AND a.version = $3 AND a.state = 'promoted' RETURNING 1) "
       "SELECT 1/count(*) FROM i";
-  return {kSql,
-          {db::Text(tenant), db::Text(artifact_id), db::Int(version), db::Text(part), db::Text(FitText(text))},
+  return {kSql, {db::Text(tenant), db::Text(artifact_id), db::Int(version), db::Text(part), db::Text(std::move(array))},
           "oml_search_text_insert"};
 }
 

@@ -9,6 +9,7 @@
 //   held          listed            -                      listed
 //   rejected      listed            -                      listed
 //   demoted       listed            -                      listed
+//   retracted     listed            -                      listed   (simulation ended: lifecycle.h)
 //   promoted      listed            listed                 listed
 //   erased        state=erased      -                      state=erased
 //

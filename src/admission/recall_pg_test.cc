@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "admission/lifecycle.h"
 #include "common/temp_dir_testing.h"
 #include "db/test_cluster.h"
 #include "journal/provider.h"
@@ -183,6 +184,8 @@ struct Model {
 
 TEST_F(RecallTest, EveryFilterAndEveryRoleSelectsExactlyWhatTheModelSays) {
   const char* kProvenance[] = {"human", "agent", "tool", "import"};
+  Lifecycle lifecycle(&tj_->journal, &tj_->pool, claims_);
+  for (const char* s : {"sim-a", "sim-b"}) ASSERT_TRUE(lifecycle.StartSimulation(ada_, s, "").ok());  // lifecycle.h
   std::vector<Model> model;
   for (int i = 0; i < 30; ++i) {
     const Caller& author = (i / 7) % 2 ? alice_ : bob_;  // each author gets claims in every state

@@ -190,9 +190,14 @@ class Session : public std::enable_shared_from_this<Session> {
                       "the request line and header fields exceed " + std::to_string(srv_->limits.max_header_bytes) + " bytes");
       if (ec == bhttp::error::buffer_overflow)
         return Refuse(431, "headers-too-large", "a header line is too long");
-      if (ec == bhttp::error::body_limit)  // a Content-Length above the limit, seen in the header
+      if (ec == bhttp::error::body_limit) {  // a Content-Length above the limit, seen in the header
+        // The header is parsed: name the path, so that the answer carries what the server adds
+        // for it (tus: Tus-Resumable on every /v1/uploads response).
+        const std::string_view target = parser_->get().target();
+        path_ = std::string(target.substr(0, target.find('?')));
         return Refuse(413, "body-too-large",
                       "request body exceeds the limit of " + std::to_string(srv_->limits.max_body_bytes) + " bytes");
+      }
       return Refuse(400, "malformed-request", std::string("malformed HTTP request: ") + ec.message());
     }
     auto& req = parser_->get();

@@ -8,6 +8,7 @@
 #include "api/http.h"
 #include "api/attachments_handlers.h"
 #include "api/recall_handlers.h"
+#include "api/lifecycle_handlers.h"
 #include "api/uploads_handlers.h"
 
 #include "common/log.h"
@@ -88,6 +89,8 @@ struct Server::Impl {
   std::unique_ptr<http::Server> api_http;
   std::unique_ptr<http::Server> metrics_http;
   std::thread metrics_thread;
+  // Reassignment and simulations (api/lifecycle_handlers.h), over d.journal, d.pool, d.claims.
+  std::unique_ptr<admission::Lifecycle> lifecycle;
 
   // API-key cache: token hash -> (caller, expiry). Revocation takes effect within kAuthTtl for
   // reads; a write checks the key in its own transaction, and its 401 evicts the entry
@@ -208,6 +211,8 @@ struct Server::Impl {
             {"principal", m.principal},
             {"writer_key_id", m.writer_key_id},
             {"provenance", m.provenance},
+            // admission/lifecycle.h: a claim made under a simulation has provenance class "simulation".
+            {"provenance_class", m.simulation_id ? std::string("simulation") : m.provenance},
             {"simulation_id", m.simulation_id ? json(*m.simulation_id) : json(nullptr)},
             {"media_type", m.media_type},
             {"size", m.size},
@@ -624,6 +629,17 @@ struct Server::Impl {
                         [this](const admission::Caller& c, const Status& s) { ForgetIfRevoked(c, s); }};
       for (auto& r : UploadRoutes(d.uploads, std::move(hooks))) routes.push_back(std::move(r));
     }
+    lifecycle = std::make_unique<admission::Lifecycle>(d.journal, d.pool, d.claims);
+    LifecycleHooks lh{[this](const http::Request& req) { return Authenticate(req); },
+                      [this](const admission::Caller& c) {
+                        if (Status g = WriteGate(c); !g.ok()) return g;
+                        return DurabilityGate();
+                      },
+                      [this](http::Response& res, const http::Request& req, const Status& s) { Problem(res, req, s); },
+                      [this](const admission::Caller& c, const Status& s) { ForgetIfRevoked(c, s); },
+                      [this](const http::Request& req, const std::set<std::string>& allowed) { return ParseObject(req, allowed); },
+                      &MetaJson};
+    for (auto& r : LifecycleRoutes(lifecycle.get(), std::move(lh))) routes.push_back(std::move(r));
     return routes;
   }
 

@@ -113,7 +113,9 @@ class UploadsApi {
     if (s->state != uploads::State::kComplete) res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
   }
 
-  // DELETE /v1/uploads/{id} (termination). Not behind the write gates: removing data is always allowed.
+  // DELETE /v1/uploads/{id} (termination) of an active or complete session: its DEK is shredded,
+  // its parts and object deleted (uploads::Uploads::Cancel). Not behind the write gates: removing
+  // data is always allowed. A 409 upload-busy carries no Upload-Offset (DELETE has none to resume).
   void Delete(const http::Request& req, http::Response& res) {
     if (!Start(req, res)) return;
     auto caller = h_.authenticate(req);

@@ -24,6 +24,7 @@
 #include "api/server.h"
 #include "uploads/uploads.h"
 #include "admission/attachments.h"
+#include "admission/retention.h"
 #include "review/review.h"
 #include "blob/object_store.h"
 #include "cli/claim_submit.h"
@@ -345,21 +346,31 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
                                    std::chrono::milliseconds(c.durability_check_ms));
   OML_RETURN_IF_ERROR(durability.Start());
   // tus uploads (uploads/uploads.h): parts and objects in the quarantine bucket; a sweep expires
-  // sessions and removes what they left, every min(60 s, upload_expiry_s / 2).
+  // sessions (and complete ones no claim attached within upload_complete_ttl_s) and removes what
+  // they left, every min(60 s, min(upload_expiry_s, upload_complete_ttl_s) / 2).
   OML_ASSIGN_OR_RETURN(auto quarantine, blob::OpenBucket(c, c.quarantine_bucket));
   uploads::Options uo;
   uo.max_length = c.upload_max_bytes;
   uo.expiry = std::chrono::seconds(c.upload_expiry_s);
   uo.tombstone_retention = std::chrono::seconds(c.upload_expiry_s);
+  uo.complete_ttl = std::chrono::seconds(c.upload_complete_ttl_s);
   uploads::Uploads uploads(rt->pool.get(), kek.get(), quarantine.get(), uo);
-  uploads::Sweeper sweeper(&uploads, std::chrono::milliseconds(std::clamp<int64_t>(c.upload_expiry_s * 500, 1000, 60000)));
+  uploads::Sweeper sweeper(&uploads, std::chrono::milliseconds(std::clamp<int64_t>(
+                                         std::min(c.upload_expiry_s, c.upload_complete_ttl_s) * 500, 1000, 60000)));
   // Attachments and the review gate (admission/attachments.h): promoted files go to the bodies
   // bucket; the deny-list file and clamd address are checked here, at startup.
   OML_ASSIGN_OR_RETURN(auto bodies, blob::OpenBucket(c, c.bodies_bucket));
   OML_ASSIGN_OR_RETURN(review::Options review_opts, review::OptionsFromConfig(c));
+  admission::AttachmentsOptions attachment_opts;
+  attachment_opts.inline_body_max_bytes = c.inline_body_max_bytes;
+  attachment_opts.max_serve_bytes = c.attachment_serve_max_bytes;
   admission::Attachments attachments(rt->pool.get(), rt->journal.get(), kek.get(), &uploads, quarantine.get(),
-                                     bodies.get(), std::move(review_opts));
+                                     bodies.get(), std::move(review_opts), attachment_opts);
   claims.set_attachments(&attachments);
+  // Rejected claims are erased at the end of their retention (admission/retention.h), checked
+  // every min(1 h, rejected_retention_s / 2), at least every second.
+  admission::RejectedRetention retention(rt->pool.get(), &claims, std::chrono::seconds(c.rejected_retention_s));
+  retention.Start(std::chrono::milliseconds(std::clamp<int64_t>(c.rejected_retention_s * 500, 1000, 3600 * 1000)));
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);
@@ -1059,6 +1070,17 @@ int Main(int argc, char** argv) {
     auto kek = crypto::FileKekProvider::Load(cfg.kek_file, cfg.allow_insecure_key_files);
     if (!kek.ok()) return Fail(kek.status());
     admission::Claims claims(R.journal.get(), R.pool.get(), kek->get(), cfg.max_body_bytes);
+    // Attachments and body objects are shredded and deleted with the claim, as over the API.
+    auto quarantine = blob::OpenBucket(cfg, cfg.quarantine_bucket);
+    if (!quarantine.ok()) return Fail(quarantine.status());
+    auto bodies = blob::OpenBucket(cfg, cfg.bodies_bucket);
+    if (!bodies.ok()) return Fail(bodies.status());
+    uploads::Uploads uploads(R.pool.get(), kek->get(), quarantine->get(), uploads::Options{});
+    admission::AttachmentsOptions attachment_opts;
+    attachment_opts.inline_body_max_bytes = cfg.inline_body_max_bytes;
+    admission::Attachments attachments(R.pool.get(), R.journal.get(), kek->get(), &uploads, quarantine->get(),
+                                       bodies->get(), review::Options{}, attachment_opts);
+    claims.set_attachments(&attachments);
     admission::Caller op{target->tenant_id, "operator", "admin", "cli"};
     auto out = claims.Erase(op, erase_id, erase_reason);
     if (!out.ok()) return Fail(out.status());

@@ -104,8 +104,12 @@ Result<Config> LoadConfig() {
       {"db_acquire_timeout_ms", "OML_DB_ACQUIRE_TIMEOUT_MS", ""},
       {"events_page_max_bytes", "OML_EVENTS_PAGE_MAX_BYTES", ""},
       {"upload_expiry_s", "OML_UPLOAD_EXPIRY_S", ""}, {"upload_max_bytes", "OML_UPLOAD_MAX_BYTES", ""},
+      {"upload_complete_ttl_s", "OML_UPLOAD_COMPLETE_TTL_S", ""},
       {"deny_list_file", "OML_DENY_LIST_FILE", ""}, {"clamd_address", "OML_CLAMD_ADDRESS", ""},
-      {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
+      {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""},
+      {"inline_body_max_bytes", "OML_INLINE_BODY_MAX_BYTES", ""},
+      {"rejected_retention_s", "OML_REJECTED_RETENTION_S", ""},
+      {"attachment_serve_max_bytes", "OML_ATTACHMENT_SERVE_MAX_BYTES", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
   };
   const fs::path file = home / "oml.toml";
   if (fs::exists(file)) {
@@ -181,8 +185,10 @@ Result<Config> LoadConfig() {
   struct Bound { const char* key; int64_t lo, hi; int64_t* out; };
   int64_t req_bytes = -1, hdr = c.http_max_header_bytes, tmo = c.http_request_timeout_ms, conns = c.http_max_connections,
           ka = c.http_keepalive_requests, acq = c.db_acquire_timeout_ms, page = c.events_page_max_bytes,
-          up_expiry = c.upload_expiry_s, up_max = static_cast<int64_t>(c.upload_max_bytes),
-          clamd_tmo = c.clamd_timeout_ms, review_text = c.review_max_text_bytes;
+          up_expiry = c.upload_expiry_s, up_max = static_cast<int64_t>(c.upload_max_bytes), up_complete_ttl = -1,
+          clamd_tmo = c.clamd_timeout_ms, review_text = c.review_max_text_bytes,
+          inline_max = static_cast<int64_t>(c.inline_body_max_bytes), rejected_ret = c.rejected_retention_s,
+          serve_max = static_cast<int64_t>(c.attachment_serve_max_bytes);
   for (const Bound& b : {Bound{"http_max_request_bytes", 1024, int64_t(1) << 32, &req_bytes},
                          Bound{"http_max_header_bytes", 1024, 1 << 20, &hdr},
                          Bound{"http_request_timeout_ms", 100, 3600000, &tmo},
@@ -191,9 +197,13 @@ Result<Config> LoadConfig() {
                          Bound{"db_acquire_timeout_ms", 1, 3600000, &acq},
                          Bound{"events_page_max_bytes", 64 * 1024, int64_t(1) << 32, &page},
                          Bound{"upload_expiry_s", 1, 31536000, &up_expiry},
+                         Bound{"upload_complete_ttl_s", 1, 31536000, &up_complete_ttl},
                          Bound{"upload_max_bytes", 0, int64_t(80) << 30, &up_max},
                          Bound{"clamd_timeout_ms", 1, 3600000, &clamd_tmo},
-                         Bound{"review_max_text_bytes", 1024, int64_t(1) << 30, &review_text}}) {
+                         Bound{"review_max_text_bytes", 1024, int64_t(1) << 30, &review_text},
+                         Bound{"inline_body_max_bytes", 0, int64_t(1) << 30, &inline_max},
+                         Bound{"rejected_retention_s", 1, int64_t(10) * 366 * 86400, &rejected_ret},
+                         Bound{"attachment_serve_max_bytes", 64 * 1024, int64_t(1) << 30, &serve_max}}) {
     if (get(b.key).empty()) continue;
     OML_RETURN_IF_ERROR(ParseInt(b.key, get(b.key), b.out));
     if (*b.out < b.lo || *b.out > b.hi)
@@ -208,9 +218,13 @@ Result<Config> LoadConfig() {
   c.db_acquire_timeout_ms = static_cast<int>(acq);
   c.events_page_max_bytes = uint64_t(page);
   c.upload_expiry_s = up_expiry;
+  c.upload_complete_ttl_s = up_complete_ttl >= 0 ? up_complete_ttl : up_expiry;
   c.upload_max_bytes = uint64_t(up_max);
   c.clamd_timeout_ms = static_cast<int>(clamd_tmo);
   c.review_max_text_bytes = uint64_t(review_text);
+  c.inline_body_max_bytes = uint64_t(inline_max);
+  c.rejected_retention_s = rejected_ret;
+  c.attachment_serve_max_bytes = uint64_t(serve_max);
   c.deny_list_file = get("deny_list_file");
   c.clamd_address = get("clamd_address");
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");

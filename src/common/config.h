@@ -33,7 +33,15 @@
 //   db_acquire_timeout_ms    OML_DB_ACQUIRE_TIMEOUT_MS    2000 (then 503 database-busy)
 //   events_page_max_bytes    OML_EVENTS_PAGE_MAX_BYTES    4194304 (GET /v1/events page, signed bytes)
 //   upload_expiry_s          OML_UPLOAD_EXPIRY_S          86400 (1..31536000: a tus upload's life, Upload-Expires)
+//   upload_complete_ttl_s    OML_UPLOAD_COMPLETE_TTL_S    upload_expiry_s (1..31536000: how long a complete upload
+//                                                         waits for a claim to attach it before it expires)
 //   upload_max_bytes         OML_UPLOAD_MAX_BYTES         8589934592 (0..80 GiB: largest Upload-Length, Tus-Max-Size)
+//   inline_body_max_bytes    OML_INLINE_BODY_MAX_BYTES    65536 (0..1 GiB: a body whose ciphertext is larger is kept as an
+//                                                         object in the quarantine bucket, sql/0015)
+//   rejected_retention_s     OML_REJECTED_RETENTION_S     2592000 (1 s..10 years: a rejected claim is erased this long
+//                                                         after its claim.rejected, admission/retention.h)
+//   attachment_serve_max_bytes OML_ATTACHMENT_SERVE_MAX_BYTES 67108864 (64 KiB..1 GiB: most plaintext bytes in
+//                                                         one attachment response; larger files are read in ranges)
 //   allow_insecure_key_files OML_ALLOW_INSECURE_KEY_FILES false (booleans as above)
 //   deny_list_file           OML_DENY_LIST_FILE           "" (built-in patterns only; review/deny_list.h)
 //   clamd_address            OML_CLAMD_ADDRESS            "" (no ClamAV scan; review/clamd.h)
@@ -97,7 +105,11 @@ struct Config {
   int db_acquire_timeout_ms = 2000;
   uint64_t events_page_max_bytes = 4 << 20;
   int64_t upload_expiry_s = 86400;
+  int64_t upload_complete_ttl_s = 86400;  // LoadConfig: upload_expiry_s unless set
   uint64_t upload_max_bytes = uint64_t{8} << 30;
+  uint64_t inline_body_max_bytes = 64 * 1024;
+  int64_t rejected_retention_s = 30 * 86400;
+  uint64_t attachment_serve_max_bytes = uint64_t{64} << 20;
   bool allow_insecure_key_files = false;
   std::string deny_list_file;  // empty: the built-in deny-list
   std::string clamd_address;   // empty: no ClamAV scan

@@ -441,6 +441,19 @@ class SegmentedDecryptor final : public AeadStreamDecryptor {
  public:
   SegmentedDecryptor(Gcm gcm, std::string aad) : gcm_(std::move(gcm)), aad_(std::move(aad)) {}
 
+  // Random access (AeadStreamDecryptor::CreateAt): the header given apart, segments from
+  // `first_segment` on.
+  Status StartAt(std::string_view header, uint64_t first_segment) {
+    if (header.size() != kAeadHeaderSize) return IntegrityError("truncated header");
+    buffer_.assign(header);
+    OML_RETURN_IF_ERROR(Fail(ParseHeader()));
+    buffer_.clear();
+    if (first_segment >= kMaxSegments) return Fail(IntegrityError("too many segments"));
+    next_index_ = first_segment;
+    return Status::Ok();
+  }
+  uint32_t segment_size() const { return segment_size_; }
+
   Result<std::string> Update(std::string_view ciphertext) override {
     OML_RETURN_IF_ERROR(CheckUsable());
     buffer_.append(ciphertext);
@@ -879,6 +892,17 @@ Result<std::unique_ptr<AeadStreamDecryptor>> AeadStreamDecryptor::Create(std::st
   if (dek.size() != kGcmKeySize) return InvalidArgument("DEK must be 32 bytes, got " + std::to_string(dek.size()));
   OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(dek, /*encrypt=*/false));
   return std::unique_ptr<AeadStreamDecryptor>(new SegmentedDecryptor(std::move(gcm), std::move(aad)));
+}
+
+Result<std::unique_ptr<AeadStreamDecryptor>> AeadStreamDecryptor::CreateAt(std::string_view dek, std::string aad,
+                                                                          std::string_view header,
+                                                                          uint64_t first_segment, uint32_t* segment_size) {
+  if (dek.size() != kGcmKeySize) return InvalidArgument("DEK must be 32 bytes, got " + std::to_string(dek.size()));
+  OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(dek, /*encrypt=*/false));
+  auto d = std::make_unique<SegmentedDecryptor>(std::move(gcm), std::move(aad));
+  OML_RETURN_IF_ERROR(d->StartAt(header, first_segment));
+  if (segment_size != nullptr) *segment_size = d->segment_size();
+  return std::unique_ptr<AeadStreamDecryptor>(std::move(d));
 }
 
 Result<std::string> EncryptAll(std::string_view dek, const std::string& aad, std::string_view plaintext,

@@ -186,6 +186,15 @@ class AeadStreamEncryptor {
 class AeadStreamDecryptor {
  public:
   static Result<std::unique_ptr<AeadStreamDecryptor>> Create(std::string_view dek, std::string aad);
+  // Random access: decrypts from segment `first_segment` on. `header` is the stream's first
+  // kAeadHeaderSize bytes (kDataLoss "integrity" if malformed); Update then takes the ciphertext
+  // from byte kAeadHeaderSize + first_segment * (segment_size + kAeadTagSize) on, and every
+  // segment is authenticated under its own index as with Create (a segment fed at the wrong
+  // place fails its tag). Finish still requires the stream's last segment. *segment_size (if
+  // not null) receives the header's segment size.
+  static Result<std::unique_ptr<AeadStreamDecryptor>> CreateAt(std::string_view dek, std::string aad,
+                                                               std::string_view header, uint64_t first_segment,
+                                                               uint32_t* segment_size = nullptr);
   virtual ~AeadStreamDecryptor() = default;
   // Returns plaintext authenticated so far. Never returns bytes of a segment whose tag failed.
   virtual Result<std::string> Update(std::string_view ciphertext) = 0;

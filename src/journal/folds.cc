@@ -43,14 +43,21 @@ struct ArtifactRow {
   std::string state;
   int64_t submitted_seq = 0, erased_seq = 0;
   int64_t promoted_seq = 0, rejected_seq = 0, demoted_seq = 0;  // review acts (sql/0009)
-  int64_t state_seq = 0;  // the event that last set `state`
+  int64_t retracted_seq = 0, reassigned_seq = 0;                 // lifecycle acts (sql/0014)
+  int64_t state_seq = 0;     // the event that last set `state`
+  int64_t workarea_seq = 0;  // the event that last set `workarea_id` (submission or reassignment)
+};
+struct SimulationRow {
+  std::string description, state;
+  int64_t started_seq = 0, ended_seq = 0;
 };
 using ArtifactKey = std::pair<std::string, int64_t>;  // (artifact_id, version)
 
 // One chain's fold state, replayed in seq order. Mirrors the fold statements of provider.cc
-// (tenant.created, key.issued, api_key.created, api_key.revoked) and admission/claims.cc
-// (claim.submitted, claim.promoted, claim.rejected, claim.demoted, artifact.erased). Any other
-// event type has no fold on these tables.
+// (tenant.created, key.issued, api_key.created, api_key.revoked), admission/claims.cc
+// (claim.submitted, claim.promoted, claim.rejected, claim.demoted, artifact.erased) and
+// admission/lifecycle.cc with sql/0014 (claim.reassigned, simulation.started, simulation.ended).
+// Any other event type has no fold on these tables.
 class ChainFold {
  public:
   explicit ChainFold(bool provider) : provider_(provider) {}
@@ -68,6 +75,7 @@ class ChainFold {
   std::map<std::string, SigningKeyRow> signing_keys;  // provider chain only
   std::map<std::string, ApiKeyRow> api_keys;          // by key id, ak_ + 16 hex
   std::map<ArtifactKey, ArtifactRow> artifacts;
+  std::map<std::string, SimulationRow> simulations;  // by simulation_id
 
  private:
   static std::string Str(const nlohmann::json& p, const char* k) { return p.at(k).get<std::string>(); }
@@ -108,6 +116,7 @@ class ChainFold {
       a.state = "held";
       a.submitted_seq = seq;
       a.state_seq = seq;
+      a.workarea_seq = seq;
       artifacts.emplace(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()}, std::move(a));
     } else if (e.type == "claim.promoted" || e.type == "claim.rejected" || e.type == "claim.demoted") {
       // UPDATE … SET state, <act>_seq = seq WHERE (artifact_id, version) AND state = <from>: the
@@ -138,6 +147,36 @@ class ChainFold {
         it->second.state = "erased";
         it->second.erased_seq = seq;
         it->second.state_seq = seq;
+      }
+    } else if (e.type == "claim.reassigned") {
+      // UPDATE … SET workarea_id = to, reassigned_seq = seq WHERE artifact_id AND version IN
+      // versions AND workarea_id = from AND erased_seq IS NULL, refused unless every listed
+      // version matched: a journalled reassignment moved them all.
+      const std::string id = Str(p, "artifact_id"), to = Str(p, "to_workarea_id");
+      for (const auto& v : p.at("versions")) {
+        auto it = artifacts.find(ArtifactKey{id, v.get<int64_t>()});
+        if (it == artifacts.end() || it->second.erased_seq != 0) continue;
+        it->second.workarea_id = to;
+        it->second.reassigned_seq = seq;
+        it->second.workarea_seq = seq;
+      }
+    } else if (e.type == "simulation.started") {
+      // INSERT … ON CONFLICT DO NOTHING, refused when nothing was inserted: the first one stands.
+      simulations.emplace(Str(p, "simulation_id"), SimulationRow{Str(p, "description"), "running", seq, 0});
+    } else if (e.type == "simulation.ended") {
+      // oml.end_simulation: ends it (refused unless running), then retracts every version of the
+      // simulation that is not erased.
+      const std::string sim = Str(p, "simulation_id");
+      auto it = simulations.find(sim);
+      if (it != simulations.end() && it->second.ended_seq == 0) {
+        it->second.state = "ended";
+        it->second.ended_seq = seq;
+      }
+      for (auto& [k, a] : artifacts) {
+        if (a.simulation_id != sim || a.erased_seq != 0) continue;
+        a.state = "retracted";
+        a.retracted_seq = seq;
+        a.state_seq = seq;
       }
     }
     return Status::Ok();
@@ -262,6 +301,7 @@ class FoldVerifier {
     if (compare && readable) {
       OML_RETURN_IF_ERROR(CompareApiKeys(*c, t, fold, &diffs, &rows));
       OML_RETURN_IF_ERROR(CompareArtifacts(*c, t, fold, &diffs, &rows));
+      OML_RETURN_IF_ERROR(CompareSimulations(*c, t, fold, &diffs, &rows));
     }
     if (provider) OML_RETURN_IF_ERROR(CompareProviderTables(*c, fold, compare && readable, readable, &diffs, &rows, customers));
     OML_RETURN_IF_ERROR(c->Pipeline({{"COMMIT", {}}}).status());
@@ -316,7 +356,7 @@ class FoldVerifier {
           c.Pipeline({{"SELECT artifact_id::text, version, workarea_id, path, principal, writer_key_id, provenance, "
                        "simulation_id, media_type, size_bytes, encode(plaintext_sha256, 'hex'), "
                        "encode(ciphertext_sha256, 'hex'), state, submitted_seq, erased_seq, promoted_seq, rejected_seq, "
-                       "demoted_seq "
+                       "demoted_seq, retracted_seq, reassigned_seq "
                        "FROM oml.artifacts WHERE tenant_id = $1 AND (artifact_id, version) > ($2::uuid, $3::integer) "
                        "ORDER BY artifact_id, version LIMIT $4",
                        {db::Text(t.id), db::Text(after.first), db::Int(after.second), db::Int(page_)},
@@ -333,7 +373,7 @@ class FoldVerifier {
         }
         const ArtifactRow& x = it->second;
         const int64_t s = x.submitted_seq, state_seq = x.state_seq;
-        d.Compare(key, "workarea_id", x.workarea_id, r.Get(i, 2), s);
+        d.Compare(key, "workarea_id", x.workarea_id, r.Get(i, 2), x.workarea_seq);
         d.Compare(key, "path", x.path, r.Get(i, 3), s);
         d.Compare(key, "principal", x.principal, r.Get(i, 4), s);
         d.Compare(key, "writer_key_id", x.writer_key_id, r.Get(i, 5), s);
@@ -352,11 +392,47 @@ class FoldVerifier {
                   x.rejected_seq ? x.rejected_seq : s);
         d.Compare(key, "demoted_seq", SeqText(x.demoted_seq), r.IsNull(i, 17) ? "NULL" : SeqText(r.GetInt(i, 17)),
                   x.demoted_seq ? x.demoted_seq : s);
+        d.Compare(key, "retracted_seq", SeqText(x.retracted_seq), r.IsNull(i, 18) ? "NULL" : SeqText(r.GetInt(i, 18)),
+                  x.retracted_seq ? x.retracted_seq : s);
+        d.Compare(key, "reassigned_seq", SeqText(x.reassigned_seq), r.IsNull(i, 19) ? "NULL" : SeqText(r.GetInt(i, 19)),
+                  x.reassigned_seq ? x.reassigned_seq : s);
         fold.artifacts.erase(it);
       }
       if (r.size() < page_) break;
     }
     for (const auto& [k, x] : fold.artifacts) d.Missing(k.first + " v" + std::to_string(k.second), x.submitted_seq);
+    return Status::Ok();
+  }
+
+  Status CompareSimulations(db::Conn& c, const TenantRef& t, ChainFold& fold, std::vector<FoldDiff>* diffs,
+                            int64_t* rows) {
+    Differ d(diffs, "simulations", t);
+    std::string after;  // simulation_id of the last row read; '' sorts first
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(
+          auto page, c.Pipeline({{"SELECT simulation_id, description, state, started_seq, ended_seq FROM oml.simulations "
+                                  "WHERE tenant_id = $1 AND simulation_id > $2 ORDER BY simulation_id LIMIT $3",
+                                  {db::Text(t.id), db::Text(after), db::Int(page_)}, "folds_simulations"}}));
+      const db::Rows& r = page[0];
+      for (int i = 0; i < r.size(); ++i) {
+        ++*rows;
+        after = r.Get(i, 0);
+        auto it = fold.simulations.find(after);
+        if (it == fold.simulations.end()) {
+          d.Extra(after);
+          continue;
+        }
+        const SimulationRow& x = it->second;
+        const int64_t s = x.started_seq, e = x.ended_seq ? x.ended_seq : x.started_seq;
+        d.Compare(after, "description", x.description, r.Get(i, 1), s);
+        d.Compare(after, "state", x.state, r.Get(i, 2), e);
+        d.Compare(after, "started_seq", SeqText(x.started_seq), SeqText(r.GetInt(i, 3)), s);
+        d.Compare(after, "ended_seq", SeqText(x.ended_seq), r.IsNull(i, 4) ? "NULL" : SeqText(r.GetInt(i, 4)), e);
+        fold.simulations.erase(it);
+      }
+      if (r.size() < page_) break;
+    }
+    for (const auto& [id, x] : fold.simulations) d.Missing(id, x.started_seq);
     return Status::Ok();
   }
 

@@ -16,11 +16,17 @@
 //   api_keys      ak_ + 16 hex of key_hash  principal, role,           api_key.created, api_key.revoked
 //                                           created_seq, revoked_seq,
 //                                           revoked_at (NULL or not)
-//   artifacts     (artifact_id, version)    every column but           claim.submitted, artifact.erased
-//                                           tenant_id and created_at
+//   artifacts     (artifact_id, version)    the columns events define  claim.submitted, claim.promoted,
+//                                           (every one but tenant_id,  claim.rejected, claim.demoted,
+//                                           created_at, body_review,   artifact.erased, claim.reassigned
+//                                           submitted_at)              (workarea_id, reassigned_seq),
+//                                                                      simulation.ended (state
+//                                                                      'retracted', retracted_seq)
+//   simulations   simulation_id             description, state,        simulation.started,
+//                                           started_seq, ended_seq     simulation.ended
 //
 // Timestamps written with the database's now() (created_at, issued_at, revoked_at, retired_at)
-// are not in any event: only whether they are NULL is compared. Event types other than the six
+// are not in any event: only whether they are NULL is compared. Event types other than those
 // above have no fold on these tables (chain.genesis has none; the provider row of `tenants` is
 // inserted by `oml init` with the provider genesis, and is expected as name `provider`,
 // created_seq NULL).
@@ -56,9 +62,10 @@ enum class FoldDiffKind {
 };
 
 struct FoldDiff {
-  std::string table;  // tenants | signing_keys | api_keys | artifacts; "journal" for kUnreadable
+  std::string table;  // tenants | signing_keys | api_keys | artifacts | simulations; "journal" for kUnreadable
   std::string tenant_id, tenant_name;
-  std::string key;     // tenant_id, signing key_id, "ak_<16 hex>", "<artifact_id> v<version>"; "seq N" for kUnreadable
+  std::string key;     // tenant_id, signing key_id, "ak_<16 hex>", "<artifact_id> v<version>", simulation_id;
+                       // "seq N" for kUnreadable
   std::string column;  // kChanged only
   std::string expected, actual;  // kChanged: values ("NULL", "non-NULL" for timestamps); kUnreadable: expected = why
   FoldDiffKind kind = FoldDiffKind::kChanged;

@@ -209,13 +209,15 @@ int32_t Fnv1a32(std::string_view s) {
 const std::vector<TargetTable>& TargetTables() {
   static const auto* t = new std::vector<TargetTable>{
       {kBronze, {"signed_bytes", "signature"}, TableWrite::kAppend, {}, false},
-      // Promotion inserts; demotion and erasure (later rows of the same key) set the state. The
-      // identity and provenance columns are the promotion's and never change.
+      // Promotion inserts; demotion, erasure and a simulation's end (later rows of the same key)
+      // set the state, a reassignment the workarea (admission/lifecycle.h). The identity and
+      // provenance columns (path at write included) are the promotion's and never change.
       {"silver/claims",
        {},
        TableWrite::kMerge,
        MergeSpec{{"tenant_id", "artifact_id", "version"},
-                 std::vector<std::string>{"promoted_at", "state", "state_changed_at", "last_event_seq", "outbox_seq"},
+                 std::vector<std::string>{"workarea_id", "promoted_at", "state", "state_changed_at", "last_event_seq",
+                                          "outbox_seq"},
                  {}},
        false},
       {"gold/daily_activity",

@@ -1,5 +1,7 @@
 #include "uploads/uploads.h"
 
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <openssl/evp.h>
 
@@ -13,6 +15,11 @@ namespace oml::uploads {
 namespace {
 
 constexpr int64_t kSweepBatch = 100;
+// First key of every session's advisory lock ("omlu"; the second is hashtext(tenant/upload_id)).
+// The two-int4 key space, apart from the chains' bigint keys and the lake writer's "omlw".
+constexpr int64_t kLockClass = 0x6f6d6c75;
+constexpr unsigned char kStreamStateVersion = 0x01;
+constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 1;
 
 bool ValidUuid(const std::string& s) {
   static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$");
@@ -48,6 +55,8 @@ Result<State> ParseState(const std::string& s) {
 }
 
 bool Active(State s) { return s == State::kCreated || s == State::kReceiving; }
+// States a session can expire from (expires_at: creation + expiry, or completion + complete_ttl).
+bool Expirable(State s) { return Active(s) || s == State::kComplete; }
 
 // Rolls back an open transaction on every early return.
 struct TxnGuard {
@@ -55,11 +64,6 @@ struct TxnGuard {
   bool open = true;
   ~TxnGuard() {
     if (open) (void)c.Exec("ROLLBACK");
-  }
-  Status Commit() {
-    open = false;
-    OML_ASSIGN_OR_RETURN(db::Rows r, c.Query("COMMIT"));
-    return c.CommitVerdict(r);
   }
 };
 
@@ -71,12 +75,51 @@ std::string Digest(ChecksumAlgorithm a, std::string_view bytes) {
   return std::string(reinterpret_cast<const char*>(md), n);
 }
 
+db::Stmt RequireLiveKey(const std::string& api_key_hash) {
+  return {"SELECT oml.require_live_api_key($1)", {db::Bytes(api_key_hash)}, "oml_require_live_key"};
+}
+
+// Runs `stmt` in its own short transaction scoped to `tenant`, after the live-key check when
+// `api_key_hash` is set: BEGIN; scope; [check]; stmt; COMMIT in one round trip. Returns stmt's
+// rows. A guarded stmt (`... SELECT 1/count(*)`) that matched nothing is kInternal
+// "zero-rows-guard" and nothing is committed.
+Result<db::Rows> ShortTxn(db::Conn& c, const std::string& tenant, const std::string& api_key_hash, db::Stmt stmt) {
+  std::vector<db::Stmt> stmts = {{"BEGIN", {}}, db::ScopeTo(tenant)};
+  if (!api_key_hash.empty()) stmts.push_back(RequireLiveKey(api_key_hash));
+  stmts.push_back(std::move(stmt));
+  stmts.push_back({"COMMIT", {}});
+  TxnGuard txn{c};
+  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> rs, c.Pipeline(stmts));
+  txn.open = false;
+  OML_RETURN_IF_ERROR(c.CommitVerdict(rs.back()));
+  return std::move(rs[rs.size() - 2]);
+}
+
+// An object key this module names in object_key: `<tenant>/<64 hex digits>`.
+bool OwnObjectKey(const std::string& tenant, const std::string& key) {
+  static const std::regex kHex("^[0-9a-f]{64}$");
+  return key.size() == tenant.size() + 65 && key.compare(0, tenant.size() + 1, tenant + "/") == 0 &&
+         std::regex_match(key.substr(tenant.size() + 1), kHex);
+}
+
+void PutU32(uint32_t v, std::string* out) {
+  for (int i = 3; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU64(uint64_t v, std::string* out) {
+  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetBE(std::string_view b, size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
 // Every column a session's handling reads, in this order (Row::Parse).
 const char kColumns[] =
     "upload_id::text, state, upload_length, upload_offset, declared_sha256, coalesce(filename, ''), media_type, "
-    "kek_id, wrapped_dek, segment_size, nonce_prefix, next_segment, header_sent, pending_sealed, plaintext_sha_sealed, "
-    "ciphertext_sha_state, ciphertext_offset, part_count, extract(epoch from expires_at)::bigint, "
-    "(expires_at <= now()), principal, api_key_id";
+    "kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, plaintext_sha_sealed, ciphertext_sha_state, "
+    "ciphertext_offset, part_count, extract(epoch from expires_at)::bigint, (expires_at <= now()), principal, "
+    "api_key_id, coalesce(object_key, '')";
 
 }  // namespace
 
@@ -88,14 +131,13 @@ struct Uploads::Row {
   std::string kek_id, wrapped_dek;  // empty once final (not complete)
   uint32_t segment_size = 0;
   std::string nonce_prefix;
-  uint64_t next_segment = 0;
-  bool header_sent = false;
-  std::optional<std::string> pending_sealed, plaintext_sha_sealed, ciphertext_sha_state;
+  std::optional<std::string> stream_sealed, plaintext_sha_sealed, ciphertext_sha_state;
   uint64_t ciphertext_offset = 0;
   int64_t part_count = 0;
   int64_t expires_at = 0;
   bool overdue = false;
   std::string principal, api_key_id;
+  std::string object_key;  // "" if none recorded
 
   static Result<Row> Parse(const db::Rows& r, int i) {
     Row w;
@@ -110,17 +152,16 @@ struct Uploads::Row {
     if (!r.IsNull(i, 8)) w.wrapped_dek = r.GetBytes(i, 8);
     w.segment_size = static_cast<uint32_t>(r.GetInt(i, 9));
     w.nonce_prefix = r.GetBytes(i, 10);
-    w.next_segment = static_cast<uint64_t>(r.GetInt(i, 11));
-    w.header_sent = r.Get(i, 12) == "t";
-    if (!r.IsNull(i, 13)) w.pending_sealed = r.GetBytes(i, 13);
-    if (!r.IsNull(i, 14)) w.plaintext_sha_sealed = r.GetBytes(i, 14);
-    if (!r.IsNull(i, 15)) w.ciphertext_sha_state = r.GetBytes(i, 15);
-    w.ciphertext_offset = static_cast<uint64_t>(r.GetInt(i, 16));
-    w.part_count = r.GetInt(i, 17);
-    w.expires_at = r.GetInt(i, 18);
-    w.overdue = r.Get(i, 19) == "t";
-    w.principal = r.Get(i, 20);
-    w.api_key_id = r.Get(i, 21);
+    if (!r.IsNull(i, 11)) w.stream_sealed = r.GetBytes(i, 11);
+    if (!r.IsNull(i, 12)) w.plaintext_sha_sealed = r.GetBytes(i, 12);
+    if (!r.IsNull(i, 13)) w.ciphertext_sha_state = r.GetBytes(i, 13);
+    w.ciphertext_offset = static_cast<uint64_t>(r.GetInt(i, 14));
+    w.part_count = r.GetInt(i, 15);
+    w.expires_at = r.GetInt(i, 16);
+    w.overdue = r.Get(i, 17) == "t";
+    w.principal = r.Get(i, 18);
+    w.api_key_id = r.Get(i, 19);
+    w.object_key = r.Get(i, 20);
     return w;
   }
 
@@ -136,6 +177,60 @@ struct Uploads::Row {
     s.media_type = media_type;
     return s;
   }
+};
+
+// A session's advisory lock on one pooled connection (uploads.h "Mutual exclusion"). Taken with
+// TryStmt (in the caller's pipeline) or Try; released by the destructor, which must run while
+// the connection is out of any transaction and before it goes back to the pool (declare the lock
+// after the pool handle and before any TxnGuard). If the release cannot be confirmed, the
+// connection's socket is shut down: the pool then drops the connection, and PostgreSQL ends the
+// backend and every lock it held, so no pooled connection ever keeps a session's lock.
+class Uploads::SessionLock {
+ public:
+  SessionLock(db::Conn& c, std::string tenant, std::string id) : c_(c), tenant_(std::move(tenant)), id_(std::move(id)) {}
+  ~SessionLock() { Release(); }
+  SessionLock(const SessionLock&) = delete;
+  SessionLock& operator=(const SessionLock&) = delete;
+
+  // `SELECT pg_try_advisory_lock(...)`: one row, "t" if taken. Report the outcome with Taken(),
+  // or Unsure() if the pipeline that carried it failed.
+  db::Stmt TryStmt() const {
+    return {"SELECT pg_try_advisory_lock($1::int4, hashtext($2::text || '/' || $3::text))",
+            {db::Int(kLockClass), db::Text(tenant_), db::Text(id_)},
+            "oml_upload_lock"};
+  }
+  void Taken(bool held) { state_ = held ? kHeld : kFree; }
+  void Unsure() { state_ = kUnsure; }
+  bool held() const { return state_ == kHeld; }
+
+  // Tries the lock in its own round trip.
+  Result<bool> Try() {
+    auto r = c_.Pipeline({TryStmt()});
+    if (!r.ok()) {
+      Unsure();
+      return r.status();
+    }
+    Taken((*r)[0].Get(0, 0) == "t");
+    return held();
+  }
+
+  void Release() {
+    if (state_ == kFree) return;
+    auto r = c_.Pipeline({{"SELECT pg_advisory_unlock($1::int4, hashtext($2::text || '/' || $3::text))",
+                           {db::Int(kLockClass), db::Text(tenant_), db::Text(id_)},
+                           "oml_upload_unlock"}});
+    state_ = kFree;
+    if (r.ok()) return;  // released (or, when unsure, it was never taken)
+    log::Warn("upload lock not released; dropping its database connection",
+              {{"upload", id_}, {"error", r.status().ToString()}});
+    if (c_.raw() != nullptr && PQsocket(c_.raw()) >= 0) ::shutdown(PQsocket(c_.raw()), SHUT_RDWR);
+  }
+
+ private:
+  enum LockState { kFree, kHeld, kUnsure };
+  db::Conn& c_;
+  const std::string tenant_, id_;
+  LockState state_ = kFree;
 };
 
 const char* StateName(State s) {
@@ -156,8 +251,8 @@ std::string UploadDekAad(const std::string& tenant, const std::string& upload_id
 std::string AttachmentAad(const std::string& tenant, const std::string& upload_id) {
   return "oml-attachment|" + tenant + "|" + upload_id;
 }
-std::string PendingAad(const std::string& tenant, const std::string& upload_id, uint64_t offset) {
-  return "oml-upload-pending|" + tenant + "|" + upload_id + "|" + std::to_string(offset);
+std::string StreamAad(const std::string& tenant, const std::string& upload_id, uint64_t offset) {
+  return "oml-upload-stream|" + tenant + "|" + upload_id + "|" + std::to_string(offset);
 }
 std::string ShaStateAad(const std::string& tenant, const std::string& upload_id, uint64_t offset) {
   return "oml-upload-sha|" + tenant + "|" + upload_id + "|" + std::to_string(offset);
@@ -172,6 +267,43 @@ std::string PartKey(const std::string& tenant, const std::string& upload_id, int
 }
 std::string ObjectKey(const std::string& tenant, const std::string& ciphertext_sha256_raw) {
   return tenant + "/" + crypto::Hex(ciphertext_sha256_raw);
+}
+
+std::string EncodeStreamState(const crypto::AeadEncryptorState& st) {
+  std::string out;
+  out.reserve(kStreamStateFixed + st.pending.size());  // no reallocation leaves plaintext behind
+  out.push_back(static_cast<char>(kStreamStateVersion));
+  PutU32(st.segment_size, &out);
+  out.append(st.nonce_prefix);
+  PutU64(st.next_segment, &out);
+  out.push_back(st.header_sent ? 1 : 0);
+  out.append(st.pending.view());
+  return out;
+}
+
+Result<crypto::AeadEncryptorState> DecodeStreamState(std::string_view b) {
+  if (b.size() < kStreamStateFixed || static_cast<unsigned char>(b[0]) != kStreamStateVersion ||
+      static_cast<unsigned char>(b[kStreamStateFixed - 1]) > 1)
+    return DataLoss("sealed upload stream state is malformed", "integrity");
+  crypto::AeadEncryptorState st;
+  st.segment_size = static_cast<uint32_t>(GetBE(b, 1, 4));
+  st.nonce_prefix = std::string(b.substr(5, crypto::kAeadNoncePrefixSize));
+  st.next_segment = GetBE(b, 5 + crypto::kAeadNoncePrefixSize, 8);
+  st.header_sent = b[kStreamStateFixed - 1] == 1;
+  std::string pending;
+  pending.reserve(b.size() - kStreamStateFixed);
+  pending.append(b.substr(kStreamStateFixed));
+  st.pending = crypto::SecureBytes(std::move(pending));
+  if (st.segment_size == 0 || st.pending.size() > st.segment_size)
+    return DataLoss("sealed upload stream state is malformed", "integrity");
+  return st;
+}
+
+bool StreamPositionMatches(const crypto::AeadEncryptorState& st, uint64_t offset) {
+  if (st.segment_size == 0) return false;
+  if (offset == 0) return !st.header_sent && st.next_segment == 0 && st.pending.empty();
+  const uint64_t next = (offset - 1) / st.segment_size;
+  return st.header_sent && st.next_segment == next && st.pending.size() == offset - next * st.segment_size;
 }
 
 Uploads::Uploads(db::Pool* pool, const crypto::KekProvider* kek, blob::ObjectStore* quarantine, Options opts)
@@ -192,31 +324,32 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
   OML_ASSIGN_OR_RETURN(std::string wrapped, kek_->Wrap(dek.view(), UploadDekAad(t, id)));
   OML_ASSIGN_OR_RETURN(auto enc, crypto::AeadStreamEncryptor::Create(dek.view(), AttachmentAad(t, id), opts_.segment_size));
   OML_ASSIGN_OR_RETURN(crypto::AeadEncryptorState st, enc->Suspend());
+  OML_ASSIGN_OR_RETURN(std::string stream_sealed, crypto::EncryptAll(dek.view(), StreamAad(t, id, 0), EncodeStreamState(st)));
   const RunningSha256 fresh;
   OML_ASSIGN_OR_RETURN(std::string sha_sealed, crypto::EncryptAll(dek.view(), ShaStateAad(t, id, 0), fresh.State()));
 
-  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-  TxnGuard txn{*c};
-  std::vector<db::Stmt> stmts = {{"BEGIN", {}}, db::ScopeTo(t)};
-  if (!o.api_key_hash.empty())
-    stmts.push_back({"SELECT oml.require_live_api_key($1)", {db::Bytes(o.api_key_hash)}, "oml_require_live_key"});
-  stmts.push_back(
-      {"INSERT INTO oml.upload_sessions (tenant_id, upload_id, api_key_id, principal, upload_length, declared_sha256, "
-       "filename, media_type, kek_id, wrapped_dek, segment_size, nonce_prefix, plaintext_sha_sealed, "
-       "ciphertext_sha_state, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
-       "now() + make_interval(secs => $15)) RETURNING extract(epoch from expires_at)::bigint",
-       {db::Text(t), db::Text(id), db::Text(o.api_key_id), db::Text(o.principal), db::Int(static_cast<int64_t>(req.length)),
-        db::Bytes(req.plaintext_sha256), req.filename.empty() ? db::Null() : db::Text(req.filename),
-        db::Text(req.media_type), db::Text(kek_->kek_id()), db::Bytes(wrapped), db::Int(opts_.segment_size),
-        db::Bytes(st.nonce_prefix), db::Bytes(sha_sealed), db::Bytes(RunningSha256().State()),
-        db::Int(static_cast<int64_t>(opts_.expiry.count()))}});
-  OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline(stmts));
-  OML_RETURN_IF_ERROR(txn.Commit());
+  db::Rows r;
+  {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());  // back in the pool before Append below
+    OML_ASSIGN_OR_RETURN(
+        r,
+        ShortTxn(*c, t, o.api_key_hash,
+               {"INSERT INTO oml.upload_sessions (tenant_id, upload_id, api_key_id, principal, upload_length, "
+                "declared_sha256, filename, media_type, kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, "
+                "plaintext_sha_sealed, ciphertext_sha_state, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
+                "$11, $12, $13, $14, $15, now() + make_interval(secs => $16)) RETURNING extract(epoch from expires_at)::bigint",
+                {db::Text(t), db::Text(id), db::Text(o.api_key_id), db::Text(o.principal),
+                 db::Int(static_cast<int64_t>(req.length)), db::Bytes(req.plaintext_sha256),
+                 req.filename.empty() ? db::Null() : db::Text(req.filename), db::Text(req.media_type),
+                 db::Text(kek_->kek_id()), db::Bytes(wrapped), db::Int(opts_.segment_size), db::Bytes(st.nonce_prefix),
+                 db::Bytes(stream_sealed), db::Bytes(sha_sealed), db::Bytes(RunningSha256().State()),
+                 db::Int(static_cast<int64_t>(opts_.expiry.count()))}}));
+  }
   Session s;
   s.upload_id = id;
   s.state = State::kCreated;
   s.length = req.length;
-  s.expires_at = rs.back().GetInt(0, 0);
+  s.expires_at = r.GetInt(0, 0);
   s.declared_sha256 = req.plaintext_sha256;
   s.filename = req.filename;
   s.media_type = req.media_type;
@@ -225,35 +358,47 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
   return s;
 }
 
+Result<std::optional<Uploads::Row>> Uploads::LockAndRead(db::Conn& c, SessionLock& lock, const Owner& o,
+                                                         const std::string& id, bool live_key) {
+  // The lock first, then the read, in one round trip: the read sees the last holder's commit.
+  std::vector<db::Stmt> stmts = {lock.TryStmt(), {"BEGIN", {}}, db::ScopeTo(o.tenant_id)};
+  if (live_key && !o.api_key_hash.empty()) stmts.push_back(RequireLiveKey(o.api_key_hash));
+  stmts.push_back({std::string("SELECT ") + kColumns +
+                       " FROM oml.upload_sessions WHERE tenant_id = $1 AND upload_id = $2 AND ($3 = '' OR api_key_id = $3)",
+                   {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}});
+  stmts.push_back({"COMMIT", {}});
+  std::optional<Row> row;
+  {
+    TxnGuard txn{c};
+    auto rs = c.Pipeline(stmts);
+    if (!rs.ok()) {
+      lock.Unsure();
+      return rs.status();
+    }
+    txn.open = false;
+    lock.Taken((*rs)[0].Get(0, 0) == "t");
+    const db::Rows& r = (*rs)[rs->size() - 2];
+    if (r.size() > 0) {
+      OML_ASSIGN_OR_RETURN(row, Row::Parse(r, 0));
+    }
+  }
+  return row;
+}
+
 Result<Session> Uploads::Head(const Owner& o, const std::string& id) {
   if (!ValidUuid(id)) return NotFoundUpload(id);
-  Row row;
-  {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(o.tenant_id, {std::string("SELECT ") + kColumns +
-                                                                 " FROM oml.upload_sessions WHERE tenant_id = $1 "
-                                                                 "AND upload_id = $2 AND api_key_id = $3",
-                                                             {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}}));
-    if (r.size() == 0) return NotFoundUpload(id);
-    OML_ASSIGN_OR_RETURN(row, Row::Parse(r, 0));
-  }
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
+  OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(o.tenant_id, {std::string("SELECT ") + kColumns +
+                                                               " FROM oml.upload_sessions WHERE tenant_id = $1 "
+                                                               "AND upload_id = $2 AND api_key_id = $3",
+                                                           {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}}));
+  if (r.size() == 0) return NotFoundUpload(id);
+  OML_ASSIGN_OR_RETURN(Row row, Row::Parse(r, 0));
   OML_RETURN_IF_ERROR(EndedSessionRefusal(row.state, id));
-  if (Active(row.state) && row.overdue) {
-    // Expired on access: in its own transaction, unless a chunk holds the row (it finds the
-    // session overdue itself, or the sweep does later).
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-    TxnGuard txn{*c};
-    OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
-                                               db::ScopeTo(o.tenant_id),
-                                               {"SELECT 1 FROM oml.upload_sessions WHERE tenant_id = $1 AND upload_id = $2 "
-                                                "AND state IN ('created', 'receiving') FOR UPDATE SKIP LOCKED",
-                                                {db::Text(o.tenant_id), db::Text(id)}}}));
-    if (rs[2].size() == 1) {
-      OML_RETURN_IF_ERROR(EndSession(*c, o, id, State::kExpired));
-      OML_RETURN_IF_ERROR(txn.Commit());
-      if (Status s = RemoveParts(o.tenant_id, id); !s.ok())
-        log::Warn("upload parts not removed yet (the sweep retries)", {{"upload", id}, {"error", s.ToString()}});
-    }
+  if (Expirable(row.state) && row.overdue) {
+    // Expired on access, unless a request holds the session (it finds the session overdue
+    // itself, or the sweep does later).
+    OML_RETURN_IF_ERROR(ExpireIfOverdue(*c, o.tenant_id, id).status());
     return Expired(id);
   }
   return row.ToSession();
@@ -263,33 +408,17 @@ Result<Session> Uploads::Append(const Owner& o, const std::string& id, uint64_t 
                                 const std::optional<Checksum>& checksum, uint64_t* current) {
   if (!ValidUuid(id)) return NotFoundUpload(id);
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-  TxnGuard txn{*c};
-  std::vector<db::Stmt> stmts = {{"BEGIN", {}}, db::ScopeTo(o.tenant_id)};
-  if (!o.api_key_hash.empty())
-    stmts.push_back({"SELECT oml.require_live_api_key($1)", {db::Bytes(o.api_key_hash)}, "oml_require_live_key"});
-  stmts.push_back({std::string("SELECT ") + kColumns +
-                       " FROM oml.upload_sessions WHERE tenant_id = $1 AND upload_id = $2 AND api_key_id = $3 "
-                       "FOR UPDATE SKIP LOCKED",
-                   {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}});
-  OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline(stmts));
-  const db::Rows& locked = rs.back();
-  if (locked.size() == 0) {
-    // Missing, or locked by another chunk (or a sweep / key rotation batch, briefly).
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT upload_offset, state FROM oml.upload_sessions "
-                                              "WHERE tenant_id = $1 AND upload_id = $2 AND api_key_id = $3",
-                                              {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}));
-    if (r.size() == 0 || r.Get(0, 1) == "cancelled") return NotFoundUpload(id);
-    if (current) *current = static_cast<uint64_t>(r.GetInt(0, 0));
-    return FailedPrecondition("another request is appending to upload " + id + "; retry after HEAD", "upload-busy");
-  }
-  OML_ASSIGN_OR_RETURN(Row row, Row::Parse(locked, 0));
+  SessionLock lock(*c, o.tenant_id, id);  // released before c goes back to the pool
+  OML_ASSIGN_OR_RETURN(std::optional<Row> got, LockAndRead(*c, lock, o, id, /*live_key=*/true));
+  if (!got || got->state == State::kCancelled) return NotFoundUpload(id);
+  Row& row = *got;
   if (current) *current = row.offset;
   OML_RETURN_IF_ERROR(EndedSessionRefusal(row.state, id));
-  if (Active(row.state) && row.overdue) {
-    OML_RETURN_IF_ERROR(EndSession(*c, o, id, State::kExpired));
-    OML_RETURN_IF_ERROR(txn.Commit());
-    if (Status s = RemoveParts(o.tenant_id, id); !s.ok())
-      log::Warn("upload parts not removed yet (the sweep retries)", {{"upload", id}, {"error", s.ToString()}});
+  if (!lock.held())
+    return FailedPrecondition("another request is appending to upload " + id + "; retry after HEAD", "upload-busy");
+  if (Expirable(row.state) && row.overdue) {
+    OML_ASSIGN_OR_RETURN(bool ended, EndSession(*c, o.tenant_id, id, State::kExpired, /*only_overdue=*/true));
+    if (ended) RemoveLeftoversOrLog(*c, o.tenant_id, id);
     return Expired(id);
   }
   if (offset != row.offset)
@@ -304,40 +433,39 @@ Result<Session> Uploads::Append(const Owner& o, const std::string& id, uint64_t 
   if (row.state == State::kComplete) return row.ToSession();  // an empty chunk at the end: nothing to do
   if (checksum && !crypto::ConstantTimeEquals(Digest(checksum->algorithm, bytes), checksum->digest))
     return InvalidArgument("the chunk does not match its Upload-Checksum; it was discarded", "checksum-mismatch");
-  return DoAppend(*c, o, row, offset, bytes, &txn.open);
+  return DoAppend(*c, o, row, offset, bytes);
 }
 
-// REQUIRES: the row is locked in c's open transaction, active, at `offset`, and the chunk fits.
-// Commits (or leaves the transaction to the caller's guard on error).
-Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_t offset, std::string_view bytes,
-                                  bool* txn_open) {
+// REQUIRES: c holds the session's lock and no transaction; the row is active, at `offset`, and
+// the chunk fits. Every write below is a short transaction guarded on the offset read.
+Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_t offset, std::string_view bytes) {
   const std::string& t = o.tenant_id;
   const std::string& id = row.upload_id;
   const uint64_t new_offset = offset + bytes.size();
   const bool last = new_offset == row.length;
-  if (bytes.empty() && !last) {
-    *txn_open = false;
-    OML_ASSIGN_OR_RETURN(db::Rows r, c.Query("COMMIT"));
-    OML_RETURN_IF_ERROR(c.CommitVerdict(r));
-    return row.ToSession();
-  }
-  if (row.wrapped_dek.empty() || !row.plaintext_sha_sealed || !row.ciphertext_sha_state)
-    return DataLoss("upload " + id + " has no key or hash state", "integrity");
+  if (bytes.empty() && !last) return row.ToSession();
+  if (row.wrapped_dek.empty() || !row.stream_sealed || !row.plaintext_sha_sealed || !row.ciphertext_sha_state)
+    return DataLoss("upload " + id + " has no key, stream or hash state", "integrity");
   auto dek = kek_->UnwrapFrom(row.kek_id, row.wrapped_dek, UploadDekAad(t, id));
   if (!dek.ok() && dek.status().type() == "kek-unavailable") return dek.status();
   if (!dek.ok()) return DataLoss("DEK of upload " + id + " does not unwrap", "integrity");
 
-  // The stream and both hashes as the last commit left them.
+  // The stream and both hashes as the last commit left them: the stream state must open under
+  // this offset and stand where this offset puts it, else nothing is sealed (a rewound stream
+  // would seal new plaintext under nonces already used).
   crypto::AeadEncryptorState st;
-  st.segment_size = row.segment_size;
-  st.nonce_prefix = row.nonce_prefix;
-  st.next_segment = row.next_segment;
-  st.header_sent = row.header_sent;
-  if (row.pending_sealed) {
-    auto p = crypto::DecryptAll(dek->view(), PendingAad(t, id, offset), *row.pending_sealed);
-    if (!p.ok()) return DataLoss("pending bytes of upload " + id + " do not decrypt", "integrity");
-    st.pending = crypto::SecureBytes(std::move(p).value());
+  {
+    auto opened = crypto::DecryptAll(dek->view(), StreamAad(t, id, offset), *row.stream_sealed);
+    if (!opened.ok()) return DataLoss("the stream state of upload " + id + " does not open at its offset", "integrity");
+    auto decoded = DecodeStreamState(*opened);
+    crypto::Wipe(&*opened);
+    if (!decoded.ok()) return decoded.status();
+    st = std::move(decoded).value();
   }
+  if (st.segment_size != row.segment_size || st.nonce_prefix != row.nonce_prefix || !StreamPositionMatches(st, offset) ||
+      row.ciphertext_offset != (st.header_sent ? crypto::kAeadHeaderSize : 0) +
+                                   st.next_segment * (uint64_t{st.segment_size} + crypto::kAeadTagSize))
+    return DataLoss("the stream state of upload " + id + " is not at its offset", "integrity");
   auto sha_bytes = crypto::DecryptAll(dek->view(), ShaStateAad(t, id, offset), *row.plaintext_sha_sealed);
   if (!sha_bytes.ok()) return DataLoss("hash state of upload " + id + " does not decrypt", "integrity");
   auto pt_sha = RunningSha256::FromState(*sha_bytes);
@@ -351,16 +479,13 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
   pt_sha->Update(bytes);
 
   if (last) {
+    dek->Wipe();
     OML_ASSIGN_OR_RETURN(std::string tail, enc->Finish());
     ct += tail;
     if (!crypto::ConstantTimeEquals(pt_sha->Digest(), row.declared_sha256)) {
       // The whole file is not the declared one: the session fails and keeps nothing.
-      OML_RETURN_IF_ERROR(EndSession(c, o, id, State::kFailed));
-      *txn_open = false;
-      OML_ASSIGN_OR_RETURN(db::Rows r, c.Query("COMMIT"));
-      OML_RETURN_IF_ERROR(c.CommitVerdict(r));
-      if (Status s = RemoveParts(t, id); !s.ok())
-        log::Warn("upload parts not removed yet (the sweep retries)", {{"upload", id}, {"error", s.ToString()}});
+      OML_ASSIGN_OR_RETURN(bool ended, EndSession(c, t, id, State::kFailed, /*only_overdue=*/false));
+      if (ended) RemoveLeftoversOrLog(c, t, id);
       return InvalidArgument("the file's SHA-256 is not the declared sha256; the upload failed and its data was removed",
                              "digest-mismatch");
     }
@@ -368,8 +493,26 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     const std::string ct_digest = ct_sha.Digest();
     const uint64_t ct_size = row.ciphertext_offset + ct.size();
     const std::string key = ObjectKey(t, ct_digest);
-    // Compose parts 1..part_count and the final bytes into the object, re-hashing what the
-    // store returns: a part that is not what was put is kDataLoss, and no object appears.
+    // Name the object in the row before it can exist: a crash after it appears leaves a row
+    // that names it, and the session's end deletes it. (The same committed state and bytes
+    // always compose the same object, so a retry records the same key.)
+    if (row.object_key != key) {
+      OML_RETURN_IF_ERROR(
+          ShortTxn(c, t, o.api_key_hash,
+                   {"WITH u AS (UPDATE oml.upload_sessions SET object_key = $3, updated_at = now() WHERE tenant_id = $1 "
+                    "AND upload_id = $2 AND upload_offset = $4 AND state IN ('created', 'receiving') RETURNING 1) "
+                    "SELECT 1/count(*) FROM u",
+                    {db::Text(t), db::Text(id), db::Text(key), db::Int(static_cast<int64_t>(offset))}})
+              .status());
+      if (!row.object_key.empty() && OwnObjectKey(t, row.object_key)) {
+        if (Status s = store_->Delete(row.object_key); !s.ok())
+          log::Warn("upload: an earlier composed object was not deleted", {{"upload", id}, {"error", s.ToString()}});
+      }
+      row.object_key = key;
+    }
+    // Compose parts 1..part_count and the final bytes into the object, outside any transaction,
+    // re-hashing what the store returns: a part that is not what was put is kDataLoss, and no
+    // object appears.
     {
       OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.before_object"));
       OML_ASSIGN_OR_RETURN(std::unique_ptr<blob::ObjectWriter> w, store_->OpenWriter(key));
@@ -393,27 +536,26 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     }
     OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.after_object"));
     OML_ASSIGN_OR_RETURN(
-        auto done,
-        c.Pipeline({{"WITH u AS (UPDATE oml.upload_sessions SET state = 'complete', upload_offset = upload_length, "
-                     "pending_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
-                     "next_segment = $3, header_sent = true, ciphertext_offset = $4, parts_left = true, "
-                     "completed_at = now(), updated_at = now(), plaintext_sha256 = declared_sha256, "
-                     "ciphertext_sha256 = $5, ciphertext_size = $4, object_key = $6 "
-                     "WHERE tenant_id = $1 AND upload_id = $2 AND state IN ('created', 'receiving') RETURNING 1) "
-                     "SELECT 1/count(*) FROM u",
-                     {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(row.next_segment)),
-                      db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest), db::Text(key)}},
-                    {"COMMIT", {}}}));
-    *txn_open = false;
-    OML_RETURN_IF_ERROR(c.CommitVerdict(done.back()));
-    if (Status s = RemoveParts(t, id); !s.ok())
-      log::Warn("upload parts not removed yet (the sweep retries)", {{"upload", id}, {"error", s.ToString()}});
+        db::Rows done,
+        ShortTxn(c, t, o.api_key_hash,
+                 {"WITH u AS (UPDATE oml.upload_sessions SET state = 'complete', upload_offset = upload_length, "
+                  "stream_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
+                  "ciphertext_offset = $3, parts_left = true, completed_at = now(), updated_at = now(), "
+                  "expires_at = now() + make_interval(secs => $7), plaintext_sha256 = declared_sha256, "
+                  "ciphertext_sha256 = $4, ciphertext_size = $3, object_key = $5 "
+                  "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $6 AND state IN ('created', 'receiving') "
+                  "RETURNING extract(epoch from expires_at)::bigint AS e) SELECT max(e), 1/count(*) FROM u",
+                  {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest), db::Text(key),
+                   db::Int(static_cast<int64_t>(offset)), db::Int(static_cast<int64_t>(opts_.complete_ttl.count()))}}));
+    RemoveLeftoversOrLog(c, t, id);
     row.state = State::kComplete;
     row.offset = new_offset;
+    if (done.size() == 1) row.expires_at = done.GetInt(0, 0);
     return row.ToSession();
   }
 
-  // Not the last byte: the whole segments go out as the next part, the tail stays sealed.
+  // Not the last byte: the whole segments go out as the next part (before the offset moves),
+  // the tail stays in the sealed stream state.
   ct_sha.Update(ct);
   int64_t parts = row.part_count;
   if (!ct.empty()) {
@@ -422,31 +564,27 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
   }
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.append.after_part"));
   OML_ASSIGN_OR_RETURN(crypto::AeadEncryptorState next, enc->Suspend());
-  db::Param pending = db::Null();
-  if (!next.pending.empty()) {
-    OML_ASSIGN_OR_RETURN(std::string sealed, crypto::EncryptAll(dek->view(), PendingAad(t, id, new_offset), next.pending.view()));
-    pending = db::Bytes(std::move(sealed));
-  }
+  std::string stream_plain = EncodeStreamState(next);
+  auto stream_sealed = crypto::EncryptAll(dek->view(), StreamAad(t, id, new_offset), stream_plain);
+  crypto::Wipe(&stream_plain);
   std::string sha_state = pt_sha->State();
   auto sha_sealed = crypto::EncryptAll(dek->view(), ShaStateAad(t, id, new_offset), sha_state);
   crypto::Wipe(&sha_state);
   dek->Wipe();
+  if (!stream_sealed.ok()) return stream_sealed.status();
   if (!sha_sealed.ok()) return sha_sealed.status();
-  OML_ASSIGN_OR_RETURN(
-      auto done,
-      c.Pipeline({{"WITH u AS (UPDATE oml.upload_sessions SET state = 'receiving', upload_offset = $3, next_segment = $4, "
-                   "header_sent = $5, pending_sealed = $6, plaintext_sha_sealed = $7, ciphertext_sha_state = $8, "
-                   "ciphertext_offset = $9, part_count = $10, parts_left = parts_left OR $10 > 0, updated_at = now() "
-                   "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $11 AND state IN ('created', 'receiving') "
-                   "RETURNING 1) SELECT 1/count(*) FROM u",
-                   {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)),
-                    db::Int(static_cast<int64_t>(next.next_segment)), db::Text(next.header_sent ? "true" : "false"),
-                    std::move(pending), db::Bytes(*sha_sealed), db::Bytes(ct_sha.State()),
-                    db::Int(static_cast<int64_t>(row.ciphertext_offset + ct.size())), db::Int(parts),
-                    db::Int(static_cast<int64_t>(offset))}},
-                  {"COMMIT", {}}}));
-  *txn_open = false;
-  OML_RETURN_IF_ERROR(c.CommitVerdict(done.back()));
+  OML_RETURN_IF_ERROR(
+      ShortTxn(c, t, o.api_key_hash,
+               {"WITH u AS (UPDATE oml.upload_sessions SET state = 'receiving', upload_offset = $3, stream_sealed = $4, "
+                "plaintext_sha_sealed = $5, ciphertext_sha_state = $6, ciphertext_offset = $7, part_count = $8, "
+                "parts_left = parts_left OR $8 > 0, updated_at = now() "
+                "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $9 AND state IN ('created', 'receiving') "
+                "RETURNING 1) SELECT 1/count(*) FROM u",
+                {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)), db::Bytes(*stream_sealed),
+                 db::Bytes(*sha_sealed), db::Bytes(ct_sha.State()),
+                 db::Int(static_cast<int64_t>(row.ciphertext_offset + ct.size())), db::Int(parts),
+                 db::Int(static_cast<int64_t>(offset))}})
+          .status());
   row.state = State::kReceiving;
   row.offset = new_offset;
   return row.ToSession();
@@ -455,57 +593,86 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
 Status Uploads::Cancel(const Owner& o, const std::string& id) {
   if (!ValidUuid(id)) return NotFoundUpload(id);
   OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-  TxnGuard txn{*c};
-  OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
-                                             db::ScopeTo(o.tenant_id),
-                                             {std::string("SELECT ") + kColumns +
-                                                  " FROM oml.upload_sessions WHERE tenant_id = $1 AND upload_id = $2 "
-                                                  "AND api_key_id = $3 FOR UPDATE SKIP LOCKED",
-                                              {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}}}));
-  if (rs[2].size() == 0) {
-    OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT state FROM oml.upload_sessions WHERE tenant_id = $1 AND "
-                                              "upload_id = $2 AND api_key_id = $3",
-                                              {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}));
-    if (r.size() == 0 || r.Get(0, 0) == "cancelled") return NotFoundUpload(id);
-    return FailedPrecondition("another request is appending to upload " + id + "; retry", "upload-busy");
-  }
-  OML_ASSIGN_OR_RETURN(Row row, Row::Parse(rs[2], 0));
-  OML_RETURN_IF_ERROR(EndedSessionRefusal(row.state, id));
-  if (row.state == State::kComplete)
-    return FailedPrecondition("upload " + id + " is complete; it is no longer cancelled by DELETE", "upload-complete");
-  const State to = row.overdue ? State::kExpired : State::kCancelled;
-  OML_RETURN_IF_ERROR(EndSession(*c, o, id, to));
-  OML_RETURN_IF_ERROR(txn.Commit());
-  if (Status s = RemoveParts(o.tenant_id, id); !s.ok())
-    log::Warn("upload parts not removed yet (the sweep retries)", {{"upload", id}, {"error", s.ToString()}});
+  SessionLock lock(*c, o.tenant_id, id);
+  OML_ASSIGN_OR_RETURN(std::optional<Row> row, LockAndRead(*c, lock, o, id, /*live_key=*/false));
+  if (!row || row->state == State::kCancelled) return NotFoundUpload(id);
+  OML_RETURN_IF_ERROR(EndedSessionRefusal(row->state, id));
+  if (!lock.held()) return FailedPrecondition("another request is appending to upload " + id + "; retry", "upload-busy");
+  const State to = row->overdue ? State::kExpired : State::kCancelled;
+  OML_ASSIGN_OR_RETURN(bool ended, EndSession(*c, o.tenant_id, id, to, /*only_overdue=*/false));
+  // Not ended: a claim attached the complete session meanwhile (its row is gone).
+  if (!ended) return NotFoundUpload(id);
+  RemoveLeftoversOrLog(*c, o.tenant_id, id);
   if (to == State::kExpired) return Expired(id);
   return Status::Ok();
 }
 
-Status Uploads::EndSession(db::Conn& c, const Owner& o, const std::string& id, State to) {
-  // parts_left: a part put by a chunk whose commit never came is not counted in part_count, so
-  // every final session has its prefix listed once (RemoveParts).
-  return c
-      .Query("WITH u AS (UPDATE oml.upload_sessions SET state = $3, kek_id = NULL, wrapped_dek = NULL, "
-             "pending_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, parts_left = true, "
-             "updated_at = now() WHERE tenant_id = $1 AND upload_id = $2 AND state IN ('created', 'receiving') "
-             "RETURNING 1) SELECT 1/count(*) FROM u",
-             {db::Text(o.tenant_id), db::Text(id), db::Text(StateName(to))})
-      .status();
+Result<bool> Uploads::EndSession(db::Conn& c, const std::string& tenant, const std::string& id, State to,
+                                 bool only_overdue) {
+  // parts_left: a part put by a chunk whose commit never came is not counted in part_count, and
+  // object_key may name an object, so every ended session has its leftovers looked for once
+  // (RemoveLeftovers). The object of a complete session goes with its DEK.
+  OML_ASSIGN_OR_RETURN(
+      db::Rows r,
+      ShortTxn(c, tenant, "",
+               {std::string("UPDATE oml.upload_sessions SET state = $3, kek_id = NULL, wrapped_dek = NULL, "
+                            "stream_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
+                            "parts_left = true, updated_at = now() WHERE tenant_id = $1 AND upload_id = $2 AND "
+                            "(state IN ('created', 'receiving') OR (state = 'complete' AND $3 IN ('expired', 'cancelled')))") +
+                    (only_overdue ? " AND expires_at <= now()" : "") + " RETURNING 1",
+                {db::Text(tenant), db::Text(id), db::Text(StateName(to))}}));
+  return r.size() == 1;
 }
 
-Status Uploads::RemoveParts(const std::string& tenant, const std::string& id, int64_t* removed) {
+Result<bool> Uploads::ExpireIfOverdue(db::Conn& c, const std::string& tenant, const std::string& id,
+                                      SweepReport* counts) {
+  SessionLock lock(c, tenant, id);
+  OML_ASSIGN_OR_RETURN(bool held, lock.Try());
+  if (!held) return false;
+  OML_ASSIGN_OR_RETURN(bool ended, EndSession(c, tenant, id, State::kExpired, /*only_overdue=*/true));
+  if (ended) RemoveLeftoversOrLog(c, tenant, id, counts);
+  return ended;
+}
+
+Status Uploads::RemoveLeftovers(db::Conn& c, const std::string& tenant, const std::string& id, SweepReport* counts) {
+  OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT state, object_key FROM oml.upload_sessions "
+                                                     "WHERE tenant_id = $1 AND upload_id = $2",
+                                                     {db::Text(tenant), db::Text(id)}}));
+  const bool found = r.size() == 1;
+  const std::string state = found ? r.Get(0, 0) : "";
+  const std::optional<std::string> object = found && !r.IsNull(0, 1) ? std::optional<std::string>(r.Get(0, 1)) : std::nullopt;
+  // An active session's parts are its data. A row that is gone was attached (or deleted as a
+  // tombstone): its parts are no one's, its object (if attached) the claim's.
+  if (state == "created" || state == "receiving") return Status::Ok();
   OML_ASSIGN_OR_RETURN(std::vector<std::string> keys, store_->List(PartPrefix(tenant, id)));
   for (const auto& k : keys) {
     OML_RETURN_IF_ERROR(store_->Delete(k));
-    if (removed) ++*removed;
+    if (counts) ++counts->parts_removed;
   }
-  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
+  if (!found) return Status::Ok();
+  if (state != "complete" && object) {
+    if (OwnObjectKey(tenant, *object)) {
+      OML_RETURN_IF_ERROR(store_->Delete(*object));
+      if (counts) ++counts->objects_removed;
+    } else {
+      // Not a name this module writes: never delete what it may name; forget it.
+      log::Warn("upload names an object that is not an upload object; not deleted", {{"upload", id}});
+    }
+  }
+  // Only if nothing changed since the read (the lock excludes every writer but the claim that
+  // attaches a complete session, which deletes the row).
   return c
-      ->Scoped(tenant, {"UPDATE oml.upload_sessions SET parts_left = false WHERE tenant_id = $1 AND upload_id = $2 "
-                        "AND state NOT IN ('created', 'receiving')",
-                        {db::Text(tenant), db::Text(id)}})
+      .Scoped(tenant, {"UPDATE oml.upload_sessions SET parts_left = false, "
+                       "object_key = CASE WHEN state = 'complete' THEN object_key END "
+                       "WHERE tenant_id = $1 AND upload_id = $2 AND state = $3 AND object_key IS NOT DISTINCT FROM $4",
+                       {db::Text(tenant), db::Text(id), db::Text(state), object ? db::Text(*object) : db::Null()}})
       .status();
+}
+
+void Uploads::RemoveLeftoversOrLog(db::Conn& c, const std::string& tenant, const std::string& id,
+                                   SweepReport* counts) {
+  if (Status s = RemoveLeftovers(c, tenant, id, counts); !s.ok())
+    log::Warn("upload leftovers not removed yet (the sweep retries)", {{"upload", id}, {"error", s.ToString()}});
 }
 
 Result<CompletedUpload> Uploads::LookupCompleted(const Owner& o, const std::string& id) {
@@ -514,7 +681,9 @@ Result<CompletedUpload> Uploads::LookupCompleted(const Owner& o, const std::stri
   TxnGuard txn{*c};
   OML_RETURN_IF_ERROR(c->Pipeline({{"BEGIN", {}}, db::ScopeTo(o.tenant_id)}).status());
   OML_ASSIGN_OR_RETURN(CompletedUpload u, LookupCompleted(*c, o, id, /*lock=*/false));
-  OML_RETURN_IF_ERROR(txn.Commit());
+  txn.open = false;
+  OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("COMMIT"));
+  OML_RETURN_IF_ERROR(c->CommitVerdict(r));
   return u;
 }
 
@@ -524,12 +693,13 @@ Result<CompletedUpload> Uploads::LookupCompleted(db::Conn& tx, const Owner& o, c
       db::Rows r,
       tx.Query(std::string("SELECT state, api_key_id, principal, upload_length, plaintext_sha256, ciphertext_sha256, "
                            "ciphertext_size, media_type, coalesce(filename, ''), object_key, wrapped_dek, kek_id, "
-                           "extract(epoch from completed_at)::bigint FROM oml.upload_sessions "
+                           "extract(epoch from completed_at)::bigint, (expires_at <= now()) FROM oml.upload_sessions "
                            "WHERE tenant_id = $1 AND upload_id = $2 AND api_key_id = $3") +
                    (lock ? " FOR SHARE" : ""),
                {db::Text(o.tenant_id), db::Text(id), db::Text(o.api_key_id)}));
   if (r.size() == 0 || r.Get(0, 0) == "cancelled") return NotFoundUpload(id);
   if (r.Get(0, 0) != "complete") return NotFound("upload " + id + " is " + r.Get(0, 0) + ", not complete", "upload-not-found");
+  if (r.Get(0, 13) == "t") return NotFound("upload " + id + " is expired, not complete", "upload-not-found");
   CompletedUpload u;
   u.upload_id = id;
   u.tenant_id = o.tenant_id;
@@ -551,46 +721,51 @@ Result<CompletedUpload> Uploads::LookupCompleted(db::Conn& tx, const Owner& o, c
 Result<SweepReport> Uploads::Sweep() {
   SweepReport rep;
   std::vector<std::string> tenants;
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
   {
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
     OML_ASSIGN_OR_RETURN(db::Rows r, c->Query("SELECT t::text FROM oml.upload_sweep_tenants(make_interval(secs => $1)) t",
                                               {db::Int(static_cast<int64_t>(opts_.tombstone_retention.count()))}));
     for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
   }
+  // Each batch goes on while it made progress: a batch of sessions whose locks are all held
+  // (requests in progress) ends the loop; the next sweep takes them.
+  auto ids_of = [&](const std::string& t, const char* sql) -> Result<std::vector<std::string>> {
+    OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(t, {sql, {db::Text(t), db::Int(kSweepBatch)}}));
+    std::vector<std::string> ids;
+    for (int i = 0; i < r.size(); ++i) ids.push_back(r.Get(i, 0));
+    return ids;
+  };
   for (const std::string& t : tenants) {
-    const Owner sys{t, "", "", ""};
-    // 1. Overdue active sessions, in batches; a session a chunk holds is skipped.
+    // 1. Overdue sessions: active ones past their expiry, complete ones past complete_ttl.
     for (;;) {
-      OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-      TxnGuard txn{*c};
-      OML_ASSIGN_OR_RETURN(auto rs, c->Pipeline({{"BEGIN", {}},
-                                                 db::ScopeTo(t),
-                                                 {"SELECT upload_id::text FROM oml.upload_sessions WHERE tenant_id = $1 "
-                                                  "AND state IN ('created', 'receiving') AND expires_at <= now() "
-                                                  "ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-                                                  {db::Text(t), db::Int(kSweepBatch)}}}));
-      const db::Rows& due = rs[2];
-      if (due.size() == 0) break;
-      for (int i = 0; i < due.size(); ++i) OML_RETURN_IF_ERROR(EndSession(*c, sys, due.Get(i, 0), State::kExpired));
-      OML_RETURN_IF_ERROR(txn.Commit());
-      rep.expired += due.size();
-      if (due.size() < kSweepBatch) break;
-    }
-    // 2. Parts of final sessions.
-    for (;;) {
-      std::vector<std::string> ids;
-      {
-        OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
-        OML_ASSIGN_OR_RETURN(db::Rows r, c->Scoped(t, {"SELECT upload_id::text FROM oml.upload_sessions WHERE tenant_id = $1 "
-                                                       "AND parts_left AND state NOT IN ('created', 'receiving') LIMIT $2",
-                                                       {db::Text(t), db::Int(kSweepBatch)}}));
-        for (int i = 0; i < r.size(); ++i) ids.push_back(r.Get(i, 0));
+      OML_ASSIGN_OR_RETURN(std::vector<std::string> due,
+                           ids_of(t, "SELECT upload_id::text FROM oml.upload_sessions WHERE tenant_id = $1 "
+                                     "AND state IN ('created', 'receiving', 'complete') AND expires_at <= now() "
+                                     "ORDER BY expires_at LIMIT $2"));
+      int64_t done = 0;
+      for (const auto& id : due) {
+        OML_ASSIGN_OR_RETURN(bool expired, ExpireIfOverdue(*c, t, id, &rep));
+        if (expired) ++done;
       }
-      for (const auto& id : ids) OML_RETURN_IF_ERROR(RemoveParts(t, id, &rep.parts_removed));
-      if (static_cast<int64_t>(ids.size()) < kSweepBatch) break;
+      rep.expired += done;
+      if (done == 0 || static_cast<int64_t>(due.size()) < kSweepBatch) break;
+    }
+    // 2. What ended sessions left (parts, objects), and parts of complete ones.
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                           ids_of(t, "SELECT upload_id::text FROM oml.upload_sessions WHERE tenant_id = $1 "
+                                     "AND parts_left AND state NOT IN ('created', 'receiving') LIMIT $2"));
+      int64_t done = 0;
+      for (const auto& id : ids) {
+        SessionLock lock(*c, t, id);
+        OML_ASSIGN_OR_RETURN(bool held, lock.Try());
+        if (!held) continue;
+        OML_RETURN_IF_ERROR(RemoveLeftovers(*c, t, id, &rep));
+        ++done;
+      }
+      if (done == 0 || static_cast<int64_t>(ids.size()) < kSweepBatch) break;
     }
     // 3. Tombstones past their retention.
-    OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());
     OML_ASSIGN_OR_RETURN(db::Rows del, c->Scoped(t, {"DELETE FROM oml.upload_sessions WHERE tenant_id = $1 AND state IN "
                                                      "('failed', 'expired', 'cancelled') AND NOT parts_left "
                                                      "AND updated_at <= now() - make_interval(secs => $2)",
@@ -619,8 +794,11 @@ void Sweeper::Run() {
     auto r = uploads_->Sweep();
     if (!r.ok()) {
       log::Warn("upload sweep failed (retried next interval)", {{"error", r.status().ToString()}});
-    } else if (r->expired + r->parts_removed + r->rows_deleted > 0) {
-      log::Info("upload sweep", {{"expired", r->expired}, {"parts_removed", r->parts_removed}, {"rows_deleted", r->rows_deleted}});
+    } else if (r->expired + r->parts_removed + r->objects_removed + r->rows_deleted > 0) {
+      log::Info("upload sweep", {{"expired", r->expired},
+                                 {"parts_removed", r->parts_removed},
+                                 {"objects_removed", r->objects_removed},
+                                 {"rows_deleted", r->rows_deleted}});
     }
     l.lock();
   }

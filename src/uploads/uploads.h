@@ -4,41 +4,71 @@
 // A session (oml.upload_sessions, sql/0011_uploads.sql) belongs to the API key that created it,
 // declares the file's size and plaintext SHA-256 up front, and takes chunks at its offset:
 //
-//   created --PATCH--> receiving --last byte, digest ok--> complete
-//      |                  |      \--last byte, size/digest wrong--> failed
-//      |                  \------------------------------------------ DELETE --> cancelled
-//      \--------- (both) expires_at passes (on access or by Sweep) --> expired
+//   created --PATCH--> receiving --last byte, digest ok--> complete --attached--> (row deleted)
+//      |                  |      \--last byte, size/digest wrong--> failed       |
+//      |                  \------------------------------------------ DELETE ----+--> cancelled
+//      \--------- (all three) expires_at passes (on access or by Sweep) ---------+--> expired
 //
-// (docs/data/uploads.md draws it.) complete, failed, expired and cancelled are final.
+// (docs/data/uploads.md draws it.) failed, expired and cancelled are final. An active session
+// expires Options::expiry after its creation; a complete one Options::complete_ttl after its
+// completion unless a claim attaches it first (admission/attachments.cc moves its DEK out and
+// deletes the row, guarded on state = 'complete', in the claim's transaction).
 //
 // Encryption (docs/data/uploads.md "Naming"): each session gets its own fresh 32-byte DEK at
 // creation, wrapped under the KEK (AAD UploadDekAad). Chunks are encrypted as they arrive with
 // the segmented AEAD (crypto.h, AAD AttachmentAad); the stream is continued across chunks and
-// processes through crypto::AeadEncryptorState. Segments are full but the last, so the
-// plaintext of a chunk's trailing partial segment waits in the row, sealed under the DEK
-// (AAD PendingAad), never in the clear; so does the running SHA-256 of the plaintext (its state
-// holds plaintext: AAD ShaStateAad). The running SHA-256 of the ciphertext is stored as is.
-// Both hashes go on from their stored states after a restart: nothing is re-hashed.
+// processes through crypto::AeadEncryptorState. The whole encryptor state (segment size, nonce
+// prefix, next segment index, header flag and the plaintext of the trailing partial segment) is
+// sealed under the DEK with the committed offset in its AAD (StreamAad; EncodeStreamState), so
+// is the running SHA-256 of the plaintext (its state holds plaintext: AAD ShaStateAad). A row
+// whose sealed stream does not open under its offset, or whose stream position is not the one
+// that offset implies (StreamPositionMatches), is refused as kDataLoss "integrity" before any
+// byte is sealed: whoever can write the database but has no DEK cannot rewind the stream into
+// nonce reuse. The running SHA-256 of the ciphertext is stored as is. Both hashes go on from
+// their stored states after a restart: nothing is re-hashed.
 //
 // Storage: each chunk's ciphertext (whole segments) is put as one part object
 // `<tenant>/uploads/<upload_id>/<part_no, 8 digits>` in the quarantine bucket BEFORE the row's
-// offset advances, in the transaction that holds the row's lock. At the last byte the parts and
-// the final segment are composed (blob::ObjectWriter) into `<tenant>/<ciphertext_sha256_hex>`,
-// the composed bytes re-hashed on the way (a part changed in the store is kDataLoss), and the
-// parts deleted. Random DEKs and nonce prefixes make ciphertext digests unique, so two uploads
-// of one file never share a name or a key.
+// offset advances. At the last byte the object's key `<tenant>/<ciphertext_sha256_hex>` is
+// first recorded in the row (object_key, still receiving), then the parts and the final segment
+// are composed (blob::ObjectWriter) into it, the composed bytes re-hashed on the way (a part
+// changed in the store is kDataLoss), the session completes, and the parts are deleted. Random
+// DEKs and nonce prefixes make ciphertext digests unique, so two uploads of one file never
+// share a name or a key.
+//
+// Mutual exclusion without a transaction during I/O: every act on a session (a chunk, DELETE,
+// expiry, the removal of what an ended session left) first takes the session's PostgreSQL
+// session-level advisory lock, (0x6f6d6c75 "omlu", hashtext(tenant || '/' || upload_id)), with
+// pg_try_advisory_lock on the pooled connection it then uses throughout, and releases it before
+// that connection goes back to the pool (if the unlock cannot be confirmed the connection is
+// shut down, so the pool drops it; PostgreSQL releases a lost session's locks). The row is read
+// after the lock, without a row lock; the encryption and all object-store I/O (part put,
+// composition) run outside any transaction, so a PATCH holds no transaction id and no snapshot
+// while it waits on the store (the lake writer's outbox cut, docs/data/postgres-schema.md, is
+// never held back by an upload); the offset then advances in a short transaction guarded by
+// `upload_offset = <the offset read> AND state IN ('created', 'receiving')`, so nothing is ever
+// applied twice. (A database connection lost mid-request frees the lock while that request may
+// still put a part; its own commit then fails on the dead connection, and a part it overwrote
+// after a newer request's is caught by the composition's re-hash: kDataLoss, never a wrong
+// object. A row lock was lost the same way.)
 //
 // Invariants:
 //   * The committed offset only moves with a committed part: a chunk is taken whole or not at
 //     all (client disconnect, crash, failed put or commit: the offset stays; a part written
 //     without its commit is overwritten by the next chunk's part of the same number, or removed
-//     with the session).
-//   * One chunk at a time per session: Append locks the row (FOR UPDATE SKIP LOCKED); a second
-//     Append finds it locked and answers kFailedPrecondition "upload-busy" at once, never waits.
+//     with the session). Parts are written before the offset advances.
+//   * One act at a time per session: a second PATCH or DELETE finds the advisory lock taken and
+//     answers kFailedPrecondition "upload-busy" at once, never waits; the sweep and lazy expiry
+//     skip a session whose lock is taken.
 //   * A final state holds no key material: failed, expired and cancelled rows lose their wrapped
-//     DEK, pending tail and hash states in the transaction that enters the state, and their
-//     parts are deleted after it commits (parts_left records what is still to delete; Sweep
-//     retries). A complete row keeps its wrapped DEK (the object needs it).
+//     DEK, sealed stream and hash states in the transaction that enters the state (a complete
+//     one that is cancelled or expires too: its DEK is shredded), and their parts and object
+//     (object_key) are deleted after it commits (parts_left records that something may remain;
+//     Sweep retries). A complete row keeps its wrapped DEK (the object needs it).
+//   * Crash safety: a crash between a part put and its commit leaves an uncounted part (see
+//     above); between the object's appearance and the completion's commit, a receiving row
+//     whose object_key names the object: the retried last chunk composes the same bytes under
+//     the same key, and the session's end (DELETE, expiry, digest mismatch) deletes it.
 //   * Memory: one chunk (the request body), its ciphertext, and while composing one part plus
 //     the writer's buffer.
 //
@@ -46,7 +76,7 @@
 // its part put and its commit is encrypted again from the same state; the same bytes give the
 // same ciphertext. A client that sends different bytes for the same offsets gets their segments
 // sealed under the same nonces; the part objects are overwritten (same keys), and it is that
-// client's own upload under that upload's own DEK. The sealed pending tail and hash state use a
+// client's own upload under that upload's own DEK. The sealed stream and hash state use a
 // fresh random nonce prefix per seal (crypto::EncryptAll).
 //
 // Thread-safe: every call runs its own transactions on connections from the pool.
@@ -130,10 +160,22 @@ struct CompletedUpload {
 std::string UploadDekAad(const std::string& tenant, const std::string& upload_id);
 // AAD of the attachment's ciphertext (every segment): "oml-attachment|<tenant>|<upload_id>".
 std::string AttachmentAad(const std::string& tenant, const std::string& upload_id);
-// AADs of the sealed pending tail and plaintext-hash state at a committed offset:
-// "oml-upload-pending|<tenant>|<upload_id>|<offset>", "oml-upload-sha|<tenant>|<upload_id>|<offset>".
-std::string PendingAad(const std::string& tenant, const std::string& upload_id, uint64_t offset);
+// AADs of the sealed stream state and plaintext-hash state at a committed offset:
+// "oml-upload-stream|<tenant>|<upload_id>|<offset>", "oml-upload-sha|<tenant>|<upload_id>|<offset>".
+std::string StreamAad(const std::string& tenant, const std::string& upload_id, uint64_t offset);
 std::string ShaStateAad(const std::string& tenant, const std::string& upload_id, uint64_t offset);
+
+// The plaintext of stream_sealed (crypto::EncryptAll under the DEK, AAD StreamAad): version 0x01,
+// segment_size (u32 BE), nonce_prefix (7 bytes), next_segment (u64 BE), header_sent (0x00/0x01),
+// then the pending plaintext (0..segment_size bytes). It holds plaintext: wipe it after use.
+std::string EncodeStreamState(const crypto::AeadEncryptorState& st);
+// kDataLoss "integrity" for bytes that are not such a state.
+Result<crypto::AeadEncryptorState> DecodeStreamState(std::string_view bytes);
+// True iff `st` is where a stream stands after exactly `offset` plaintext bytes: offset 0: no
+// header, no segment, nothing pending; else the header sent, next_segment = (offset - 1) /
+// segment_size and the rest (1..segment_size bytes) pending (crypto.cc seals a full segment only
+// once a byte follows it).
+bool StreamPositionMatches(const crypto::AeadEncryptorState& st, uint64_t offset);
 // Object keys in the quarantine bucket.
 std::string PartPrefix(const std::string& tenant, const std::string& upload_id);  // ".../" form
 std::string PartKey(const std::string& tenant, const std::string& upload_id, int64_t part_no);
@@ -142,6 +184,9 @@ std::string ObjectKey(const std::string& tenant, const std::string& ciphertext_s
 struct Options {
   uint64_t max_length = uint64_t{8} << 30;      // largest declared size (Tus-Max-Size)
   std::chrono::seconds expiry{86400};            // a session's life from creation
+  // A complete session's life from its completion: unless a claim attaches it by then, it
+  // expires (DEK shredded, object deleted). Config upload_complete_ttl_s.
+  std::chrono::seconds complete_ttl{86400};
   // How long a failed, expired or cancelled session's key-less row stays (its 410/404 answers)
   // before Sweep deletes it.
   std::chrono::seconds tombstone_retention{86400};
@@ -151,6 +196,7 @@ struct Options {
 struct SweepReport {
   int64_t expired = 0;         // sessions moved to expired
   int64_t parts_removed = 0;   // part objects deleted
+  int64_t objects_removed = 0; // composed objects of ended sessions deleted
   int64_t rows_deleted = 0;    // tombstones deleted
 };
 
@@ -160,8 +206,7 @@ struct SweepReport {
 //   kGone "upload-expired" (410)             expired (its data is removed)
 //   kGone "upload-failed" (410)              failed at its last byte (its data is removed)
 //   kFailedPrecondition "upload-offset-mismatch" (409)  Upload-Offset is not the session's offset
-//   kFailedPrecondition "upload-busy" (409)  another chunk of the session is being taken
-//   kFailedPrecondition "upload-complete" (409)  DELETE of a complete session
+//   kFailedPrecondition "upload-busy" (409)  another request holds the session (a chunk, DELETE)
 //   kPayloadTooLarge "upload-too-large" (413)  a declared length above Options::max_length
 //   kPayloadTooLarge "upload-length-exceeded" (413)  a chunk past the declared length
 //   kInvalidArgument "checksum-mismatch" (460)  the chunk does not match its Upload-Checksum
@@ -170,7 +215,9 @@ struct SweepReport {
 //   kPermissionDenied "forbidden-role" (403)  a reviewer creating an upload
 //   kUnauthenticated "unauthenticated" (401)  the key was revoked (checked by every write)
 //   kDataLoss "integrity" (500)              stored state, a part or the wrapped DEK is not what
-//                                            this server wrote
+//                                            this server wrote (a sealed stream state that does not
+//                                            open under the row's offset, or whose position is not
+//                                            that offset's)
 // and the database's and the object store's own errors (db/conn.h, blob/object_store.h).
 class Uploads {
  public:
@@ -183,46 +230,71 @@ class Uploads {
   // reviewers may not upload. A zero-length upload completes at once (or fails: digest-mismatch).
   Result<Session> Create(const Owner& owner, const std::string& role, const NewUpload& req);
 
-  // The session (no lock). An active session past expires_at is expired here (kGone).
+  // The session (no lock). A session past expires_at (active or complete) is expired here (kGone).
   Result<Session> Head(const Owner& owner, const std::string& upload_id);
 
-  // Appends `bytes` at `offset` (tus PATCH). Checks, in order: the session (404/410), the lock
-  // (409 upload-busy), the offset (409 upload-offset-mismatch), the length (413), the checksum
-  // (460); then encrypts, puts the part, and commits the new offset. At the last byte: the
-  // plaintext digest (422 digest-mismatch: the session fails, every part is deleted), then the
-  // object is composed and the session completes. An empty chunk at the current offset changes
-  // nothing. A complete session answers an empty chunk at its length with the session.
+  // Appends `bytes` at `offset` (tus PATCH). Checks, in order: the key is live (401), the
+  // session (404/410), the lock (409 upload-busy), expiry (410), the offset (409
+  // upload-offset-mismatch), the length (413), the checksum (460); then opens the sealed state
+  // (500 integrity), encrypts, puts the part (no transaction open), and commits the new offset
+  // in a short guarded transaction. At the last byte: the plaintext digest (422 digest-mismatch:
+  // the session fails, every part is deleted), then the object's key is recorded, the object
+  // composed, and the session completes. An empty chunk at the current offset changes nothing.
+  // A complete session answers an empty chunk at its length with the session.
   // *current_offset is set to the session's committed offset whenever the row was read (for the
   // Upload-Offset of a 409).
   Result<Session> Append(const Owner& owner, const std::string& upload_id, uint64_t offset, std::string_view bytes,
                          const std::optional<Checksum>& checksum, uint64_t* current_offset = nullptr);
 
-  // tus termination: an active session becomes cancelled, its parts are deleted. 404 for a
-  // cancelled one, 410 for failed or expired, 409 upload-complete for a complete one.
+  // tus termination: an active or complete session becomes cancelled; its DEK is shredded and
+  // its parts and object (a complete one's, or one composed before a crash) are deleted. 404
+  // for a cancelled one (or one a claim attached meanwhile), 410 for failed or expired (or past
+  // expires_at: it expires instead), 409 upload-busy while another request holds it.
   Status Cancel(const Owner& owner, const std::string& upload_id);
 
   // The completed session `upload_id` of `owner`'s key (tenant and API key id; the hash and
   // principal are not used). kNotFound "upload-not-found" if there is none for that key, or it
-  // is not complete (the message says which state).
+  // is not complete or past its expires_at (the message says which state).
   Result<CompletedUpload> LookupCompleted(const Owner& owner, const std::string& upload_id);
   // The same inside a caller's open transaction, already scoped to owner.tenant_id (e.g. the
   // claim's commit-point transaction). `lock`: FOR SHARE, so that it cannot change until commit.
   Result<CompletedUpload> LookupCompleted(db::Conn& tx, const Owner& owner, const std::string& upload_id, bool lock);
 
-  // Expires overdue sessions, deletes the parts of final ones, and deletes tombstones older
-  // than tombstone_retention, in every tenant. Sessions being appended to are skipped (next
-  // sweep). Idempotent.
+  // Expires overdue sessions (active ones past their expiry, complete ones past complete_ttl),
+  // deletes the parts and objects ended sessions left, and deletes tombstones older than
+  // tombstone_retention, in every tenant. A session whose lock is held is skipped (next sweep).
+  // Idempotent.
   Result<SweepReport> Sweep();
 
  private:
   struct Row;
-  // Takes the chunk into the locked row and commits; *txn_open is false once c's transaction ended.
-  Result<Session> DoAppend(db::Conn& c, const Owner& owner, Row& row, uint64_t offset, std::string_view bytes,
-                           bool* txn_open);
-  // Puts the row in a final state without key material (in the caller's transaction).
-  Status EndSession(db::Conn& c, const Owner& owner, const std::string& upload_id, State to);
-  // Deletes every object under the session's part prefix, then clears parts_left.
-  Status RemoveParts(const std::string& tenant, const std::string& upload_id, int64_t* removed = nullptr);
+  class SessionLock;
+  // Takes the session's lock and reads its row (for this owner's key; any key when
+  // owner.api_key_id is empty), in one round trip; `live_key`: the key must not be revoked.
+  // nullopt: no such row.
+  Result<std::optional<Row>> LockAndRead(db::Conn& c, SessionLock& lock, const Owner& owner, const std::string& upload_id,
+                                         bool live_key);
+  // Takes the chunk. REQUIRES: c holds the session's lock and no transaction; the row is active,
+  // at `offset`, and the chunk fits.
+  Result<Session> DoAppend(db::Conn& c, const Owner& owner, Row& row, uint64_t offset, std::string_view bytes);
+  // Puts the session in final state `to` without key material, in its own transaction: from an
+  // active state, or (to expired or cancelled) from complete; `only_overdue`: only if past
+  // expires_at. False if the row was not in such a state (gone, attached, ended).
+  // REQUIRES: c holds the session's lock.
+  Result<bool> EndSession(db::Conn& c, const std::string& tenant, const std::string& upload_id, State to,
+                          bool only_overdue);
+  // Takes the lock of an overdue session and expires it (and removes what it left); false if
+  // its lock is held or it is not overdue.
+  Result<bool> ExpireIfOverdue(db::Conn& c, const std::string& tenant, const std::string& upload_id,
+                               SweepReport* counts = nullptr);
+  // What a session that is not active left in the bucket: every object under its part prefix,
+  // and, for failed, expired or cancelled, the object its object_key names; then clears
+  // parts_left (and object_key). Nothing for an active session. REQUIRES: c holds the lock.
+  Status RemoveLeftovers(db::Conn& c, const std::string& tenant, const std::string& upload_id,
+                         SweepReport* counts = nullptr);
+  // RemoveLeftovers; a failure is logged (parts_left stays set: the sweep retries).
+  void RemoveLeftoversOrLog(db::Conn& c, const std::string& tenant, const std::string& upload_id,
+                            SweepReport* counts = nullptr);
 
   db::Pool* pool_;
   const crypto::KekProvider* kek_;

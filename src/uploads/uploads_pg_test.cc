@@ -104,7 +104,7 @@ TEST_F(UploadsTest, ResumedChunkByChunkTheObjectDecryptsToTheFile) {
     EXPECT_EQ(Fresh().Head(alice_, s->upload_id)->offset, off);
     // The tail of the plaintext waits sealed: no byte of it is in the row in the clear.
     db::Conn su = Su();
-    auto row = su.Query("SELECT coalesce(pending_sealed, ''), plaintext_sha_sealed FROM oml.upload_sessions WHERE upload_id = $1",
+    auto row = su.Query("SELECT stream_sealed, plaintext_sha_sealed FROM oml.upload_sessions WHERE upload_id = $1",
                         {db::Text(s->upload_id)});
     ASSERT_TRUE(row.ok());
     const std::string tail = data.substr(off - std::min<uint64_t>(off, 16), std::min<uint64_t>(off, 16));
@@ -133,7 +133,6 @@ TEST_F(UploadsTest, ResumedChunkByChunkTheObjectDecryptsToTheFile) {
   EXPECT_EQ(Fresh().Append(alice_, s->upload_id, data.size(), "", std::nullopt)->state, State::kComplete);
   EXPECT_EQ(Fresh().Append(alice_, s->upload_id, data.size(), "x", std::nullopt).status().type(), "upload-length-exceeded");
   EXPECT_EQ(Fresh().Append(alice_, s->upload_id, 0, "x", std::nullopt).status().type(), "upload-offset-mismatch");
-  EXPECT_EQ(Fresh().Cancel(alice_, s->upload_id).type(), "upload-complete");
   // Same file again: another DEK and nonce prefix, so another object name.
   auto again = Fresh().Create(alice_, "writer", Declare(data));
   ASSERT_TRUE(again.ok());
@@ -221,7 +220,7 @@ TEST_F(UploadsTest, CancelRemovesPartsAndTheSessionIsGone) {
   EXPECT_EQ(Parts(s->upload_id), 0u);
   EXPECT_EQ(Column(s->upload_id, "state"), "cancelled");
   EXPECT_EQ(Column(s->upload_id, "wrapped_dek"), "<null>");
-  EXPECT_EQ(Column(s->upload_id, "pending_sealed"), "<null>");
+  EXPECT_EQ(Column(s->upload_id, "stream_sealed"), "<null>");
   EXPECT_EQ(Fresh().Head(alice_, s->upload_id).status().type(), "upload-not-found");
   EXPECT_EQ(Fresh().Cancel(alice_, s->upload_id).type(), "upload-not-found");
   EXPECT_EQ(Fresh().Append(alice_, s->upload_id, 2500, data.substr(2500), std::nullopt).status().type(), "upload-not-found");
@@ -323,8 +322,8 @@ TEST_F(UploadsTest, ExpiryOnAccessAndByTheSweep) {
   EXPECT_GT(Parts(a->upload_id), 0u);
   // Both pass their expiry (as if upload_expiry_s had gone by).
   db::Conn su = Su();
-  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET expires_at = now() - interval '1 second' WHERE upload_id IN ($1, $2, $3)",
-                       {db::Text(a->upload_id), db::Text(b->upload_id), db::Text(done->upload_id)})
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET expires_at = now() - interval '1 second' WHERE upload_id IN ($1, $2)",
+                       {db::Text(a->upload_id), db::Text(b->upload_id)})
                   .ok());
   // a: on access (HEAD), 410 and its parts removed.
   EXPECT_EQ(Fresh().Head(alice_, a->upload_id).status().type(), "upload-expired");
@@ -339,7 +338,7 @@ TEST_F(UploadsTest, ExpiryOnAccessAndByTheSweep) {
   EXPECT_GT(rep->parts_removed, 0);
   EXPECT_EQ(Column(b->upload_id, "state"), "expired");
   EXPECT_EQ(Parts(b->upload_id), 0u);
-  // A complete session does not expire.
+  // A complete session within its complete_ttl does not expire.
   EXPECT_EQ(Column(done->upload_id, "state"), "complete");
   EXPECT_TRUE(Fresh().LookupCompleted(alice_, done->upload_id).ok());
   // Tombstones go after their retention.
@@ -366,6 +365,232 @@ TEST_F(UploadsTest, RevokedKeyWritesNothing) {
   EXPECT_EQ(Fresh().Append(carol, s->upload_id, 0, "abc", std::nullopt).status().code(), Code::kUnauthenticated);
   EXPECT_EQ(Fresh().Create(carol, "writer", Declare("abc")).status().code(), Code::kUnauthenticated);
   EXPECT_EQ(Column(s->upload_id, "upload_offset"), "0");
+}
+
+// While a chunk's part is put, and while the object is composed, the request holds the session's
+// advisory lock on an idle connection: no transaction, so no transaction id and no snapshot that
+// would hold back the lake writer's outbox cut (docs/data/postgres-schema.md), and no row lock.
+TEST_F(UploadsTest, NoTransactionIsOpenDuringObjectStoreIo) {
+  const std::string data = crypto::RandomBytes(4000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  const std::string id = s->upload_id;
+  Uploads up = Fresh();
+  auto check_idle = [&](const char* where) {
+    db::Conn su = Su();
+    auto r = su.Query(
+        "SELECT a.backend_xid IS NULL, a.backend_xmin IS NULL, a.state FROM pg_locks l JOIN pg_stat_activity a "
+        "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid::bigint = 1869442165 AND l.objsubid = 2 "
+        "AND l.granted AND l.objid::bigint = (hashtext($1::text || '/' || $2::text)::bigint & 4294967295)",
+        {db::Text(tenant_), db::Text(id)});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->size(), 1) << where << ": the session's lock is held by one backend";
+    EXPECT_EQ(r->Get(0, 0), "t") << where << ": no transaction id";
+    EXPECT_EQ(r->Get(0, 1), "t") << where << ": no snapshot";
+    EXPECT_EQ(r->Get(0, 2), "idle") << where;
+    // No row lock either: anyone may lock the row at once.
+    auto row = su.Query("SELECT 1 FROM oml.upload_sessions WHERE upload_id = $1 FOR UPDATE NOWAIT", {db::Text(id)});
+    EXPECT_TRUE(row.ok() && row->size() == 1) << where << ": " << row.status().ToString();
+  };
+  for (const char* point : {"uploads.append.after_part", "uploads.complete.after_object"}) {
+    const bool last = std::string(point) == "uploads.complete.after_object";
+    const uint64_t from = last ? 2000 : 0;
+    Result<Session> got = Status(Code::kInternal, "unset");
+    {
+      oml::testing::HoldFirst hold(point);
+      std::thread a([&] { got = up.Append(alice_, id, from, last ? data.substr(2000) : data.substr(0, 2000), std::nullopt); });
+      hold.WaitUntilHeld();
+      check_idle(point);
+      // Still one request at a time: the others are refused at once.
+      uint64_t cur = 99;
+      EXPECT_EQ(up.Append(alice_, id, from, "x", std::nullopt, &cur).status().type(), "upload-busy");
+      EXPECT_EQ(cur, from);
+      EXPECT_EQ(up.Cancel(alice_, id).type(), "upload-busy");
+      EXPECT_EQ(Fresh().Head(alice_, id)->offset, from);
+      hold.Release();
+      a.join();
+    }
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->offset, last ? data.size() : 2000u);
+  }
+  // Every lock was released: the pool's connections hold none.
+  db::Conn su = Su();
+  auto locks = su.Query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = 1869442165");
+  ASSERT_TRUE(locks.ok());
+  EXPECT_EQ(locks->GetInt(0, 0), 0);
+  EXPECT_TRUE(Decrypted(*up.LookupCompleted(alice_, id)) == data);
+}
+
+// The stream state is sealed under the DEK with the offset in its AAD and must stand where the
+// offset puts it: a database writer without the DEK cannot rewind it into nonce reuse (nor can
+// one with a correctly sealed but rewound state). Refused as integrity, nothing written.
+TEST_F(UploadsTest, RewoundStreamStateIsRefusedAndSealsNothing) {
+  const std::string data = crypto::RandomBytes(5000);  // segments of 1024
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  const std::string id = s->upload_id;
+  db::Conn su = Su();
+  auto bytes_of = [&](const char* col) {
+    auto r = su.Query(std::string("SELECT ") + col + " FROM oml.upload_sessions WHERE upload_id = $1", {db::Text(id)});
+    EXPECT_TRUE(r.ok() && r->size() == 1);
+    return r->GetBytes(0, 0);
+  };
+  auto set_bytes = [&](const char* col, const std::string& v) {
+    ASSERT_TRUE(su.Query(std::string("UPDATE oml.upload_sessions SET ") + col + " = $2 WHERE upload_id = $1",
+                         {db::Text(id), db::Bytes(v)})
+                    .ok());
+  };
+  const std::string at_zero = bytes_of("stream_sealed");
+  ASSERT_TRUE(Fresh().Append(alice_, id, 0, data.substr(0, 2500), std::nullopt).ok());
+  const std::string good = bytes_of("stream_sealed");
+  const size_t parts = Parts(id);
+  ASSERT_EQ(parts, 1u);
+  auto refused = [&](const char* what) {
+    auto r = Fresh().Append(alice_, id, 2500, data.substr(2500, 1500), std::nullopt);
+    EXPECT_EQ(r.status().code(), Code::kDataLoss) << what << ": " << r.status().ToString();
+    EXPECT_EQ(r.status().type(), "integrity") << what;
+    EXPECT_EQ(Parts(id), parts) << what << ": no part written";
+    EXPECT_EQ(Column(id, "upload_offset"), "2500") << what;
+  };
+  // 1. The state sealed at offset 0 (next segment 0, no header) under the row's offset 2500.
+  set_bytes("stream_sealed", at_zero);
+  refused("a state sealed at another offset");
+  // 2. A rewound state correctly sealed under offset 2500 (needs the DEK: the position check).
+  auto dek = kek_->UnwrapFrom(Column(id, "kek_id"), bytes_of("wrapped_dek"), UploadDekAad(tenant_, id));
+  ASSERT_TRUE(dek.ok());
+  auto plain = crypto::DecryptAll(dek->view(), StreamAad(tenant_, id, 2500), good);
+  ASSERT_TRUE(plain.ok());
+  auto st = DecodeStreamState(*plain);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->next_segment, 2u);
+  EXPECT_TRUE(st->header_sent);
+  EXPECT_EQ(st->pending.size(), 2500u - 2048u);
+  EXPECT_TRUE(StreamPositionMatches(*st, 2500));
+  st->next_segment = 0;
+  EXPECT_FALSE(StreamPositionMatches(*st, 2500));
+  set_bytes("stream_sealed", *crypto::EncryptAll(dek->view(), StreamAad(tenant_, id, 2500), EncodeStreamState(*st)));
+  refused("next_segment rewound to 0");
+  // 3. The ciphertext length the parts hold does not match the stream.
+  set_bytes("stream_sealed", good);
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET ciphertext_offset = 16 WHERE upload_id = $1", {db::Text(id)}).ok());
+  refused("ciphertext_offset rewound");
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET ciphertext_offset = $2 WHERE upload_id = $1",
+                       {db::Text(id), db::Int(16 + 2 * (1024 + 16))})
+                  .ok());
+  // Restored: the upload goes on and decrypts to the file.
+  ASSERT_TRUE(Fresh().Append(alice_, id, 2500, data.substr(2500), std::nullopt).ok());
+  EXPECT_TRUE(Decrypted(*Fresh().LookupCompleted(alice_, id)) == data);
+  // The encoding itself: malformed bytes are integrity errors.
+  EXPECT_EQ(DecodeStreamState("").status().type(), "integrity");
+  EXPECT_EQ(DecodeStreamState(std::string(21, '\x02')).status().type(), "integrity");
+}
+
+// A complete session is deleted by DELETE (204: DEK shredded, object deleted) and expires
+// complete_ttl after its completion unless attached (LookupCompleted refuses it from then on,
+// and HEAD or the sweep expire it).
+TEST_F(UploadsTest, CompleteSessionsCanBeDeletedAndExpire) {
+  Options o;
+  o.complete_ttl = std::chrono::seconds(3600);
+  auto complete = [&](const std::string& data) {
+    auto s = Fresh(o).Create(alice_, "writer", Declare(data));
+    EXPECT_TRUE(s.ok());
+    auto r = Fresh(o).Append(alice_, s->upload_id, 0, data, std::nullopt);
+    EXPECT_TRUE(r.ok() && r->state == State::kComplete) << r.status().ToString();
+    auto u = Fresh(o).LookupCompleted(alice_, s->upload_id);
+    EXPECT_TRUE(u.ok());
+    EXPECT_TRUE(store_->Get(u->object_key)->has_value());
+    return *u;
+  };
+  auto gone = [&](const CompletedUpload& u, const char* state) {
+    EXPECT_EQ(Column(u.upload_id, "state"), state);
+    EXPECT_EQ(Column(u.upload_id, "wrapped_dek"), "<null>");
+    EXPECT_EQ(Column(u.upload_id, "kek_id"), "<null>");
+    EXPECT_EQ(Column(u.upload_id, "object_key"), "<null>");
+    EXPECT_EQ(Column(u.upload_id, "parts_left"), "f");
+    EXPECT_FALSE(store_->Get(u.object_key)->has_value()) << u.object_key;
+    EXPECT_EQ(Fresh(o).LookupCompleted(alice_, u.upload_id).status().type(), "upload-not-found");
+  };
+  // Its expiry is complete_ttl from completion.
+  const CompletedUpload a = complete(crypto::RandomBytes(3000));
+  db::Conn su = Su();
+  auto ttl = su.Query("SELECT expires_at BETWEEN now() + interval '3590 seconds' AND now() + interval '3610 seconds' "
+                      "FROM oml.upload_sessions WHERE upload_id = $1",
+                      {db::Text(a.upload_id)});
+  ASSERT_TRUE(ttl.ok());
+  EXPECT_EQ(ttl->Get(0, 0), "t");
+  // DELETE.
+  EXPECT_EQ(Fresh(o).Cancel(bob_, a.upload_id).type(), "upload-not-found");
+  ASSERT_TRUE(Fresh(o).Cancel(alice_, a.upload_id).ok());
+  gone(a, "cancelled");
+  EXPECT_EQ(Fresh(o).Head(alice_, a.upload_id).status().type(), "upload-not-found");
+  EXPECT_EQ(Fresh(o).Cancel(alice_, a.upload_id).type(), "upload-not-found");
+  // Past its expiry: refused for attaching at once, expired by HEAD or by the sweep.
+  const CompletedUpload b = complete(crypto::RandomBytes(100));
+  const CompletedUpload c = complete(crypto::RandomBytes(5000));
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET expires_at = now() - interval '1 second' WHERE upload_id IN ($1, $2)",
+                       {db::Text(b.upload_id), db::Text(c.upload_id)})
+                  .ok());
+  EXPECT_EQ(Fresh(o).LookupCompleted(alice_, b.upload_id).status().type(), "upload-not-found");
+  EXPECT_EQ(Fresh(o).Head(alice_, b.upload_id).status().type(), "upload-expired");
+  gone(b, "expired");
+  auto rep = Fresh(o).Sweep();
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_GE(rep->expired, 1);
+  EXPECT_GE(rep->objects_removed, 1);
+  gone(c, "expired");
+  EXPECT_EQ(Fresh(o).Append(alice_, c.upload_id, 5000, "", std::nullopt).status().type(), "upload-expired");
+}
+
+// A crash after the object was composed, before the completion's commit: the row (still
+// receiving) names the object, so DELETE, expiry and a failing retry all delete it.
+TEST_F(UploadsTest, ObjectComposedBeforeACrashIsNamedAndRemoved) {
+  const std::string data = crypto::RandomBytes(4000);
+  auto crash_after_object = [&](const std::string& id) {
+    ASSERT_TRUE(Fresh().Append(alice_, id, 0, data.substr(0, 3000), std::nullopt).ok());
+    SyncPoints::Set("uploads.complete.after_object", [] { return Internal("injected", "injected-fault"); });
+    auto r = Fresh().Append(alice_, id, 3000, data.substr(3000), std::nullopt);
+    SyncPoints::Clear("uploads.complete.after_object");
+    ASSERT_EQ(r.status().type(), "injected-fault");
+    EXPECT_EQ(Column(id, "state"), "receiving");
+    const std::string key = Column(id, "object_key");
+    ASSERT_NE(key, "<null>");
+    EXPECT_TRUE(store_->Get(key)->has_value()) << key;
+  };
+  auto all_gone = [&](const std::string& id, const std::string& key, const char* state) {
+    EXPECT_EQ(Column(id, "state"), state);
+    EXPECT_EQ(Column(id, "object_key"), "<null>");
+    EXPECT_EQ(Column(id, "parts_left"), "f");
+    EXPECT_EQ(Parts(id), 0u);
+    EXPECT_FALSE(store_->Get(key)->has_value()) << key;
+  };
+  // DELETE.
+  auto a = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(a.ok());
+  crash_after_object(a->upload_id);
+  const std::string ka = Column(a->upload_id, "object_key");
+  ASSERT_TRUE(Fresh().Cancel(alice_, a->upload_id).ok());
+  all_gone(a->upload_id, ka, "cancelled");
+  // Expiry by the sweep.
+  auto b = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(b.ok());
+  crash_after_object(b->upload_id);
+  const std::string kb = Column(b->upload_id, "object_key");
+  db::Conn su = Su();
+  ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET expires_at = now() - interval '1 second' WHERE upload_id = $1",
+                       {db::Text(b->upload_id)})
+                  .ok());
+  auto rep = Fresh().Sweep();
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  all_gone(b->upload_id, kb, "expired");
+  // A retry with other bytes fails the digest: the session fails and the object goes too.
+  auto c = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(c.ok());
+  crash_after_object(c->upload_id);
+  const std::string kc = Column(c->upload_id, "object_key");
+  std::string wrong = data.substr(3000);
+  wrong[0] ^= 1;
+  EXPECT_EQ(Fresh().Append(alice_, c->upload_id, 3000, wrong, std::nullopt).status().type(), "digest-mismatch");
+  all_gone(c->upload_id, kc, "failed");
 }
 
 }  // namespace

@@ -129,13 +129,60 @@ TEST(NamingTest, KeysAndAads) {
   const std::string t = "11111111-1111-4111-8111-111111111111", u = "22222222-2222-4222-8222-222222222222";
   EXPECT_EQ(UploadDekAad(t, u), "oml-upload-dek|" + t + "|" + u);
   EXPECT_EQ(AttachmentAad(t, u), "oml-attachment|" + t + "|" + u);
-  EXPECT_EQ(PendingAad(t, u, 7), "oml-upload-pending|" + t + "|" + u + "|7");
+  EXPECT_EQ(StreamAad(t, u, 7), "oml-upload-stream|" + t + "|" + u + "|7");
   EXPECT_EQ(ShaStateAad(t, u, 7), "oml-upload-sha|" + t + "|" + u + "|7");
   EXPECT_EQ(PartKey(t, u, 3), t + "/uploads/" + u + "/00000003");
   EXPECT_EQ(PartPrefix(t, u), t + "/uploads/" + u + "/");
   std::string ab;
   for (int i = 0; i < 32; ++i) ab += "ab";
   EXPECT_EQ(ObjectKey(t, std::string(32, '\xab')), t + "/" + ab);
+}
+
+// The stream state round-trips through its encoding, and StreamPositionMatches accepts exactly
+// the state an encryptor stands in after n bytes, whatever the chunking.
+TEST(StreamStateTest, EncodingAndPosition) {
+  const std::string dek = crypto::RandomBytes(32);
+  auto enc = crypto::AeadStreamEncryptor::Create(dek, "aad", 16);
+  ASSERT_TRUE(enc.ok());
+  uint64_t off = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{1}, size_t{40}, size_t{16}}) {
+    if (n > 0) {
+      ASSERT_TRUE((*enc)->Update(std::string(n, 'p')).ok());
+      off += n;
+    }
+    auto st = (*enc)->Suspend();
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE(StreamPositionMatches(*st, off)) << off;
+    EXPECT_FALSE(StreamPositionMatches(*st, off + 1)) << off;
+    if (off > 0) {
+      EXPECT_FALSE(StreamPositionMatches(*st, off - 1)) << off;
+    }
+    std::string bytes = EncodeStreamState(*st);
+    EXPECT_EQ(bytes.size(), 21 + st->pending.size());
+    auto back = DecodeStreamState(bytes);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->segment_size, 16u);
+    EXPECT_EQ(back->nonce_prefix, st->nonce_prefix);
+    EXPECT_EQ(back->next_segment, st->next_segment);
+    EXPECT_EQ(back->header_sent, st->header_sent);
+    EXPECT_EQ(back->pending.view(), st->pending.view());
+    // Rewound: one segment back, or the header flag off, never matches.
+    if (st->next_segment > 0) {
+      crypto::AeadEncryptorState rewound = std::move(back).value();
+      --rewound.next_segment;
+      EXPECT_FALSE(StreamPositionMatches(rewound, off));
+    }
+    // Malformed: truncated, another version, a bad flag, pending longer than a segment.
+    EXPECT_EQ(DecodeStreamState(bytes.substr(0, 20)).status().type(), "integrity");
+    std::string v2 = bytes;
+    v2[0] = 2;
+    EXPECT_EQ(DecodeStreamState(v2).status().type(), "integrity");
+    std::string flag = bytes;
+    flag[20] = 7;
+    EXPECT_EQ(DecodeStreamState(flag).status().type(), "integrity");
+    EXPECT_EQ(DecodeStreamState(bytes.substr(0, 21) + std::string(17, 'x')).status().type(), "integrity");
+  }
+  EXPECT_EQ(off, 89u);
 }
 
 }  // namespace
