@@ -363,9 +363,11 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
   // A range starts decrypting at the segment that holds its first byte (random access); a whole
   // read starts at 0 and checks the plaintext digest.
   uint32_t segment = 0;
-  OML_ASSIGN_OR_RETURN(auto probe, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, 0, &segment));
+  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, 0, &segment));
   const uint64_t first_segment = range ? first / segment : 0;
-  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, first_segment));
+  if (first_segment > 0) {  // the segment size is in the header: only now can the start be placed
+    OML_ASSIGN_OR_RETURN(dec, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, first_segment));
+  }
   ServedAttachment out;
   out.meta = a;
   out.first = first;
@@ -585,9 +587,7 @@ db::Stmt Attachments::PromoteBodyFold(const std::string& tenant, const std::stri
 }
 
 void Attachments::DropQuarantineBody(const BodyObject& b) {
-  if (b.location != "quarantine") return;
-  if (Status st = quarantine_->Delete(b.object_key); !st.ok())
-    log::Warn("promoted body: the quarantine copy was not deleted", {{"object_key", b.object_key}, {"error", st.ToString()}});
+  if (b.location == "quarantine") DeleteLogged(*quarantine_, b.object_key, "promoted body: the quarantine copy");
 }
 
 db::Stmt Attachments::EraseBodyFold(const std::string& tenant, const std::string& artifact_id) {
@@ -612,13 +612,8 @@ db::Stmt Attachments::PromoteFold(const std::string& tenant, const std::string& 
 }
 
 void Attachments::DropQuarantineCopies(const std::vector<Attachment>& atts) {
-  for (const Attachment& a : atts) {
-    if (a.location != "quarantine") continue;
-    Status st = quarantine_->Delete(a.object_key);
-    if (!st.ok())
-      log::Warn("promoted attachment: the quarantine copy was not deleted",
-                {{"object_key", a.object_key}, {"error", st.ToString()}});
-  }
+  for (const Attachment& a : atts)
+    if (a.location == "quarantine") DeleteLogged(*quarantine_, a.object_key, "promoted attachment: the quarantine copy");
 }
 
 std::vector<db::Stmt> Attachments::EraseFold(const std::string& tenant, const std::string& artifact_id) {
@@ -640,26 +635,21 @@ void Attachments::DeleteObjects(const std::vector<Attachment>& atts) {
   }
 }
 
+void Attachments::DeleteLogged(blob::ObjectStore& store, const std::string& key, const std::string& what) {
+  if (Status st = store.Delete(key); !st.ok())
+    log::Warn(what + " was not deleted", {{"object_key", key}, {"error", st.ToString()}});
+}
+
 void Attachments::DeleteEverywhere(const std::string& key, const char* what) {
-  for (blob::ObjectStore* store : {quarantine_, bodies_}) {
-    Status st = store->Delete(key);
-    if (!st.ok())
-      log::Warn(std::string(what) + ": an object was not deleted (its key is destroyed)",
-                {{"object_key", key}, {"error", st.ToString()}});
-  }
+  for (blob::ObjectStore* store : {quarantine_, bodies_})
+    DeleteLogged(*store, key, std::string(what) + ": an object (its key is destroyed)");
 }
 
 void Attachments::DropBodiesCopies(const std::vector<Attachment>& atts, const std::vector<BodyObject>& bodies) {
   for (const Attachment& a : atts)
-    if (a.location == "quarantine")
-      if (Status st = bodies_->Delete(a.object_key); !st.ok())
-        log::Warn("failed promotion: a copy in the bodies bucket was not deleted",
-                  {{"object_key", a.object_key}, {"error", st.ToString()}});
+    if (a.location == "quarantine") DeleteLogged(*bodies_, a.object_key, "failed promotion: a copy in the bodies bucket");
   for (const BodyObject& b : bodies)
-    if (b.location == "quarantine")
-      if (Status st = bodies_->Delete(b.object_key); !st.ok())
-        log::Warn("failed promotion: a copy in the bodies bucket was not deleted",
-                  {{"object_key", b.object_key}, {"error", st.ToString()}});
+    if (b.location == "quarantine") DeleteLogged(*bodies_, b.object_key, "failed promotion: a copy in the bodies bucket");
 }
 
 nlohmann::json Attachments::VerdictFlags(const nlohmann::json& body_review, const std::vector<Attachment>& atts) {

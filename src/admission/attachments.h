@@ -230,6 +230,8 @@ class Attachments {
   blob::ObjectStore* StoreOf(const Attachment& a) const;
   blob::ObjectStore* StoreAt(const std::string& location) const;
   void DeleteEverywhere(const std::string& key, const char* what);
+  // Deletes `key` from `store`; a failure is logged as "<what> was not deleted" (best effort).
+  static void DeleteLogged(blob::ObjectStore& store, const std::string& key, const std::string& what);
   // Copies `key` from quarantine to bodies, checking the bytes' SHA-256 and size.
   Status CopyVerified(const std::string& key, uint64_t size, const std::string& sha256, const std::string& what);
   Result<crypto::SecureBytes> Dek(const std::string& tenant, const Attachment& a);
