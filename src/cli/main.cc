@@ -698,6 +698,7 @@ int Main(int argc, char** argv) {
   int64_t lw_max_rows = 10000;
   int lw_poll_ms = 200;
   int lw_compact_every = 100;
+  int lw_compact_target_mb = 128;
   lakewriter->add_option("--stream", lw_stream, "outbox stream (default: default)");
   lakewriter->add_flag("--once", lw_once, "drain up to the stable horizon found at start, then exit 0");
   lakewriter->add_option("--max-rows", lw_max_rows, "outbox rows per batch at most (default 10000)")
@@ -705,6 +706,10 @@ int Main(int argc, char** argv) {
   lakewriter->add_option("--compact-every", lw_compact_every,
                          "OPTIMIZE a table after this many commits to it (default 100; 0: never)")
       ->check(CLI::Range(0, 1000000));
+  lakewriter->add_option("--compact-target-mb", lw_compact_target_mb,
+                         "compaction bin-packs files smaller than this into files of about this size "
+                         "(MiB, default 128)")
+      ->check(CLI::Range(1, 1 << 20));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
   // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
@@ -818,6 +823,7 @@ int Main(int argc, char** argv) {
     o.max_rows = lw_max_rows;
     o.poll_every = std::chrono::milliseconds(lw_poll_ms);
     o.compact_every = lw_compact_every;
+    o.compact_target_bytes = static_cast<uint64_t>(lw_compact_target_mb) << 20;
     o.bypass_lease = lw_bypass_lease;
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
     return s.ok() ? 0 : Fail(s);

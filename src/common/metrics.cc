@@ -68,6 +68,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             .Help("Lake writer: outbox rows moved to dead_letter")
                             .Register(*registry_)
                             .Add({});
+  lake_compaction_seconds_ = &prometheus::BuildHistogram()
+                                  .Name("oml_lake_compaction_seconds")
+                                  .Help("Lake writer: one compaction (OPTIMIZE) off the batch path, by table and result")
+                                  .Register(*registry_);
   auto& lake_gauges = prometheus::BuildGauge()
                           .Name("oml_lake_position")
                           .Help("Lake writer: frontier seq, lag in rows past it, age of the oldest of them (s)")
@@ -116,6 +120,10 @@ void Metrics::LakeBatch(int64_t rows, double seconds) {
 void Metrics::LakeRetry(const std::string& kind) { lake_retries_->Add({{"kind", kind}}).Increment(); }
 
 void Metrics::LakeDeadLetter() { lake_dead_letters_->Increment(); }
+
+void Metrics::LakeCompaction(const std::string& table, const std::string& result, double seconds) {
+  lake_compaction_seconds_->Add({{"table", table}, {"result", result}}, kLatency).Observe(seconds);
+}
 
 void Metrics::LakeLag(int64_t frontier, int64_t rows, double seconds) {
   lake_frontier_->Set(static_cast<double>(frontier));

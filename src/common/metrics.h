@@ -47,6 +47,9 @@ class Metrics {
   // row-refused (a poison row's attempt), error (anything else) (oml_lake_retries_total).
   void LakeRetry(const std::string& kind);
   void LakeDeadLetter();  // oml_lake_dead_letters_total
+  // One compaction request of `table` done off the batch path (lake/compactor.h), by result:
+  // compacted, nothing (no file to compact), failed (oml_lake_compaction_seconds).
+  void LakeCompaction(const std::string& table, const std::string& result, double seconds);
   // Where the stream stands, set every poll: frontier, rows enqueued past it, and the age of the
   // oldest of them in seconds (0 when none) (oml_lake_frontier_seq, oml_lake_lag_rows,
   // oml_lake_lag_seconds).
@@ -71,6 +74,7 @@ class Metrics {
   prometheus::Histogram* lake_batch_seconds_;
   prometheus::Family<prometheus::Counter>* lake_retries_;
   prometheus::Counter* lake_dead_letters_;
+  prometheus::Family<prometheus::Histogram>* lake_compaction_seconds_;
   prometheus::Gauge* lake_frontier_;
   prometheus::Gauge* lake_lag_rows_;
   prometheus::Gauge* lake_lag_seconds_;

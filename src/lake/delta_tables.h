@@ -132,9 +132,11 @@ class DeltaTable {
   Result<nlohmann::json> Schema() const;
 
   // OPTIMIZE: compacts the snapshot's data files smaller than target_bytes into files of about
-  // that size in one commit conditional on the snapshot (kAborted "lake-commit-conflict" if any
-  // other commit landed); rows and txn versions are unchanged. Returns {files removed, files
-  // added}; {0, 0} when there was nothing to compact (no commit).
+  // that size in one commit; rows and txn versions are unchanged. Unlike Append and Merge it
+  // rebases over commits that landed since the snapshot (appends: the compactor runs beside the
+  // writer, lake/compactor.h); kAborted "lake-commit-conflict" if one of them removed a file it
+  // rewrote. Returns {files removed, files added}; {0, 0} when there was nothing to compact (no
+  // commit).
   Result<std::pair<int64_t, int64_t>> Optimize(uint64_t target_bytes);
 
   // Writes a checkpoint of the snapshot version; returns that version.

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -536,6 +537,48 @@ TEST_F(DeltaAdapterTest, AddColumnsSumCheckRowsLocatesAndOptimizeCompacts) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, std::make_pair(int64_t{0}, int64_t{0}));
   EXPECT_EQ(*t.Refresh(), at);
+}
+
+// The compactor runs beside the writer with its own handle (lake/compactor.h): an OPTIMIZE on a
+// stale snapshot rebases over appends that landed since (their rows stay, its own files replace
+// only the files it read), and is refused with a conflict when a newer commit removed a file it
+// rewrote (a MERGE), committing nothing.
+TEST_F(DeltaAdapterTest, OptimizeRebasesOverAppendsAndLosesToAMergeThatRemovedItsFiles) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable writer = OpenOrDie(dir);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
+  DeltaTable compactor = OpenOrDie(dir);  // snapshot: version 3, three files
+  ASSERT_EQ(*compactor.SnapshotVersion(), 3);
+  // Two appends land after the compactor's snapshot.
+  ASSERT_TRUE(writer.Append(Row("b0", 1, "x", "/b", 10), Txn(3, 4)).ok());
+  ASSERT_TRUE(writer.Append(Row("b1", 1, "x", "/b", 11), Txn(4, 5)).ok());
+  auto opt = compactor.Optimize(uint64_t{128} << 20);
+  ASSERT_TRUE(opt.ok()) << opt.status().ToString();
+  EXPECT_EQ(*opt, std::make_pair(int64_t{3}, int64_t{1}));  // only the files of its snapshot
+  EXPECT_EQ(*compactor.SnapshotVersion(), 6);                // committed after the two appends
+  ASSERT_TRUE(writer.Refresh().ok());
+  auto rows = Rows(writer);
+  ASSERT_EQ(rows.size(), 5u);  // no row lost, none doubled
+  std::set<std::string> ids;
+  for (const auto& r : rows) ids.insert(r["artifact_id"].get<std::string>());
+  EXPECT_EQ(ids, (std::set<std::string>{"a0", "a1", "a2", "b0", "b1"}));
+  EXPECT_EQ(writer.ReadLastTxn(kApp)->version, 5);  // the OPTIMIZE carries no txn
+
+  // A MERGE that rewrites the files a stale OPTIMIZE read wins; the OPTIMIZE commits nothing.
+  DeltaTable stale = OpenOrDie(dir);  // version 6: the compacted file, b0's and b1's
+  const MergeSpec spec{{"artifact_id", "version"}, std::vector<std::string>{"state"}};
+  ASSERT_TRUE(writer.Merge(Row("a0", 1, "y", "/a", 0) + Row("b0", 1, "y", "/b", 10) + Row("b1", 1, "y", "/b", 11),
+                           spec, Txn(5, 6))
+                  .ok());
+  const int64_t after_merge = *writer.SnapshotVersion();
+  auto lost = stale.Optimize(uint64_t{128} << 20);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.status().code(), Code::kAborted) << lost.status().ToString();
+  EXPECT_EQ(lost.status().type(), "lake-commit-conflict") << lost.status().ToString();
+  EXPECT_EQ(*TableVersion(dir.string()), after_merge);
+  ASSERT_TRUE(writer.Refresh().ok());
+  EXPECT_EQ(Rows(writer).size(), 5u);
 }
 
 TEST_F(DeltaAdapterTest, CheckpointAndVacuumKeepTheTxnVersion) {

@@ -27,6 +27,16 @@ using Clock = std::chrono::steady_clock;
 constexpr char kConflict[] = "lake-commit-conflict";
 constexpr char kBronze[] = "bronze/events";
 constexpr char kRowRefused[] = "lake-row-refused";
+// Commits of one table's part per batch attempt, when the ones before lost to commits that carry
+// no txn of this stream (compactions).
+constexpr int kMaxCommitAttempts = 4;
+
+// The bytes the JSON lines of `rows` take, about (row_data plus outbox_seq).
+size_t RowBytesHint(const std::vector<const OutboxRow*>& rows) {
+  size_t n = 0;
+  for (const OutboxRow* r : rows) n += r->row_data.size() + 32;
+  return n;
+}
 
 std::string TableUri(const std::string& root, const std::string& name) {
   std::string out = root;
@@ -561,70 +571,89 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
     const auto& source = parts[target.derived ? std::string(kBronze) : target.name];
     if (source.empty()) continue;
     OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
-    OML_RETURN_IF_ERROR(table->Refresh().status());
-    // Check (step 5): this table already holds this batch (or a later one).
-    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
-    if (b.end <= last.version) {
-      ++stats_.skipped_tables;
-      skipped.push_back(target.name);
-      continue;
-    }
-    // Rows at or below the table's txn version are in it already (every commit covers its
-    // whole range); only a rebuilt batch after a concurrent writer can start below it.
-    std::string jsonl;
-    std::vector<const OutboxRow*> lines;  // the outbox row of each JSON line (not for derived)
-    int64_t n = 0;
-    if (target.derived) {
-      int64_t bad = 0;
-      auto rows = DailyActivityRows(source, last.version, &bad);
-      if (!rows.ok()) {
-        for (const OutboxRow* r : source)
-          if (r->seq == bad) *poison = Poison{r, rows.status().message()};
-        if (*poison) return Status::Ok();
-        return rows.status();
+    // Check (step 5) and commit (step 6). A commit lost to one that carries no txn of this appId
+    // (a compaction off the batch path, lake/compactor.h; another stream's rows) is checked and
+    // committed again on the new snapshot; one lost to a commit that moved this appId's txn
+    // (another writer of this stream) fails the batch, which recovery then finishes.
+    for (int attempt = 1;; ++attempt) {
+      OML_RETURN_IF_ERROR(table->Refresh().status());
+      OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+      if (b.end <= last.version) {
+        ++stats_.skipped_tables;
+        skipped.push_back(target.name);
+        break;
       }
-      jsonl = std::move(*rows);
-      n = static_cast<int64_t>(std::count(jsonl.begin(), jsonl.end(), '\n'));
-    } else {
-      for (const OutboxRow* row : source) {
-        if (row->seq <= last.version) continue;
-        auto line = ToDeltaRow(*row, target);
-        if (!line.ok()) {
-          *poison = Poison{row, line.status().message()};
-          return Status::Ok();
+      // Rows at or below the table's txn version are in it already (every commit covers its
+      // whole range); only a rebuilt batch after a concurrent writer can start below it.
+      std::string jsonl;
+      std::vector<const OutboxRow*> lines;  // the outbox row of each JSON line (not for derived)
+      int64_t n = 0;
+      if (target.derived) {
+        int64_t bad = 0;
+        auto rows = DailyActivityRows(source, last.version, &bad);
+        if (!rows.ok()) {
+          for (const OutboxRow* r : source)
+            if (r->seq == bad) *poison = Poison{r, rows.status().message()};
+          if (*poison) return Status::Ok();
+          return rows.status();
         }
-        jsonl += *line;
-        lines.push_back(row);
-        ++n;
-      }
-    }
-    if (n == 0) continue;
-    OML_RETURN_IF_ERROR(CheckLease());
-    OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.before_commit." + target.name).c_str()));
-    // Commit (step 6): rows, txn (appId, batch_end) and bounds in one conditional commit.
-    TxnCommit txn{app_id_, b.end,
-                  {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
-    const auto c0 = Clock::now();
-    auto version = target.write == TableWrite::kMerge ? table->Merge(jsonl, target.merge, txn) : table->Append(jsonl, txn);
-    if (!version.ok()) {
-      if (IsConflict(version.status())) ++stats_.conflicts;
-      // Rows that do not fit the table: find the first one; it is the poison (nothing committed).
-      if (version.status().code() == Code::kInvalidArgument && !target.derived) {
-        auto check = table->CheckRows(jsonl);
-        if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(lines.size())) {
-          *poison = Poison{lines[check->bad_line], check->error};
-          return Status::Ok();
+        jsonl = std::move(*rows);
+        n = static_cast<int64_t>(std::count(jsonl.begin(), jsonl.end(), '\n'));
+      } else {
+        jsonl.reserve(RowBytesHint(source));
+        for (const OutboxRow* row : source) {
+          if (row->seq <= last.version) continue;
+          auto line = ToDeltaRow(*row, target);
+          if (!line.ok()) {
+            *poison = Poison{row, line.status().message()};
+            return Status::Ok();
+          }
+          jsonl += *line;
+          lines.push_back(row);
+          ++n;
         }
       }
-      return version.status();
+      if (n == 0) break;
+      OML_RETURN_IF_ERROR(CheckLease());
+      OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.before_commit." + target.name).c_str()));
+      // Commit (step 6): rows, txn (appId, batch_end) and bounds in one conditional commit.
+      TxnCommit txn{app_id_, b.end,
+                    {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
+      const auto c0 = Clock::now();
+      auto version = target.write == TableWrite::kMerge ? table->Merge(jsonl, target.merge, txn) : table->Append(jsonl, txn);
+      if (!version.ok()) {
+        if (IsConflict(version.status())) {
+          ++stats_.conflicts;
+          OML_RETURN_IF_ERROR(table->Refresh().status());
+          OML_ASSIGN_OR_RETURN(LastTxn now, table->ReadLastTxn(app_id_));
+          if (now.version == last.version && attempt < kMaxCommitAttempts) {
+            ++stats_.retried_commits;
+            Metrics::Get().LakeRetry("rebase");
+            log::Info("lake writer: a commit without this stream's txn landed first; committing again",
+                      {{"stream", stream_.name}, {"table", target.name}, {"batch_end", b.end},
+                       {"attempt", attempt}});
+            continue;
+          }
+        }
+        // Rows that do not fit the table: find the first one; it is the poison (nothing committed).
+        if (version.status().code() == Code::kInvalidArgument && !target.derived) {
+          auto check = table->CheckRows(jsonl);
+          if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(lines.size())) {
+            *poison = Poison{lines[check->bad_line], check->error};
+            return Status::Ok();
+          }
+        }
+        return version.status();
+      }
+      Metrics::Get().LakeCommit(target.name, n, std::chrono::duration<double>(Clock::now() - c0).count());
+      ++stats_.commits;
+      stats_.rows += n;
+      stats_.rows_by_table[target.name] += n;
+      rows_written += n;
+      committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}});
+      OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
+      break;
     }
-    Metrics::Get().LakeCommit(target.name, n, std::chrono::duration<double>(Clock::now() - c0).count());
-    ++stats_.commits;
-    stats_.rows += n;
-    stats_.rows_by_table[target.name] += n;
-    rows_written += n;
-    committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}});
-    OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
   }
   // Advance (step 7): every touched table holds the batch now.
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
@@ -644,19 +673,44 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
 void LakeWriter::MaybeCompact(const std::string& name) {
   if (opts_.compact_every <= 0 || ++commits_since_compaction_[name] < opts_.compact_every) return;
   commits_since_compaction_[name] = 0;
+  const TargetTable* target = nullptr;
+  for (const auto& t : TargetTables())
+    if (t.name == name) target = &t;
+  if (target != nullptr && target->write == TableWrite::kAppend && !target->derived) {
+    // An append-only table (bronze) grows with every event: its compaction can take seconds, so
+    // it runs on the compactor's thread, and an OPTIMIZE there never conflicts with an append.
+    if (!compactor_) {
+      compactor_ = std::make_unique<Compactor>(
+          Compactor::Options{opts_.lake_root, stream_.name, opts_.compact_target_bytes});
+    }
+    compactor_->Request(name);  // never waits for a compaction
+    return;
+  }
+  // A MERGE table (silver, gold) is compacted here, between batches: each batch's MERGE rewrites
+  // the files holding its keys, so an OPTIMIZE beside it would keep losing to it, and these
+  // tables hold a row per key, not per event.
   auto table = Table(name);
   if (!table.ok()) return;
   const auto t0 = Clock::now();
   auto done = (*table)->Optimize(opts_.compact_target_bytes);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!done.ok()) {
+    Metrics::Get().LakeCompaction(name, "failed", secs);
     log::Warn("lake writer: compaction failed; retried after the next commits",
               {{"stream", stream_.name}, {"table", name}, {"error", done.status().ToString()}});
     return;
   }
+  Metrics::Get().LakeCompaction(name, done->first > 0 ? "compacted" : "nothing", secs);
   if (done->first > 0) ++stats_.compactions;
   log::Info("lake writer: table compacted",
             {{"stream", stream_.name}, {"table", name}, {"files_removed", done->first}, {"files_added", done->second},
-             {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+             {"ms", secs * 1000.0}});
+}
+
+LakeWriterStats LakeWriter::stats() const {
+  LakeWriterStats s = stats_;
+  if (compactor_) s.compactions += compactor_->stats().compactions;
+  return s;
 }
 
 Result<int64_t> LakeWriter::Recover() {
@@ -797,6 +851,8 @@ Status LakeWriter::RunOnce(const std::atomic<bool>* stop) {
     const int64_t batches_before = stats_.batches, dead_before = stats_.dead_letters;
     Status st = Session(stop, /*once=*/true);
     if (st.ok()) {
+      // The compactions the drain asked for finish before --once returns.
+      if (compactor_) compactor_->Drain();
       log::Info("lake writer: drained", {{"stream", stream_.name}, {"frontier", frontier_},
                                          {"batches", stats_.batches}, {"rows", stats_.rows}});
       return st;

@@ -47,6 +47,7 @@
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
+#include "lake/compactor.h"
 #include "lake/delta_tables.h"
 #include "lake/outbox_cut.h"
 
@@ -115,10 +116,15 @@ struct LakeWriterOptions {
   // key a poison row stops the writer (retried with backoff, logged), and nothing is skipped.
   int dead_letter_after = 3;
   const crypto::SigningKey* signing_key = nullptr;
-  // Compaction: after every `compact_every` commits to a table (0: never), the writer OPTIMIZEs
-  // it (DeltaTable::Optimize, files below compact_target_bytes bin-packed), after the batch's
-  // frontier advance. Files per table then stay below compact_every + the table's size divided by
-  // the target. Removed files remain until a VACUUM (an operator's job, deployment.md).
+  // Compaction: after every `compact_every` commits to a table (0: never), the table is
+  // OPTIMIZEd (DeltaTable::Optimize, files below compact_target_bytes bin-packed). bronze/events
+  // (append only, one row per event) is compacted by a Compactor (lake/compactor.h) on its own
+  // thread and table handles, so batches go on meanwhile; `--once` waits for those compactions
+  // before it returns. The MERGE tables (silver, gold: a row per key) are compacted after the
+  // batch's frontier advance, on the batch path, since each batch's MERGE would make a concurrent
+  // OPTIMIZE lose. Files per table stay below about 2 x compact_every (the commits made while a
+  // compaction runs) + the table's size divided by the target. Removed files remain until a
+  // VACUUM (an operator's job, deployment.md).
   int compact_every = 100;
   uint64_t compact_target_bytes = uint64_t{128} << 20;
 };
@@ -135,7 +141,8 @@ struct LakeWriterStats {
   int64_t lease_acquisitions = 0;
   int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
   int64_t dead_letters = 0;       // rows moved to dead_letter
-  int64_t compactions = 0;        // OPTIMIZE commits written
+  int64_t compactions = 0;        // OPTIMIZE commits written (by the compactor thread)
+  int64_t retried_commits = 0;    // commits lost to a compaction and written again at once
 };
 
 class LakeWriter {
@@ -167,7 +174,7 @@ class LakeWriter {
   int64_t frontier() const { return frontier_; }
   int64_t lease_epoch() const { return epoch_; }
   bool lease_held() const { return lease_held_; }
-  const LakeWriterStats& stats() const { return stats_; }
+  LakeWriterStats stats() const;
   const std::string& app_id() const { return app_id_; }
 
  private:
@@ -221,6 +228,7 @@ class LakeWriter {
   std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
   std::map<std::string, int> commits_since_compaction_;  // by table (this process)
   LakeWriterStats stats_;
+  std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
 };
 
 }  // namespace oml::lake

@@ -262,8 +262,10 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
 int32_t oml_storage_delta_checkpoint(const OmlStorageDeltaTable* table, int64_t* out_version,
                                      OmlStorageError* err);
 /* OPTIMIZE: bin-packs the snapshot's data files smaller than target_size_bytes (> 0) into files
- * of about that size, in one commit conditional on the snapshot (OML_STORAGE_CONFLICT as for
- * append if another commit landed), with no txn action; rows and every txn version stay. The
+ * of about that size, in one commit with no txn action (files added with dataChange = false);
+ * rows and every txn version stay. Unlike append and merge it rebases over commits that landed
+ * since the snapshot (up to 100) unless one of them removed a file it rewrote (a MERGE) or
+ * changed metadata or protocol: then OML_STORAGE_CONFLICT, and nothing is committed. The
  * removed files stay on storage until a VACUUM past the retention. *out_files_removed and
  * *out_files_added: the files it replaced and wrote (0 and 0: nothing to compact, no commit). */
 int32_t oml_storage_delta_optimize(OmlStorageDeltaTable* table, uint64_t target_size_bytes,

@@ -2007,6 +2007,9 @@ pub extern "C" fn oml_storage_delta_vacuum(
     })
 }
 
+/// Commits an OPTIMIZE may rebase over before it gives up with OML_STORAGE_CONFLICT.
+const OPTIMIZE_MAX_REBASES: usize = 100;
+
 /// OPTIMIZE (bin-packing compaction) of the handle's table. See oml_storage.h.
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_optimize(
@@ -2027,13 +2030,17 @@ pub extern "C" fn oml_storage_delta_optimize(
             message: "target_size_bytes must be > 0".to_string(),
         })?;
         let mut t = lock_table(h);
-        // Conditional on the snapshot like every commit of this adapter (no retry and rebase).
+        // Unlike the adapter's other commits, OPTIMIZE rebases: it carries no txn action and
+        // writes its files with dataChange = false, so committing it after appends that landed
+        // since its snapshot loses nothing and doubles nothing. delta-rs's conflict checker still
+        // refuses the rebase (OML_STORAGE_CONFLICT) when a newer commit removed a file this
+        // OPTIMIZE rewrote (a MERGE) or changed the metadata or protocol.
         let (optimized, metrics) = block_on(
             t.clone()
                 .optimize()
                 .with_target_size(target)
                 .with_max_concurrent_tasks(1)
-                .with_commit_properties(CommitProperties::default().with_max_retries(0))
+                .with_commit_properties(CommitProperties::default().with_max_retries(OPTIMIZE_MAX_REBASES))
                 .into_future(),
         )?
         .map_err(map_commit_error)?;

@@ -1,0 +1,132 @@
+#include "lake/compactor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/sync_point.h"
+
+namespace oml::lake {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string TableUri(const std::string& root, const std::string& name) {
+  std::string out = root;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (out.empty() || out.back() != '/') out += '/';
+  return out + name;
+}
+
+bool IsConflict(const Status& s) { return s.code() == Code::kAborted && s.type() == "lake-commit-conflict"; }
+
+}  // namespace
+
+Compactor::Compactor(Options o) : opts_(std::move(o)), thread_([this] { Loop(); }) {}
+
+Compactor::~Compactor() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Compactor::Request(const std::string& table) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++stats_.requests;
+    if (stop_ || std::find(queue_.begin(), queue_.end(), table) != queue_.end()) return;
+    queue_.push_back(table);
+  }
+  cv_.notify_one();
+}
+
+void Compactor::Drain() {
+  std::unique_lock<std::mutex> l(mu_);
+  idle_cv_.wait(l, [&] { return stop_ || (queue_.empty() && !running_); });
+}
+
+Compactor::Stats Compactor::stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return stats_;
+}
+
+void Compactor::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) break;
+    std::string table = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    l.unlock();
+    CompactOne(table);
+    l.lock();
+    running_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+  running_ = false;
+  idle_cv_.notify_all();
+}
+
+void Compactor::CompactOne(const std::string& name) {
+  const auto t0 = Clock::now();
+  Status last = Status::Ok();
+  for (int attempt = 1; attempt <= kMaxAttempts; ++attempt) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;
+    }
+    last = OML_SYNC_POINT(("lakewriter.compaction.before." + name).c_str());
+    if (!last.ok()) break;
+    auto it = tables_.find(name);
+    if (it == tables_.end()) {
+      auto t = DeltaTable::Open(TableUri(opts_.lake_root, name));
+      if (!t.ok()) {
+        last = t.status();
+        break;
+      }
+      it = tables_.emplace(name, std::move(*t)).first;
+    }
+    // A fresh snapshot each attempt: the writer has committed since the last one.
+    auto refreshed = it->second.Refresh();
+    if (!refreshed.ok()) {
+      last = refreshed.status();
+      tables_.erase(it);  // reopened next time
+      break;
+    }
+    auto done = it->second.Optimize(opts_.target_bytes);
+    if (done.ok()) {
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      Metrics::Get().LakeCompaction(name, done->first > 0 ? "compacted" : "nothing", secs);
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (done->first > 0) ++stats_.compactions;
+        stats_.files_removed += done->first;
+        stats_.files_added += done->second;
+      }
+      log::Info("lake writer: table compacted",
+                {{"stream", opts_.stream}, {"table", name}, {"files_removed", done->first},
+                 {"files_added", done->second}, {"attempt", attempt}, {"snapshot_version", *refreshed},
+                 {"ms", secs * 1000.0}});
+      return;
+    }
+    last = done.status();
+    // Lost to a commit that removed a file this OPTIMIZE rewrote (a MERGE): again, on a newer
+    // snapshot. Anything else is not retried here; the writer's next request tries again.
+    if (!IsConflict(last)) break;
+  }
+  Metrics::Get().LakeCompaction(name, "failed", std::chrono::duration<double>(Clock::now() - t0).count());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++stats_.failures;
+  }
+  log::Warn("lake writer: compaction failed; the next request tries again",
+            {{"stream", opts_.stream}, {"table", name}, {"error", last.ToString()}});
+}
+
+}  // namespace oml::lake

@@ -1,0 +1,85 @@
+// Compaction of lake tables off the lake writer's batch path.
+//
+// The writer asks for an append-only table's compaction (bronze/events) after every
+// LakeWriterOptions::compact_every commits to it (Request, which never blocks). A Compactor runs each request on its own thread with its
+// own table handles: an OPTIMIZE (DeltaTable::Optimize) that bin-packs the files smaller than the
+// target size. The writer keeps cutting and committing batches meanwhile, so a compaction, however
+// long, adds no latency to a batch.
+//
+// Concurrency with the writer's commits (docs/data/delta-tables.md "Compaction"):
+//   - An OPTIMIZE rewrites files with dataChange = false and carries no txn action. It rebases
+//     over commits that landed since its snapshot and removed none of the files it rewrote (the
+//     writer's appends); it loses with "lake-commit-conflict" to one that did (a MERGE that
+//     rewrote one of them), and is then tried again on a fresh snapshot, up to kMaxAttempts times.
+//   - A writer commit that loses to an OPTIMIZE (the table moved past its check, and the txn of
+//     its appId did not) re-checks and commits again (LakeWriter::ApplyParts); a commit that
+//     loses to another writer (the txn moved) is fenced as before.
+// Rows and txn versions are never changed by a compaction.
+//
+// Sync points (tests): "lakewriter.compaction.before.<table>" runs on the compactor's thread
+// before each attempt; a non-OK status fails that attempt.
+//
+// Thread safety: Request, Drain and stats may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "lake/delta_tables.h"
+
+namespace oml::lake {
+
+class Compactor {
+ public:
+  struct Options {
+    std::string lake_root;  // tables at <lake_root>/<name>, as the writer's
+    std::string stream;     // for logs
+    uint64_t target_bytes = uint64_t{128} << 20;
+  };
+  struct Stats {
+    int64_t requests = 0;     // Request calls (a request for a table already queued coalesces)
+    int64_t compactions = 0;  // OPTIMIZE commits written
+    int64_t files_removed = 0;
+    int64_t files_added = 0;
+    int64_t failures = 0;     // requests given up after kMaxAttempts or a non-conflict error
+  };
+  static constexpr int kMaxAttempts = 4;
+
+  explicit Compactor(Options o);
+  Compactor(const Compactor&) = delete;
+  Compactor& operator=(const Compactor&) = delete;
+  // Finishes the compaction in progress (an OPTIMIZE cannot be interrupted) and drops the
+  // requests still queued.
+  ~Compactor();
+
+  // Queues a compaction of `table` unless one is queued already. Never blocks on a compaction.
+  void Request(const std::string& table);
+  // Blocks until no request is queued or running (`oml lakewriter --once` calls it before it
+  // exits, so that the compactions its drain asked for are done).
+  void Drain();
+  Stats stats() const;
+
+ private:
+  void Loop();
+  // One request: up to kMaxAttempts OPTIMIZE attempts on a fresh snapshot each.
+  void CompactOne(const std::string& table);
+
+  const Options opts_;
+  std::map<std::string, DeltaTable> tables_;  // the compactor thread's own handles
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // a request queued, or stopping
+  std::condition_variable idle_cv_;  // the queue emptied and nothing runs
+  std::deque<std::string> queue_;    // GUARDED_BY(mu_)
+  bool running_ = false;             // GUARDED_BY(mu_): a request is being compacted
+  bool stop_ = false;                // GUARDED_BY(mu_)
+  Stats stats_;                      // GUARDED_BY(mu_)
+  std::thread thread_;               // last: starts after every other member exists
+};
+
+}  // namespace oml::lake
