@@ -44,7 +44,8 @@ class Metrics {
   // One batch applied (frontier advanced): its rows (oml_lake_batch_rows) and duration.
   void LakeBatch(int64_t rows, double seconds);
   // A failed attempt that the writer retries, by kind: conflict (another writer committed),
-  // row-refused (a poison row's attempt), error (anything else) (oml_lake_retries_total).
+  // rebase (a commit lost to a compaction, made again at once), row-refused (a poison row's
+  // attempt), error (anything else) (oml_lake_retries_total).
   void LakeRetry(const std::string& kind);
   void LakeDeadLetter();  // oml_lake_dead_letters_total
   // One compaction request of `table` done off the batch path (lake/compactor.h), by result:

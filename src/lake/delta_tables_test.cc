@@ -1,5 +1,7 @@
 #include "lake/delta_tables.h"
+#include "common/sync_point_testing.h"
 #include "common/temp_dir_testing.h"
+#include "lake/compactor.h"
 
 #include <gtest/gtest.h>
 
@@ -577,6 +579,52 @@ TEST_F(DeltaAdapterTest, OptimizeRebasesOverAppendsAndLosesToAMergeThatRemovedIt
   EXPECT_EQ(lost.status().code(), Code::kAborted) << lost.status().ToString();
   EXPECT_EQ(lost.status().type(), "lake-commit-conflict") << lost.status().ToString();
   EXPECT_EQ(*TableVersion(dir.string()), after_merge);
+  ASSERT_TRUE(writer.Refresh().ok());
+  EXPECT_EQ(Rows(writer).size(), 5u);
+}
+
+// The Compactor (lake/compactor.h) runs requests on its own thread: a request made while one for
+// the same table waits in the queue coalesces with it, Drain waits for the queue and the running
+// compaction, a compaction commits beside appends made while it runs, and a request for a table
+// that is not there is counted as a failure without stopping the thread.
+TEST_F(DeltaAdapterTest, CompactorCoalescesQueuedRequestsAndRunsBesideAppends) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable writer = OpenOrDie(dir);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
+  Compactor c(Compactor::Options{root_.string(), "main", uint64_t{128} << 20});
+  {
+    oml::testing::HoldFirst hold("lakewriter.compaction.before.t");
+    c.Request("t");
+    hold.WaitUntilHeld();  // the first request runs (held before its OPTIMIZE)
+    c.Request("t");        // queued
+    c.Request("t");        // coalesces with the queued one
+    // An append lands while the compaction is held: its file is not in the OPTIMIZE's snapshot
+    // only if the snapshot was taken before; either way it must survive.
+    ASSERT_TRUE(writer.Append(Row("b0", 1, "x", "/b", 9), Txn(3, 4)).ok());
+    hold.Release();
+    c.Drain();
+  }
+  Compactor::Stats st = c.stats();
+  EXPECT_EQ(st.requests, 3);
+  EXPECT_EQ(st.failures, 0);
+  // Two runs: the first compacts the four files (its snapshot is taken after the hold), the
+  // second finds one file and nothing to do.
+  EXPECT_EQ(st.compactions, 1);
+  EXPECT_EQ(st.files_removed, 4);
+  EXPECT_EQ(st.files_added, 1);
+  ASSERT_TRUE(writer.Refresh().ok());
+  EXPECT_EQ(Rows(writer).size(), 4u);
+  EXPECT_EQ(writer.ReadLastTxn(kApp)->version, 4);
+
+  c.Request("no/such/table");
+  c.Drain();
+  EXPECT_EQ(c.stats().failures, 1);
+  // The thread goes on after a failure.
+  ASSERT_TRUE(writer.Append(Row("c0", 1, "x", "/c", 10), Txn(4, 5)).ok());
+  c.Request("t");
+  c.Drain();
+  EXPECT_EQ(c.stats().compactions, 2);
   ASSERT_TRUE(writer.Refresh().ok());
   EXPECT_EQ(Rows(writer).size(), 5u);
 }

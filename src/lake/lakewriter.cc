@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -645,12 +646,13 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
         }
         return version.status();
       }
-      Metrics::Get().LakeCommit(target.name, n, std::chrono::duration<double>(Clock::now() - c0).count());
+      const double commit_secs = std::chrono::duration<double>(Clock::now() - c0).count();
+      Metrics::Get().LakeCommit(target.name, n, commit_secs);
       ++stats_.commits;
       stats_.rows += n;
       stats_.rows_by_table[target.name] += n;
       rows_written += n;
-      committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}});
+      committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}, {"ms", commit_secs * 1000.0}});
       OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
       break;
     }
@@ -767,13 +769,54 @@ Status LakeWriter::PublishLag() {
   return Status::Ok();
 }
 
-// Cuts (frontier, batch_end] inside `horizon` and applies it (steps 3 to 7).
-Status LakeWriter::CutAndApply(int64_t horizon) {
-  OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, frontier_, horizon, opts_.max_rows));
-  log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
-                                      {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
-  OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
-  return ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)});
+Status LakeWriter::EnsureReader() {
+  if (reader_ && reader_->healthy()) return Status::Ok();
+  reader_.reset();
+  OML_ASSIGN_OR_RETURN(db::Conn c, db::Conn::Connect(opts_.database_url));
+  reader_ = std::make_unique<db::Conn>(std::move(c));
+  return Status::Ok();
+}
+
+// Cuts and applies batches (steps 3 to 7) until the frontier reaches `horizon` (a stable horizon)
+// or *stop. While a batch is applied, the next one, (batch_end, next_end], is cut on the reader
+// connection: the rows of a stable prefix never change, so a cut read before the frontier
+// advance is the cut the advance would have read. It is used only if that batch is applied and
+// the frontier is where the cut starts; after a failure it is dropped and recovery re-reads.
+Status LakeWriter::DrainTo(int64_t horizon, const std::atomic<bool>* stop) {
+  std::future<Result<Cut>> next;  // its destructor waits for the read: never outlives reader_
+  auto lag_at = Clock::now();
+  while (frontier_ < horizon && !Stopped(stop)) {
+    Result<Cut> got = Cut{};
+    if (next.valid()) {
+      got = next.get();
+      if (got.ok() && got->frontier != frontier_) got = Status(Code::kInternal, "stale prefetched cut");
+      if (got.ok()) ++stats_.prefetched_cuts;
+      if (!got.ok()) {
+        log::Warn("lake writer: the prefetched cut is not used; cutting again",
+                  {{"stream", stream_.name}, {"error", got.status().ToString()}});
+        reader_.reset();
+        got = CutBatch(*conn_, stream_, frontier_, horizon, opts_.max_rows);
+      }
+    } else {
+      got = CutBatch(*conn_, stream_, frontier_, horizon, opts_.max_rows);
+    }
+    if (!got.ok()) return got.status();
+    Cut cut = std::move(*got);
+    log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
+                                        {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
+    if (cut.batch_end < horizon && opts_.prefetch && EnsureReader().ok()) {
+      next = std::async(std::launch::async, [this, from = cut.batch_end, horizon] {
+        return CutBatch(*reader_, stream_, from, horizon, opts_.max_rows);
+      });
+    }
+    OML_RETURN_IF_ERROR(ApplyBatch(Batch{cut.frontier, cut.batch_end, std::move(cut.rows)}));
+    if (Clock::now() - lag_at >= std::chrono::seconds(1)) {
+      OML_RETURN_IF_ERROR(PublishLag());
+      lag_at = Clock::now();
+    }
+  }
+  return Status::Ok();
 }
 
 Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
@@ -791,8 +834,7 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       log::Info("lake writer: draining to the stable horizon",
                 {{"stream", stream_.name}, {"frontier", frontier_}, {"horizon", h}});
     }
-    while (frontier_ < *once_target_ && !Stopped(stop)) OML_RETURN_IF_ERROR(CutAndApply(*once_target_));
-    return Status::Ok();
+    return DrainTo(*once_target_, stop);
   }
   // The horizon rule of outbox_cut.h, polled without blocking; an idle writer takes no xid.
   HorizonTracker tracker(stream_, frontier_);
@@ -807,7 +849,8 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       SleepUnlessStopped(opts_.poll_every, stop);
       continue;
     }
-    OML_RETURN_IF_ERROR(CutAndApply(stable));
+    OML_RETURN_IF_ERROR(DrainTo(stable, stop));
+    lag_at = Clock::now();
   }
   return Status::Ok();
 }

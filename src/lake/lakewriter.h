@@ -127,6 +127,9 @@ struct LakeWriterOptions {
   // VACUUM (an operator's job, deployment.md).
   int compact_every = 100;
   uint64_t compact_target_bytes = uint64_t{128} << 20;
+  // While a batch is applied, read the next one (up to max_rows more rows of the same stable
+  // horizon) on a second connection, so that reading PostgreSQL and writing Delta overlap.
+  bool prefetch = true;
 };
 
 // What a writer has done so far (for tests and logs).
@@ -143,6 +146,7 @@ struct LakeWriterStats {
   int64_t dead_letters = 0;       // rows moved to dead_letter
   int64_t compactions = 0;        // OPTIMIZE commits written (by the compactor thread)
   int64_t retried_commits = 0;    // commits lost to a compaction and written again at once
+  int64_t prefetched_cuts = 0;    // batches whose cut was read while the one before was applied
 };
 
 class LakeWriter {
@@ -208,7 +212,10 @@ class LakeWriter {
   Status AdvanceFrontier(int64_t batch_end);
   // One session of work: connect, lease, recover, then drain (once: to once_target_).
   Status Session(const std::atomic<bool>* stop, bool once);
-  Status CutAndApply(int64_t horizon);
+  // Steps 3 to 7 until the frontier reaches `horizon`, the next batch cut on reader_ while one
+  // is applied (LakeWriterOptions::prefetch).
+  Status DrainTo(int64_t horizon, const std::atomic<bool>* stop);
+  Status EnsureReader();
   // Counts a commit to `table` and compacts it when compact_every is reached. Failures are
   // logged, not returned: the next commit tries again.
   void MaybeCompact(const std::string& table);
@@ -220,6 +227,7 @@ class LakeWriter {
   OutboxStream stream_;
   std::string app_id_;
   std::unique_ptr<db::Conn> conn_;
+  std::unique_ptr<db::Conn> reader_;  // reads the next cut while a batch is applied (no lease)
   std::map<std::string, DeltaTable> tables_;
   bool lease_held_ = false;
   int64_t epoch_ = 0;

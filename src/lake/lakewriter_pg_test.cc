@@ -315,6 +315,8 @@ TEST_F(LakeWriterTest, DrainsEveryRowOnceInContiguousBatchesOfMaxRows) {
   // Every batch but the last holds max_rows rows; each commits to bronze and to gold.
   const int64_t commits = w->stats().commits / 2;
   EXPECT_EQ(w->stats().commits, 2 * static_cast<int64_t>((want.size() + 2) / 3));
+  // Every batch after the first was read while the one before it was applied.
+  EXPECT_EQ(w->stats().prefetched_cuts, w->stats().batches - 1);
   auto t = DeltaTable::Open((lake_->path() / kBronze).string());
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->ReadLastTxn("oml-lakewriter")->version, LastOutboxSeq());
