@@ -75,6 +75,8 @@ def test_each_commit_carries_its_txn_and_bounds(claims):
         assert any("add" in a for a in actions), actions
     meta = next(a["metaData"] for a in log_actions(claims, 0) if "metaData" in a)
     assert "delta.setTransactionRetentionDuration" not in meta.get("configuration", {})
+    # A checkpoint every 10 commits (commit cost grows with the log since the last checkpoint).
+    assert meta["configuration"]["delta.checkpointInterval"] == "10"
 
 
 def test_pyarrow_reads_the_parquet_files_named_in_the_log(claims):

@@ -32,6 +32,14 @@ constexpr char kRowRefused[] = "lake-row-refused";
 // no txn of this stream (compactions).
 constexpr int kMaxCommitAttempts = 4;
 
+// Milliseconds since `t0`, and t0 moved to now: consecutive phases of one batch.
+double Lap(Clock::time_point* t0) {
+  const auto now = Clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - *t0).count();
+  *t0 = now;
+  return ms;
+}
+
 // The bytes the JSON lines of `rows` take, about (row_data plus outbox_seq).
 size_t RowBytesHint(const std::vector<const OutboxRow*>& rows) {
   size_t n = 0;
@@ -552,6 +560,10 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p) {
 
 Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std::optional<Poison>* poison) {
   const auto t0 = Clock::now();
+  // Where the batch's time went, for the log line: snapshot refreshes, txn checks, row
+  // conversion (and gold's counts), lease checks, Delta commits, the frontier advance.
+  double refresh_ms = 0, check_ms = 0, convert_ms = 0, lease_ms = 0, commit_ms = 0, advance_ms = 0;
+  auto lap = Clock::now();
   // Group (step 4): each table's rows keep the batch's seq order. Derived tables (gold) are fed
   // from the bronze rows.
   std::map<std::string, std::vector<const OutboxRow*>> parts;
@@ -577,8 +589,23 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
     // committed again on the new snapshot; one lost to a commit that moved this appId's txn
     // (another writer of this stream) fails the batch, which recovery then finishes.
     for (int attempt = 1;; ++attempt) {
-      OML_RETURN_IF_ERROR(table->Refresh().status());
-      OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+      // The snapshot the check reads: the handle's own when this writer made its newest commit
+      // (no listing of the log), else refreshed. A commit that landed since then makes the
+      // conditional commit below lose, and the check is then made again on a refreshed snapshot.
+      OML_ASSIGN_OR_RETURN(int64_t at, table->SnapshotVersion());
+      auto cached = txn_cache_.find(target.name);
+      if (attempt > 1 || cached == txn_cache_.end() || cached->second.first != at) {
+        OML_ASSIGN_OR_RETURN(at, table->Refresh());
+      }
+      refresh_ms += Lap(&lap);
+      LastTxn last;
+      if (auto c = txn_cache_.find(target.name); c != txn_cache_.end() && c->second.first == at) {
+        last.version = c->second.second;  // this writer's commit or txn read at this very version
+      } else {
+        OML_ASSIGN_OR_RETURN(last, table->ReadLastTxn(app_id_));
+        txn_cache_[target.name] = {at, last.version};
+      }
+      check_ms += Lap(&lap);
       if (b.end <= last.version) {
         ++stats_.skipped_tables;
         skipped.push_back(target.name);
@@ -615,7 +642,9 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
         }
       }
       if (n == 0) break;
+      convert_ms += Lap(&lap);
       OML_RETURN_IF_ERROR(CheckLease());
+      lease_ms += Lap(&lap);
       OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.before_commit." + target.name).c_str()));
       // Commit (step 6): rows, txn (appId, batch_end) and bounds in one conditional commit.
       TxnCommit txn{app_id_, b.end,
@@ -647,6 +676,8 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
         return version.status();
       }
       const double commit_secs = std::chrono::duration<double>(Clock::now() - c0).count();
+      txn_cache_[target.name] = {*version, b.end};
+      commit_ms += Lap(&lap);
       Metrics::Get().LakeCommit(target.name, n, commit_secs);
       ++stats_.commits;
       stats_.rows += n;
@@ -659,7 +690,9 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
   }
   // Advance (step 7): every touched table holds the batch now.
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
+  lap = Clock::now();
   OML_RETURN_IF_ERROR(AdvanceFrontier(b.end));
+  advance_ms = Lap(&lap);
   ++stats_.batches;
   Metrics::Get().LakeBatch(live_rows, std::chrono::duration<double>(Clock::now() - t0).count());
   log::Info("lake writer: batch applied",
@@ -667,6 +700,8 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
              {"rows", live_rows}, {"dead_lettered", static_cast<int64_t>(dead.size())},
              {"rows_written", rows_written}, {"committed", committed},
              {"skipped", skipped}, {"frontier", frontier_},
+             {"phases_ms", {{"refresh", refresh_ms}, {"check", check_ms}, {"convert", convert_ms}, {"lease", lease_ms},
+                            {"commit", commit_ms}, {"advance", advance_ms}}},
              {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
   for (const auto& c : committed) MaybeCompact(c["table"].get<std::string>());
   return Status::Ok();
@@ -787,10 +822,15 @@ Status LakeWriter::DrainTo(int64_t horizon, const std::atomic<bool>* stop) {
   auto lag_at = Clock::now();
   while (frontier_ < horizon && !Stopped(stop)) {
     Result<Cut> got = Cut{};
+    auto cut_t0 = Clock::now();  // "ms" of the batch cut line: the read, or the wait for the prefetch
+    bool prefetched = false;
     if (next.valid()) {
       got = next.get();
       if (got.ok() && got->frontier != frontier_) got = Status(Code::kInternal, "stale prefetched cut");
-      if (got.ok()) ++stats_.prefetched_cuts;
+      if (got.ok()) {
+        ++stats_.prefetched_cuts;
+        prefetched = true;
+      }
       if (!got.ok()) {
         log::Warn("lake writer: the prefetched cut is not used; cutting again",
                   {{"stream", stream_.name}, {"error", got.status().ToString()}});
@@ -803,7 +843,8 @@ Status LakeWriter::DrainTo(int64_t horizon, const std::atomic<bool>* stop) {
     if (!got.ok()) return got.status();
     Cut cut = std::move(*got);
     log::Info("lake writer: batch cut", {{"stream", stream_.name}, {"batch_start", cut.frontier},
-                                        {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())}});
+                                        {"batch_end", cut.batch_end}, {"rows", static_cast<int64_t>(cut.rows.size())},
+                                        {"prefetched", prefetched}, {"ms", Lap(&cut_t0)}});
     OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.after_cut"));
     if (cut.batch_end < horizon && opts_.prefetch && EnsureReader().ok()) {
       next = std::async(std::launch::async, [this, from = cut.batch_end, horizon] {

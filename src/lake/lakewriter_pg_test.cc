@@ -382,6 +382,8 @@ TEST_F(LakeWriterTest, CompactionBoundsTheFilesPerTableAndKeepsEveryRowOnce) {
     EXPECT_EQ(t->ReadLastTxn("oml-lakewriter")->version, LastOutboxSeq()) << table;
   }
   EXPECT_EQ(w.stats().compactions, all_optimizes);
+  // delta.checkpointInterval 10: delta-rs checkpoints the version v with (v + 1) % 10 == 0.
+  EXPECT_TRUE(fs::exists(lake_->path() / kBronze / "_delta_log" / "00000000000000000009.checkpoint.parquet"));
   EXPECT_EQ(w.stats().retried_commits + w.stats().conflicts, 2 * w.stats().retried_commits);
 }
 

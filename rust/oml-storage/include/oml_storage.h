@@ -154,7 +154,9 @@ void oml_storage_writer_close(OmlStorageWriter* writer);
  *   *out_schema_matches  1 if the table's columns (name, type, nullability, in order) and
  *                        partition columns equal the requested ones, else 0
  * An existing table with a different schema is NOT an error: the call returns OML_STORAGE_OK
- * with *out_schema_matches = 0 and leaves the table alone. */
+ * with *out_schema_matches = 0 and leaves the table alone.
+ * A new table gets delta.checkpointInterval = 10 (commits then write a checkpoint every 10
+ * versions; an existing table keeps its own). */
 int32_t oml_storage_delta_create_table(const char* table_uri, const char* schema_json,
                                        const char* partition_columns_json,
                                        const char* table_name, int64_t* out_version,
