@@ -75,6 +75,12 @@ void Compactor::Loop() {
 
 void Compactor::CompactOne(const std::string& name) {
   const auto t0 = Clock::now();
+  const bool large = ++runs_[name] % std::max(1, opts_.large_every) == 0;
+  const uint64_t target = large ? opts_.target_bytes : std::min(opts_.small_target_bytes, opts_.target_bytes);
+  if (large) {
+    std::lock_guard<std::mutex> l(mu_);
+    ++stats_.large_runs;
+  }
   Status last = Status::Ok();
   for (int attempt = 1; attempt <= kMaxAttempts; ++attempt) {
     {
@@ -99,7 +105,7 @@ void Compactor::CompactOne(const std::string& name) {
       tables_.erase(it);  // reopened next time
       break;
     }
-    auto done = it->second.Optimize(opts_.target_bytes);
+    auto done = it->second.Optimize(target);
     if (done.ok()) {
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       Metrics::Get().LakeCompaction(name, done->first > 0 ? "compacted" : "nothing", secs);
@@ -112,6 +118,7 @@ void Compactor::CompactOne(const std::string& name) {
       log::Info("lake writer: table compacted",
                 {{"stream", opts_.stream}, {"table", name}, {"files_removed", done->first},
                  {"files_added", done->second}, {"attempt", attempt}, {"snapshot_version", *refreshed},
+                 {"target_bytes", target}, {"tier", large ? "large" : "small"},
                  {"ms", secs * 1000.0}});
       return;
     }

@@ -37,10 +37,18 @@ namespace oml::lake {
 
 class Compactor {
  public:
+  // Two tiers, so that no compaction rewrites the whole table: most runs bin-pack only the files
+  // below small_target_bytes (the small files of the last commits, and at most one partly filled
+  // bin) into files of about that size; every large_every-th run of a table bin-packs the files
+  // below target_bytes, which are mostly the small tier's outputs since the last large run. Work
+  // per run is then bounded by the data committed since the run before plus one target, not by
+  // the table's size.
   struct Options {
     std::string lake_root;  // tables at <lake_root>/<name>, as the writer's
     std::string stream;     // for logs
     uint64_t target_bytes = uint64_t{128} << 20;
+    uint64_t small_target_bytes = uint64_t{16} << 20;  // <= target_bytes
+    int large_every = 8;                               // >= 1 (1: every run is large)
   };
   struct Stats {
     int64_t requests = 0;     // Request calls (a request for a table already queued coalesces)
@@ -48,6 +56,7 @@ class Compactor {
     int64_t files_removed = 0;
     int64_t files_added = 0;
     int64_t failures = 0;     // requests given up after kMaxAttempts or a non-conflict error
+    int64_t large_runs = 0;   // runs with target_bytes (the others used small_target_bytes)
   };
   static constexpr int kMaxAttempts = 4;
 
@@ -72,6 +81,7 @@ class Compactor {
 
   const Options opts_;
   std::map<std::string, DeltaTable> tables_;  // the compactor thread's own handles
+  std::map<std::string, int64_t> runs_;       // by table: requests run so far (compactor thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;       // a request queued, or stopping
   std::condition_variable idle_cv_;  // the queue emptied and nothing runs

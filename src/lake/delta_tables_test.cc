@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -592,7 +594,8 @@ TEST_F(DeltaAdapterTest, CompactorCoalescesQueuedRequestsAndRunsBesideAppends) {
   DeltaTable writer = OpenOrDie(dir);
   for (int i = 0; i < 3; ++i)
     ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
-  Compactor c(Compactor::Options{root_.string(), "main", uint64_t{128} << 20});
+  // large_every 2: the first run uses the small target, the second the large one.
+  Compactor c(Compactor::Options{root_.string(), "main", uint64_t{128} << 20, uint64_t{16} << 20, 2});
   {
     oml::testing::HoldFirst hold("lakewriter.compaction.before.t");
     c.Request("t");
@@ -608,6 +611,7 @@ TEST_F(DeltaAdapterTest, CompactorCoalescesQueuedRequestsAndRunsBesideAppends) {
   Compactor::Stats st = c.stats();
   EXPECT_EQ(st.requests, 3);
   EXPECT_EQ(st.failures, 0);
+  EXPECT_EQ(st.large_runs, 1);
   // Two runs: the first compacts the four files (its snapshot is taken after the hold), the
   // second finds one file and nothing to do.
   EXPECT_EQ(st.compactions, 1);
@@ -616,6 +620,24 @@ TEST_F(DeltaAdapterTest, CompactorCoalescesQueuedRequestsAndRunsBesideAppends) {
   ASSERT_TRUE(writer.Refresh().ok());
   EXPECT_EQ(Rows(writer).size(), 4u);
   EXPECT_EQ(writer.ReadLastTxn(kApp)->version, 4);
+
+  // The OPTIMIZE ran on the compaction runtime, whose threads run at nice 10 (the adapter's
+  // COMPACTION_NICE): /proc/self/task/<tid>/stat field 19 is the nice value.
+  int compaction_threads = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("oml-compaction", 0) != 0) continue;
+    ++compaction_threads;
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "pid (comm) "
+    std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+    ASSERT_GE(f.size(), 17u);
+    EXPECT_EQ(f[16], "10") << name;  // field 19 of stat; fields[0] is field 3
+  }
+  EXPECT_GE(compaction_threads, 1);
 
   c.Request("no/such/table");
   c.Drain();

@@ -717,8 +717,9 @@ void LakeWriter::MaybeCompact(const std::string& name) {
     // An append-only table (bronze) grows with every event: its compaction can take seconds, so
     // it runs on the compactor's thread, and an OPTIMIZE there never conflicts with an append.
     if (!compactor_) {
-      compactor_ = std::make_unique<Compactor>(
-          Compactor::Options{opts_.lake_root, stream_.name, opts_.compact_target_bytes});
+      compactor_ = std::make_unique<Compactor>(Compactor::Options{
+          opts_.lake_root, stream_.name, opts_.compact_target_bytes,
+          std::max<uint64_t>(opts_.compact_target_bytes / 8, uint64_t{1} << 20), /*large_every=*/8});
     }
     compactor_->Request(name);  // never waits for a compaction
     return;

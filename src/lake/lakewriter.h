@@ -16,10 +16,14 @@
 //               CutBatch); max_rows (size) and the poll interval (time) choose batch_end.
 //   4. Group.   Rows by target_table, each group in seq order.
 //   5. Check.   Each touched table's last txn version for the appId: batch_end <= it: skip.
+//               (Read from this writer's own last commit while the handle's snapshot is still
+//               at it; else from a refreshed snapshot.)
 //   6. Commit.  Each table's rows in one Delta commit with txn (appId, batch_end) and commit
 //               metadata {"oml.batch_start", "oml.batch_end", "oml.stream"}; the commit is
 //               conditional on the snapshot the check read (kAborted "lake-commit-conflict" if any
-//               other commit landed since: that fences a second writer; the writer then recovers).
+//               other commit landed since). A winner that moved this appId's txn is another
+//               writer: fenced, the batch fails and recovery follows. Any other winner (a
+//               compaction, lake/compactor.h): steps 5 and 6 again at once, on a fresh snapshot.
 //   7. Advance. UPDATE lake_frontier to batch_end (never backwards; fenced by the lease epoch)
 //               only after every touched table committed.
 //

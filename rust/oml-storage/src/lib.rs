@@ -203,6 +203,37 @@ fn block_on<F: std::future::Future>(fut: F) -> FfiResult<F::Output> {
     Ok(runtime()?.block_on(fut))
 }
 
+/// Nice value of the compaction runtime's threads: OPTIMIZE yields the CPU to the commit path.
+const COMPACTION_NICE: libc::c_int = 10;
+
+/// A runtime of its own for OPTIMIZE (oml_storage_delta_optimize): one worker, every thread of it
+/// (worker and blocking pool) at nice COMPACTION_NICE. OPTIMIZE rewrites files in tasks it spawns
+/// on the current runtime; on the shared one they would compete with the writer's commits at the
+/// same priority (docs/performance.md "Lake": a compaction beside the batches stretched them).
+fn compaction_runtime() -> FfiResult<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    let rt = RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("oml-compaction")
+            .on_thread_start(|| {
+                // Linux: PRIO_PROCESS with who = 0 sets the calling thread's nice value. A failure
+                // (a seccomp filter, say) leaves the thread at the default priority.
+                // SAFETY: plain syscall wrapper with no pointer arguments.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, 0, COMPACTION_NICE);
+                }
+            })
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the compaction runtime: {e}"))
+    });
+    match rt {
+        Ok(rt) => Ok(rt),
+        Err(m) => fail(OML_STORAGE_INTERNAL, m.clone()),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Error mapping.
 
@@ -2046,15 +2077,18 @@ pub extern "C" fn oml_storage_delta_optimize(
         // since its snapshot loses nothing and doubles nothing. delta-rs's conflict checker still
         // refuses the rebase (OML_STORAGE_CONFLICT) when a newer commit removed a file this
         // OPTIMIZE rewrote (a MERGE) or changed the metadata or protocol.
-        let (optimized, metrics) = block_on(
-            t.clone()
-                .optimize()
-                .with_target_size(target)
-                .with_max_concurrent_tasks(1)
-                .with_commit_properties(CommitProperties::default().with_max_retries(OPTIMIZE_MAX_REBASES))
-                .into_future(),
-        )?
-        .map_err(map_commit_error)?;
+        let (optimized, metrics) = compaction_runtime()?
+            .block_on(
+                t.clone()
+                    .optimize()
+                    .with_target_size(target)
+                    .with_max_concurrent_tasks(1)
+                    .with_commit_properties(
+                        CommitProperties::default().with_max_retries(OPTIMIZE_MAX_REBASES),
+                    )
+                    .into_future(),
+            )
+            .map_err(map_commit_error)?;
         *t = optimized;
         *removed = metrics.num_files_removed as i64;
         *added = metrics.num_files_added as i64;
