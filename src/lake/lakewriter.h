@@ -126,8 +126,11 @@ struct LakeWriterOptions {
   // thread and table handles, so batches go on meanwhile; `--once` waits for those compactions
   // before it returns. The MERGE tables (silver, gold: a row per key) are compacted after the
   // batch's frontier advance, on the batch path, since each batch's MERGE would make a concurrent
-  // OPTIMIZE lose. Files per table stay below about 2 x compact_every (the commits made while a
-  // compaction runs) + the table's size divided by the target. Removed files remain until a
+  // OPTIMIZE lose. bronze's compactions use two tiers (Compactor::Options: compact_target_bytes
+  // / 8, at least 1 MiB, seven runs in eight; compact_target_bytes every eighth), so no run
+  // rewrites the whole table. Files per table stay below about 2 x compact_every (the commits
+  // made while a compaction runs) + the data since the last large run / the small target + the
+  // table's size / the target. Removed files remain until a
   // VACUUM (an operator's job, deployment.md).
   int compact_every = 100;
   uint64_t compact_target_bytes = uint64_t{128} << 20;

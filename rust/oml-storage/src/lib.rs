@@ -183,20 +183,38 @@ fn out_arg<'a, T>(p: *mut T, what: &str) -> FfiResult<&'a mut T> {
 // ---------------------------------------------------------------------------------------------
 // Shared runtime.
 
-fn runtime() -> FfiResult<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    let rt = RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("oml-storage")
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the tokio runtime: {e}"))
+/// A multi-thread runtime kept for the life of the process, made on first use; `nice`: the nice
+/// value every thread of it (workers and blocking pool) sets for itself at start.
+fn shared_runtime(
+    cell: &'static OnceLock<Result<tokio::runtime::Runtime, String>>,
+    name: &'static str,
+    workers: usize,
+    nice: Option<libc::c_int>,
+) -> FfiResult<&'static tokio::runtime::Runtime> {
+    let rt = cell.get_or_init(|| {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers).thread_name(name).enable_all();
+        if let Some(n) = nice {
+            b.on_thread_start(move || {
+                // Linux: PRIO_PROCESS with who = 0 sets the calling thread's nice value. A failure
+                // (a seccomp filter, say) leaves the thread at the default priority.
+                // SAFETY: plain syscall wrapper with no pointer arguments.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, 0, n);
+                }
+            });
+        }
+        b.build().map_err(|e| format!("cannot start the {name} runtime: {e}"))
     });
     match rt {
         Ok(rt) => Ok(rt),
         Err(m) => fail(OML_STORAGE_INTERNAL, m.clone()),
     }
+}
+
+fn runtime() -> FfiResult<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    shared_runtime(&RT, "oml-storage", 2, None)
 }
 
 fn block_on<F: std::future::Future>(fut: F) -> FfiResult<F::Output> {
@@ -206,32 +224,13 @@ fn block_on<F: std::future::Future>(fut: F) -> FfiResult<F::Output> {
 /// Nice value of the compaction runtime's threads: OPTIMIZE yields the CPU to the commit path.
 const COMPACTION_NICE: libc::c_int = 10;
 
-/// A runtime of its own for OPTIMIZE (oml_storage_delta_optimize): one worker, every thread of it
-/// (worker and blocking pool) at nice COMPACTION_NICE. OPTIMIZE rewrites files in tasks it spawns
-/// on the current runtime; on the shared one they would compete with the writer's commits at the
-/// same priority (docs/performance.md "Lake": a compaction beside the batches stretched them).
+/// A runtime of its own for OPTIMIZE (oml_storage_delta_optimize), one worker at nice
+/// COMPACTION_NICE. OPTIMIZE rewrites files in tasks it spawns on the current runtime; on the
+/// shared one they would compete with the writer's commits at the same priority
+/// (docs/performance.md "Lake": a compaction beside the batches stretched them).
 fn compaction_runtime() -> FfiResult<&'static tokio::runtime::Runtime> {
     static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    let rt = RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("oml-compaction")
-            .on_thread_start(|| {
-                // Linux: PRIO_PROCESS with who = 0 sets the calling thread's nice value. A failure
-                // (a seccomp filter, say) leaves the thread at the default priority.
-                // SAFETY: plain syscall wrapper with no pointer arguments.
-                unsafe {
-                    libc::setpriority(libc::PRIO_PROCESS, 0, COMPACTION_NICE);
-                }
-            })
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the compaction runtime: {e}"))
-    });
-    match rt {
-        Ok(rt) => Ok(rt),
-        Err(m) => fail(OML_STORAGE_INTERNAL, m.clone()),
-    }
+    shared_runtime(&RT, "oml-compaction", 1, Some(COMPACTION_NICE))
 }
 
 // ---------------------------------------------------------------------------------------------
