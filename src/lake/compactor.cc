@@ -12,13 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string TableUri(const std::string& root, const std::string& name) {
-  std::string out = root;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out.empty() || out.back() != '/') out += '/';
-  return out + name;
-}
-
 bool IsConflict(const Status& s) { return s.code() == Code::kAborted && s.type() == "lake-commit-conflict"; }
 
 }  // namespace

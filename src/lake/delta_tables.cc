@@ -106,13 +106,6 @@ constexpr TableDef kTables[] = {
 
 using blob::FromStorageError;
 
-std::string JoinUri(const std::string& root, const std::string& rel) {
-  std::string out = root;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out.empty() || out.back() != '/') out += '/';
-  return out + rel;
-}
-
 std::string SchemaJson(const Column* cols, size_t n) {
   nlohmann::json arr = nlohmann::json::array();
   for (size_t i = 0; i < n; ++i) {
@@ -133,7 +126,7 @@ namespace {
 
 Status EnsureTable(const std::string& lake_root, const TableDef& def) {
   if (lake_root.empty()) return InvalidArgument("lake root is empty");
-  const std::string uri = JoinUri(lake_root, def.path);
+  const std::string uri = TableUri(lake_root, def.path);
   const std::string schema = SchemaJson(def.cols, def.n);
   OmlStorageError err{};
   int64_t version = -1;
@@ -150,6 +143,13 @@ Status EnsureTable(const std::string& lake_root, const TableDef& def) {
 }  // namespace
 
 Status EnsureBronzeEvents(const std::string& lake_root) { return EnsureTable(lake_root, kTables[0]); }
+
+std::string TableUri(const std::string& lake_root, const std::string& name) {
+  std::string out = lake_root;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (out.empty() || out.back() != '/') out += '/';
+  return out + name;
+}
 
 Status EnsureLakeTables(const std::string& lake_root) {
   for (const auto& def : kTables) OML_RETURN_IF_ERROR(EnsureTable(lake_root, def));

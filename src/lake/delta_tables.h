@@ -30,6 +30,10 @@ Status EnsureBronzeEvents(const std::string& lake_root);
 // gold/daily_activity), each as EnsureBronzeEvents does (same refusal of a differing schema).
 // `oml init` and `oml dev` call it.
 Status EnsureLakeTables(const std::string& lake_root);
+
+// The URI of the lake table `name` (e.g. "bronze/events") under lake_root (a local path,
+// file:// or s3:// URL): <lake_root>/<name>, one slash between whatever lake_root ends with.
+std::string TableUri(const std::string& lake_root, const std::string& name);
 // The lake's table paths under the root, in creation order ("bronze/events", ...).
 std::vector<std::string> LakeTableNames();
 

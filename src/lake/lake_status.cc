@@ -10,14 +10,6 @@
 namespace oml::lake {
 namespace {
 
-// Same join as the writer's (lakewriter.cc): <root>/<name>, one slash between.
-std::string JoinUri(const std::string& root, const std::string& name) {
-  std::string out = root;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out.empty() || out.back() != '/') out += '/';
-  return out + name;
-}
-
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", s);
@@ -69,7 +61,7 @@ Result<LakeStatus> ReadLakeStatus(db::Conn& c, const OutboxStream& s, const std:
   for (const auto& target : TargetTables()) {
     TableStatus t;
     t.name = target.name;
-    t.uri = JoinUri(lake_root, target.name);
+    t.uri = TableUri(lake_root, target.name);
     auto table = DeltaTable::Open(t.uri);
     if (!table.ok()) {
       if (table.status().code() != Code::kNotFound) return table.status();

@@ -47,13 +47,6 @@ size_t RowBytesHint(const std::vector<const OutboxRow*>& rows) {
   return n;
 }
 
-std::string TableUri(const std::string& root, const std::string& name) {
-  std::string out = root;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out.empty() || out.back() != '/') out += '/';
-  return out + name;
-}
-
 std::string DefaultHolder() {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
@@ -589,22 +582,20 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
     // committed again on the new snapshot; one lost to a commit that moved this appId's txn
     // (another writer of this stream) fails the batch, which recovery then finishes.
     for (int attempt = 1;; ++attempt) {
-      // The snapshot the check reads: the handle's own when this writer made its newest commit
-      // (no listing of the log), else refreshed. A commit that landed since then makes the
-      // conditional commit below lose, and the check is then made again on a refreshed snapshot.
-      OML_ASSIGN_OR_RETURN(int64_t at, table->SnapshotVersion());
-      auto cached = txn_cache_.find(target.name);
-      if (attempt > 1 || cached == txn_cache_.end() || cached->second.first != at) {
-        OML_ASSIGN_OR_RETURN(at, table->Refresh());
-      }
-      refresh_ms += Lap(&lap);
+      // The snapshot the check reads: the handle's own while txn_cache_ knows this stream's txn
+      // at its version (this writer's newest commit, or the txn read after a lost commit): no
+      // listing or replay of the log. Else refreshed and read. A commit that landed since makes
+      // the conditional commit below lose, and the check is then made again.
       LastTxn last;
-      if (auto c = txn_cache_.find(target.name); c != txn_cache_.end() && c->second.first == at) {
-        last.version = c->second.second;  // this writer's commit or txn read at this very version
-      } else {
+      OML_ASSIGN_OR_RETURN(int64_t at, table->SnapshotVersion());
+      auto& cached = txn_cache_[target.name];  // {-1, -1} when new: never a snapshot version
+      if (cached.table_version != at || cached.table_version < 0) {
+        OML_ASSIGN_OR_RETURN(at, table->Refresh());
+        refresh_ms += Lap(&lap);
         OML_ASSIGN_OR_RETURN(last, table->ReadLastTxn(app_id_));
-        txn_cache_[target.name] = {at, last.version};
+        cached = KnownTxn{at, last.version};
       }
+      last.version = cached.txn;
       check_ms += Lap(&lap);
       if (b.end <= last.version) {
         ++stats_.skipped_tables;
@@ -654,8 +645,9 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
       if (!version.ok()) {
         if (IsConflict(version.status())) {
           ++stats_.conflicts;
-          OML_RETURN_IF_ERROR(table->Refresh().status());
+          OML_ASSIGN_OR_RETURN(const int64_t at_now, table->Refresh());
           OML_ASSIGN_OR_RETURN(LastTxn now, table->ReadLastTxn(app_id_));
+          txn_cache_[target.name] = KnownTxn{at_now, now.version};  // the next attempt checks against it
           if (now.version == last.version && attempt < kMaxCommitAttempts) {
             ++stats_.retried_commits;
             Metrics::Get().LakeRetry("rebase");
@@ -676,7 +668,7 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
         return version.status();
       }
       const double commit_secs = std::chrono::duration<double>(Clock::now() - c0).count();
-      txn_cache_[target.name] = {*version, b.end};
+      txn_cache_[target.name] = KnownTxn{*version, b.end};
       commit_ms += Lap(&lap);
       Metrics::Get().LakeCommit(target.name, n, commit_secs);
       ++stats_.commits;

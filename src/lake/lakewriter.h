@@ -243,9 +243,14 @@ class LakeWriter {
   std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
   std::map<std::string, int> commits_since_compaction_;  // by table (this process)
   // Per table: (table version, this stream's txn version at it) of this writer's last commit or
-  // txn read. While a refresh still finds that version, the txn check needs no log read (the
-  // snapshot's txn lookup replays the log since the last checkpoint).
-  std::map<std::string, std::pair<int64_t, int64_t>> txn_cache_;
+  // txn read; {-1, -1} until the first. While the handle's snapshot is still at that version,
+  // the txn check needs no refresh and no log read (the snapshot's txn lookup replays the log
+  // since the last checkpoint).
+  struct KnownTxn {
+    int64_t table_version = -1;
+    int64_t txn = -1;  // this stream's txn version at it
+  };
+  std::map<std::string, KnownTxn> txn_cache_;
   LakeWriterStats stats_;
   std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
 };

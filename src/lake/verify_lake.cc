@@ -229,21 +229,15 @@ class BronzeChainSource final : public ChainSource {
   std::map<std::string, std::vector<ChainRow>> chains_;  // tenant -> rows by (seq, outbox_seq)
 };
 
-std::string TableUri(const std::string& lake_root) {
-  std::string out = lake_root;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out + "/bronze/events";
-}
-
 }  // namespace
 
 Result<LakeVerifyReport> VerifyChainsFromLake(const std::string& lake_root, const journal::VerifyOptions& opts) {
   if (lake_root.empty()) return InvalidArgument("lake root is empty");
-  BronzeChainSource source(TableUri(lake_root));
+  BronzeChainSource source(TableUri(lake_root, "bronze/events"));
   OML_ASSIGN_OR_RETURN(journal::VerifyReport chains, journal::VerifyChains(source, opts));
   LakeVerifyReport out;
   out.chains = std::move(chains);
-  out.table_uri = TableUri(lake_root);
+  out.table_uri = TableUri(lake_root, "bronze/events");
   out.table_version = source.version();
   out.rows = source.rows();
   return out;
