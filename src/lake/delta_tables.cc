@@ -162,6 +162,19 @@ std::vector<std::string> LakeTableNames() {
   return out;
 }
 
+Result<std::vector<ArrowColumnSpec>> LakeTableColumns(const std::string& name) {
+  for (const auto& def : kTables) {
+    if (name != def.path) continue;
+    std::vector<ArrowColumnSpec> out;
+    for (size_t i = 0; i < def.n; ++i) {
+      OML_ASSIGN_OR_RETURN(ArrowColumnType type, ArrowColumnTypeOf(def.cols[i].type));
+      out.push_back({def.cols[i].name, type, def.cols[i].nullable});
+    }
+    return out;
+  }
+  return NotFound("no lake table named '" + name + "'", "lake-table-unknown");
+}
+
 Result<int64_t> TableVersion(const std::string& table_uri) {
   OmlStorageError err{};
   int64_t version = -1;
@@ -252,6 +265,21 @@ Result<int64_t> DeltaTable::Append(const std::string& rows_jsonl, const TxnCommi
   int32_t rc = oml_storage_delta_append(handle_, rows_jsonl.data(), rows_jsonl.size(),
                                         commit.app_id.c_str(), commit.version, metadata.c_str(),
                                         &version, &err);
+  if (rc != OML_STORAGE_OK) {
+    return FromStorageError(rc, err, "append to " + uri_ + " (txn " + std::to_string(commit.version) + ")");
+  }
+  return version;
+}
+
+Result<int64_t> DeltaTable::AppendBatch(ArrowBatch* rows, const TxnCommit& commit) {
+  ArrowArray array{};
+  ArrowSchema schema{};
+  rows->Export(&array, &schema);  // the adapter owns both from here, on every path
+  OmlStorageError err{};
+  int64_t version = -1;
+  const std::string metadata = MetadataJson(commit);
+  int32_t rc = oml_storage_delta_append_arrow(handle_, &array, &schema, commit.app_id.c_str(), commit.version,
+                                              metadata.c_str(), &version, &err);
   if (rc != OML_STORAGE_OK) {
     return FromStorageError(rc, err, "append to " + uri_ + " (txn " + std::to_string(commit.version) + ")");
   }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "lake/arrow_batch.h"
 
 struct OmlStorageDeltaTable;
 
@@ -36,6 +37,10 @@ Status EnsureLakeTables(const std::string& lake_root);
 std::string TableUri(const std::string& lake_root, const std::string& name);
 // The lake's table paths under the root, in creation order ("bronze/events", ...).
 std::vector<std::string> LakeTableNames();
+
+// The columns of the lake table `name` as oml creates it (name, type, nullability, in table
+// order), for building an ArrowBatch; kNotFound for a name that is not a lake table.
+Result<std::vector<ArrowColumnSpec>> LakeTableColumns(const std::string& name);
 
 // Version of the Delta table at uri (0 right after creation). kNotFound if no table is there.
 Result<int64_t> TableVersion(const std::string& table_uri);
@@ -115,6 +120,10 @@ class DeltaTable {
   // Appends rows (JSON lines, at least one row) with commit's txn action and metadata in one
   // commit. Returns the version written.
   Result<int64_t> Append(const std::string& rows_jsonl, const TxnCommit& commit);
+  // The same with the rows as an Arrow batch (at least one row; the lake writer's bronze path):
+  // its columns must be the snapshot's, in order, or kInvalidArgument and nothing is committed.
+  // The batch is moved out (empty afterwards) whatever the result.
+  Result<int64_t> AppendBatch(ArrowBatch* rows, const TxnCommit& commit);
   // MERGE (see MergeSpec) in one commit with the txn action and metadata. Rows apply as if one
   // at a time in their given order: of two rows with one key, the later wins (key and update
   // columns from the last row, other columns from the first, as sequential application would

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -385,6 +386,163 @@ Result<std::string> ToDeltaRow(const OutboxRow& row, const TargetTable& table) {
   return doc.dump() + "\n";
 }
 
+namespace {
+
+// The text of a JSON string value `v` (quotes included in v), unescaped: v's own bytes when it
+// holds no escape, else decoded into *buf. nullopt if v is not exactly one JSON string.
+std::optional<std::string_view> JsonStringValue(std::string_view v, std::string* buf) {
+  if (v.size() < 2 || v.front() != '"' || v.back() != '"') return std::nullopt;
+  const std::string_view inner = v.substr(1, v.size() - 2);
+  if (std::memchr(inner.data(), '\\', inner.size()) == nullptr &&
+      std::memchr(inner.data(), '"', inner.size()) == nullptr)
+    return inner;
+  auto j = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_string()) return std::nullopt;
+  *buf = j.get<std::string>();
+  return std::string_view(*buf);
+}
+
+std::optional<int64_t> JsonInt64(std::string_view v) {
+  int64_t out = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseRfc3339Micros(std::string_view s) {
+  auto digits = [&](size_t at, size_t n, int* out) {
+    if (at + n > s.size()) return false;
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+  };
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  if (!digits(0, 4, &year) || s.size() < 20 || s[4] != '-' || !digits(5, 2, &month) || s[7] != '-' ||
+      !digits(8, 2, &day) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || !digits(11, 2, &hour) ||
+      s[13] != ':' || !digits(14, 2, &minute) || s[16] != ':' || !digits(17, 2, &second))
+    return std::nullopt;
+  size_t i = 19;
+  int64_t micros = 0;
+  if (i < s.size() && s[i] == '.') {
+    const size_t start = ++i;
+    int64_t scale = 100'000;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      micros += (s[i] - '0') * scale;  // digits past the sixth are cut off (scale 0)
+      scale /= 10;
+      ++i;
+    }
+    if (i == start || i - start > 9) return std::nullopt;
+  }
+  if (i >= s.size()) return std::nullopt;
+  int64_t offset_seconds = 0;
+  if (s[i] == 'Z' || s[i] == 'z') {
+    ++i;
+  } else if (s[i] == '+' || s[i] == '-') {
+    int oh = 0, om = 0;
+    if (!digits(i + 1, 2, &oh) || i + 3 >= s.size() || s[i + 3] != ':' || !digits(i + 4, 2, &om) || oh > 23 ||
+        om > 59)
+      return std::nullopt;
+    offset_seconds = (s[i] == '-' ? -1 : 1) * (oh * 3600 + om * 60);
+    i += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (i != s.size() || hour > 23 || minute > 59 || second > 59) return std::nullopt;
+  const std::chrono::year_month_day ymd{std::chrono::year{year}, std::chrono::month{static_cast<unsigned>(month)},
+                                        std::chrono::day{static_cast<unsigned>(day)}};
+  if (!ymd.ok()) return std::nullopt;
+  const int64_t days = std::chrono::sys_days(ymd).time_since_epoch().count();
+  return (days * 86'400 + hour * 3'600 + minute * 60 + second - offset_seconds) * 1'000'000 + micros;
+}
+
+Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
+  auto bad = [&](const std::string& what) {
+    batch->RollbackRow();
+    return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + what, "invalid-outbox-row");
+  };
+  std::string_view t = row.row_data;
+  std::string compact;  // row_data re-serialized on one line, when the byte scan cannot take it as is
+  std::vector<Member> members;
+  size_t close = 0;
+  if (!TopLevelMembers(t, &members, &close)) {
+    auto doc = nlohmann::json::parse(t, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded() || !doc.is_object()) return bad("row_data is not a JSON object");
+    compact = doc.dump();
+    t = compact;
+    members.clear();
+    if (!TopLevelMembers(t, &members, &close)) return bad("row_data is not a JSON object");
+  }
+  const int seq_col = batch->ColumnIndex("outbox_seq");
+  if (seq_col < 0) return bad("the table has no outbox_seq column");
+  std::string key_buf, value_buf;
+  for (const Member& m : members) {
+    std::string_view key = m.key;
+    if (key.find('\\') != std::string_view::npos) {
+      auto k = JsonStringValue(t.substr(m.key.data() - t.data() - 1, m.key.size() + 2), &key_buf);
+      if (!k) return bad("a member name is not a JSON string");
+      key = *k;
+    }
+    const int col = batch->ColumnIndex(key);
+    if (col < 0) return bad("no column " + std::string(key) + " in the table");
+    if (col == seq_col) continue;  // the row's own seq, whatever row_data says
+    const std::string_view v = t.substr(m.vb, m.ve - m.vb);
+    if (v == "null") {
+      batch->AppendNull(col);
+      continue;
+    }
+    const ArrowColumnSpec& spec = batch->columns()[static_cast<size_t>(col)];
+    switch (spec.type) {
+      case ArrowColumnType::kString: {
+        auto s = JsonStringValue(v, &value_buf);
+        if (!s) return bad(spec.name + " is not a string");
+        if (Status st = batch->AppendBytes(col, *s); !st.ok()) {
+          batch->RollbackRow();
+          return st;
+        }
+        break;
+      }
+      case ArrowColumnType::kBinary: {
+        auto s = JsonStringValue(v, &value_buf);
+        if (!s) return bad(spec.name + " is not a base64 string");
+        auto raw = crypto::FromBase64(*s);
+        if (!raw.ok()) return bad(spec.name + " is not valid base64 (" + raw.status().message() + ")");
+        if (Status st = batch->AppendBytes(col, *raw); !st.ok()) {
+          batch->RollbackRow();
+          return st;
+        }
+        break;
+      }
+      case ArrowColumnType::kLong: {
+        auto n = JsonInt64(v);
+        if (!n) return bad(spec.name + " is not a 64-bit integer");
+        batch->AppendInt64(col, *n);
+        break;
+      }
+      case ArrowColumnType::kTimestamp: {
+        std::optional<int64_t> us;
+        if (auto s = JsonStringValue(v, &value_buf)) {
+          us = ParseRfc3339Micros(*s);
+        } else {
+          us = JsonInt64(v);
+        }
+        if (!us) return bad(spec.name + " is neither an RFC 3339 time nor integer microseconds");
+        batch->AppendInt64(col, *us);
+        break;
+      }
+    }
+  }
+  batch->AppendInt64(seq_col, row.seq);
+  if (Status st = batch->EndRow(); !st.ok())
+    return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + st.message(), "invalid-outbox-row");
+  return Status::Ok();
+}
+
 LakeWriter::LakeWriter(LakeWriterOptions o) : opts_(std::move(o)), app_id_(AppIdFor(opts_.stream)) {
   if (opts_.holder.empty()) opts_.holder = DefaultHolder();
   if (opts_.max_rows < 1) opts_.max_rows = 1;
@@ -605,9 +763,23 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
       // Rows at or below the table's txn version are in it already (every commit covers its
       // whole range); only a rebuilt batch after a concurrent writer can start below it.
       std::string jsonl;
+      std::optional<ArrowBatch> arrow;      // an append's rows (bronze): no JSON on the adapter's side
       std::vector<const OutboxRow*> lines;  // the outbox row of each JSON line (not for derived)
       int64_t n = 0;
-      if (target.derived) {
+      if (target.write == TableWrite::kAppend && !target.derived) {
+        OML_ASSIGN_OR_RETURN(std::vector<ArrowColumnSpec> columns, LakeTableColumns(target.name));
+        arrow.emplace(std::move(columns));
+        arrow->ReserveRows(static_cast<int64_t>(source.size()));
+        for (const OutboxRow* row : source) {
+          if (row->seq <= last.version) continue;
+          if (Status st = AppendDeltaRow(*row, &*arrow); !st.ok()) {
+            if (st.code() != Code::kInvalidArgument) return st;
+            *poison = Poison{row, st.message()};
+            return Status::Ok();
+          }
+          ++n;
+        }
+      } else if (target.derived) {
         int64_t bad = 0;
         auto rows = DailyActivityRows(source, last.version, &bad);
         if (!rows.ok()) {
@@ -641,7 +813,9 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
       TxnCommit txn{app_id_, b.end,
                     {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
       const auto c0 = Clock::now();
-      auto version = target.write == TableWrite::kMerge ? table->Merge(jsonl, target.merge, txn) : table->Append(jsonl, txn);
+      auto version = target.write == TableWrite::kMerge ? table->Merge(jsonl, target.merge, txn)
+                     : arrow                              ? table->AppendBatch(&*arrow, txn)
+                                                          : table->Append(jsonl, txn);
       if (!version.ok()) {
         if (IsConflict(version.status())) {
           ++stats_.conflicts;
@@ -658,7 +832,9 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
           }
         }
         // Rows that do not fit the table: find the first one; it is the poison (nothing committed).
-        if (version.status().code() == Code::kInvalidArgument && !target.derived) {
+        // (An Arrow batch's rows were each checked by AppendDeltaRow: a refusal there is the
+        // table's schema, not a row.)
+        if (version.status().code() == Code::kInvalidArgument && !target.derived && !arrow) {
           auto check = table->CheckRows(jsonl);
           if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(lines.size())) {
             *poison = Poison{lines[check->bad_line], check->error};

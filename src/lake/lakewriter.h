@@ -46,6 +46,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -92,11 +93,26 @@ const std::vector<TargetTable>& TargetTables();
 Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows, int64_t above_seq,
                                       int64_t* bad_seq = nullptr);
 
-// One outbox row as the Delta adapter's JSON line (with its trailing '\n'): row_data's keys
+// One outbox row as the Delta adapter's JSON line, for the MERGE tables (silver; appends build an
+// Arrow batch with AppendDeltaRow instead), with its trailing '\n': row_data's keys
 // passed through unchanged (the table's binary columns stay base64, which the adapter decodes)
 // and "outbox_seq" set to row.seq. kInvalidArgument "invalid-outbox-row" if row_data is not a
 // JSON object or a binary column is neither null nor standard base64.
 Result<std::string> ToDeltaRow(const OutboxRow& row, const TargetTable& table);
+
+// One outbox row appended to `batch` (the table's columns, lake/arrow_batch.h): each row_data
+// member into its column (string: the JSON string unescaped; binary: standard base64 decoded;
+// long: a JSON integer; timestamp: RFC 3339 text or integer microseconds since the epoch, UTC;
+// null where the column is nullable) and outbox_seq = row.seq. A member the table has no
+// column for, a value of another type, a missing or null non-nullable column:
+// kInvalidArgument "invalid-outbox-row" naming the seq and the column, and the batch is as
+// before. Gives what ToDeltaRow's JSON line gives through the adapter's JSON decoder
+// (ArrowRowTest compares the two tables).
+Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch);
+// Microseconds since the epoch of an RFC 3339 date-time ("2026-11-30T15:37:13.123456Z", an
+// offset instead of Z, 'T', 't' or ' ' between date and time; past six fraction digits cut off);
+// nullopt otherwise.
+std::optional<int64_t> ParseRfc3339Micros(std::string_view s);
 
 struct LakeWriterOptions {
   std::string database_url;  // libpq URL of oml_lakewriter

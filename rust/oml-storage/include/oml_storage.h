@@ -221,6 +221,51 @@ int32_t oml_storage_delta_append(OmlStorageDeltaTable* table, const char* rows_j
                                  const char* metadata_json, int64_t* out_version,
                                  OmlStorageError* err);
 
+/* The Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html): the
+ * two structs exactly as the specification defines them, under its include guard. */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+struct ArrowSchema {
+  const char* format;
+  const char* name;
+  const char* metadata;
+  int64_t flags;
+  int64_t n_children;
+  struct ArrowSchema** children;
+  struct ArrowSchema* dictionary;
+  void (*release)(struct ArrowSchema*);
+  void* private_data;
+};
+struct ArrowArray {
+  int64_t length;
+  int64_t null_count;
+  int64_t offset;
+  int64_t n_buffers;
+  int64_t n_children;
+  const void** buffers;
+  struct ArrowArray** children;
+  struct ArrowArray* dictionary;
+  void (*release)(struct ArrowArray*);
+  void* private_data;
+};
+#endif /* ARROW_C_DATA_INTERFACE */
+
+/* Appends one record batch, given through the Arrow C data interface as a struct array
+ * (format "+s") whose children are the table's columns (same names, types and order as the
+ * snapshot's schema; Delta "timestamp" is "tsu:UTC", "binary" is "z", "string" "u", "long"
+ * "l"), in one commit with the txn action and metadata, as oml_storage_delta_append does.
+ * Ownership: the adapter MOVES *array and *schema on every call, whatever it returns (their
+ * release is NULL afterwards), and calls their release callbacks when done, possibly from
+ * another thread. The data is validated in full (offsets, UTF-8, nulls in non-nullable
+ * columns): anything that does not fit is OML_STORAGE_INVALID_ARGUMENT and commits nothing. */
+int32_t oml_storage_delta_append_arrow(OmlStorageDeltaTable* table, struct ArrowArray* array,
+                                       struct ArrowSchema* schema, const char* app_id,
+                                       int64_t txn_version, const char* metadata_json,
+                                       int64_t* out_version, OmlStorageError* err);
+
 /* MERGE in one commit with the txn action and metadata:
  *   ON every key column equal (key_columns_json: non-empty JSON array of column names; keys
  *   must be non-null in every row),

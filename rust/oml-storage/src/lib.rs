@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
 use deltalake::arrow::array::{Array, RecordBatch, UInt32Array};
 use deltalake::arrow::compute::{concat_batches, take};
-use deltalake::arrow::array::{AsArray, BinaryBuilder};
+use deltalake::arrow::array::{AsArray, BinaryBuilder, StructArray};
+use deltalake::arrow::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use deltalake::arrow::datatypes::{
     DataType as ArrowDataType, Field as ArrowField, Schema as ArrowSchema, SchemaRef,
 };
@@ -1692,22 +1693,120 @@ pub extern "C" fn oml_storage_delta_append(
         let app_id = txn_args(app_id, txn_version)?;
         let metadata = parse_commit_metadata(opt_cstr_arg(metadata_json, "metadata_json")?)?;
         let mut t = lock_table(h);
-        let schema = t
-            .snapshot()
-            .map_err(map_delta_error)?
-            .snapshot()
-            .arrow_schema();
-        let batches = decode_rows(schema, rows)?;
-        let written = block_on(
-            t.clone()
-                .write(batches)
-                .with_save_mode(SaveMode::Append)
-                .with_commit_properties(commit_properties(app_id, txn_version, metadata))
-                .into_future(),
-        )?
-        .map_err(map_commit_error)?;
-        *t = written;
-        *out = table_version(&t)?;
+        let batches = decode_rows(snapshot_arrow_schema(&t)?, rows)?;
+        *out = append_commit(&mut t, batches, app_id, txn_version, metadata)?;
+        Ok(())
+    })
+}
+
+/// The snapshot's schema as Arrow.
+fn snapshot_arrow_schema(t: &DeltaTable) -> FfiResult<SchemaRef> {
+    Ok(t.snapshot().map_err(map_delta_error)?.snapshot().arrow_schema())
+}
+
+/// One append commit of `batches` with the txn action and metadata, conditional on the handle's
+/// snapshot; the handle moves to the version written, which is returned.
+fn append_commit(
+    t: &mut DeltaTable,
+    batches: Vec<RecordBatch>,
+    app_id: &str,
+    txn_version: i64,
+    metadata: serde_json::Map<String, serde_json::Value>,
+) -> FfiResult<i64> {
+    let written = block_on(
+        t.clone()
+            .write(batches)
+            .with_save_mode(SaveMode::Append)
+            .with_commit_properties(commit_properties(app_id, txn_version, metadata))
+            .into_future(),
+    )?
+    .map_err(map_commit_error)?;
+    *t = written;
+    table_version(t)
+}
+
+/// Moves the caller's C data interface structs into Rust (their release is NULL afterwards, as
+/// the interface's move semantics say), whatever the call does next.
+///
+/// # Safety
+/// Each pointer is NULL or points to a struct of the interface (released or not).
+unsafe fn take_arrow(
+    array: *mut FFI_ArrowArray,
+    schema: *mut FFI_ArrowSchema,
+) -> FfiResult<(FFI_ArrowArray, FFI_ArrowSchema)> {
+    let a = (!array.is_null()).then(|| unsafe { FFI_ArrowArray::from_raw(array) });
+    let s = (!schema.is_null()).then(|| unsafe { FFI_ArrowSchema::from_raw(schema) });
+    match (a, s) {
+        (Some(a), Some(s)) => Ok((a, s)),
+        _ => fail(OML_STORAGE_INVALID_ARGUMENT, "array and schema are required"),
+    }
+}
+
+/// One imported struct array as a record batch of `table_schema`: the same column names and
+/// types in the same order, no null in a non-nullable column, offsets and UTF-8 valid
+/// (validate_full: the producer is trusted with nothing).
+fn import_batch(
+    table_schema: SchemaRef,
+    array: FFI_ArrowArray,
+    schema: &FFI_ArrowSchema,
+) -> FfiResult<RecordBatch> {
+    let data = unsafe { from_ffi(array, schema) }.map_err(invalid_rows)?;
+    data.validate_full().map_err(invalid_rows)?;
+    let ArrowDataType::Struct(fields) = data.data_type() else {
+        return Err(invalid_rows("the array is not a struct of columns"));
+    };
+    if data.offset() != 0 || data.null_count() != 0 {
+        return Err(invalid_rows("the struct array has an offset or null rows"));
+    }
+    if data.len() == 0 {
+        return fail(OML_STORAGE_INVALID_ARGUMENT, "no rows");
+    }
+    if fields.len() != table_schema.fields().len() {
+        return Err(invalid_rows(format!(
+            "{} columns where the table has {}",
+            fields.len(),
+            table_schema.fields().len()
+        )));
+    }
+    for (i, (f, t)) in fields.iter().zip(table_schema.fields().iter()).enumerate() {
+        if f.name() != t.name() || f.data_type() != t.data_type() {
+            return Err(invalid_rows(format!(
+                "column {i} is {:?} {} where the table has {:?} {}",
+                f.name(),
+                f.data_type(),
+                t.name(),
+                t.data_type()
+            )));
+        }
+    }
+    let (_, columns, _) = StructArray::from(data).into_parts();
+    RecordBatch::try_new(table_schema, columns).map_err(invalid_rows)
+}
+
+/// Appends one Arrow record batch (C data interface) in one commit. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_append_arrow(
+    table: *mut OmlStorageDeltaTable,
+    array: *mut FFI_ArrowArray,
+    schema: *mut FFI_ArrowSchema,
+    app_id: *const c_char,
+    txn_version: i64,
+    metadata_json: *const c_char,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        // First, so that the caller's structs are moved on every path.
+        let imported = unsafe { take_arrow(array, schema) };
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let (array, schema) = imported?;
+        let app_id = txn_args(app_id, txn_version)?;
+        let metadata = parse_commit_metadata(opt_cstr_arg(metadata_json, "metadata_json")?)?;
+        let mut t = lock_table(h);
+        let batch = import_batch(snapshot_arrow_schema(&t)?, array, &schema)?;
+        *out = append_commit(&mut t, vec![batch], app_id, txn_version, metadata)?;
         Ok(())
     })
 }
