@@ -108,8 +108,8 @@ def test_every_event_enqueues_one_bronze_outbox_row(served):
 SWAPPED_ENQUEUE = "oml.enqueue_outbox_xid_after_seq"
 
 
-def _backend_xid_while_blocked_in_nextval(d, tenant, function):
-    """Calls `function(tenant, 'bronze/events', 1, '{}')` while oml.outbox_seq is locked and returns
+def _backend_xid_while_blocked_in_nextval(d, tenant, function, row_type="json"):
+    """Calls `function(tenant, 'bronze/events', 1, '{}'::row_type)` while oml.outbox_seq is locked and returns
     (backend_xid of the caller while it waits for the sequence, the seq it drew once released).
     Both transactions are rolled back."""
     holder = psycopg.connect(d.superuser_url)  # not autocommit: each is one open transaction
@@ -125,7 +125,7 @@ def _backend_xid_while_blocked_in_nextval(d, tenant, function):
 
         def call():
             try:
-                outcome["seq"] = caller.execute(f"SELECT {function}(%s::uuid, 'bronze/events', 1, '{{}}'::jsonb)",
+                outcome["seq"] = caller.execute(f"SELECT {function}(%s::uuid, 'bronze/events', 1, '{{}}'::{row_type})",
                                                 (tenant,)).fetchone()[0]
             except Exception as e:  # reported by the assertions below
                 outcome["error"] = e
@@ -155,11 +155,13 @@ def _backend_xid_while_blocked_in_nextval(d, tenant, function):
         watcher.close()
 
 
-def test_outbox_xid_is_taken_before_the_seq_draw(deployment):
+@pytest.mark.parametrize("function,row_type", [("oml.enqueue_outbox_json", "json"), ("oml.enqueue_outbox", "jsonb")])
+def test_outbox_xid_is_taken_before_the_seq_draw(deployment, function, row_type):
+    """The commit point's enqueue_outbox_json (sql/0016), and the jsonb form that SQL-built rows use."""
     d = deployment
     tenant = d.tenant("acme")
     before = d.counts()["outbox"]
-    xid, seq = _backend_xid_while_blocked_in_nextval(d, tenant, "oml.enqueue_outbox")
+    xid, seq = _backend_xid_while_blocked_in_nextval(d, tenant, function, row_type)
     assert xid is not None, "enqueue_outbox drew the outbox seq before the transaction had an xid"
     assert int(xid) > 0
     assert isinstance(seq, int) and seq > 0
@@ -172,13 +174,13 @@ def test_outbox_order_probe_detects_enqueue_outbox_with_the_steps_swapped(deploy
     d = deployment
     tenant = d.tenant("acme")
     with d.su() as c:
-        src = c.execute("SELECT pg_get_functiondef('oml.enqueue_outbox(uuid, text, bigint, jsonb)'::regprocedure)").fetchone()[0]
+        src = c.execute("SELECT pg_get_functiondef('oml.enqueue_outbox_json(uuid, text, bigint, json)'::regprocedure)").fetchone()[0]
         take_xid = "v_xid xid8 := pg_current_xact_id();"
         draw_seq = "v_seq := nextval('oml.outbox_seq');"
         assert src.count(take_xid) == 1 and src.count(draw_seq) == 1, src  # the shape this test swaps
         swapped = (src.replace(take_xid, "v_xid xid8;")
                       .replace(draw_seq, draw_seq + "\n  v_xid := pg_current_xact_id();")
-                      .replace("oml.enqueue_outbox(", SWAPPED_ENQUEUE + "(", 1))
+                      .replace("oml.enqueue_outbox_json(", SWAPPED_ENQUEUE + "(", 1))
         assert SWAPPED_ENQUEUE in swapped
         c.execute(swapped)
     try:
@@ -187,7 +189,7 @@ def test_outbox_order_probe_detects_enqueue_outbox_with_the_steps_swapped(deploy
         assert isinstance(seq, int) and seq > 0  # the swapped function works otherwise
     finally:
         with d.su() as c:
-            c.execute(f"DROP FUNCTION {SWAPPED_ENQUEUE}(uuid, text, bigint, jsonb)")
+            c.execute(f"DROP FUNCTION {SWAPPED_ENQUEUE}(uuid, text, bigint, json)")
 
 
 @pytest.mark.parametrize("point", ["journal.after_journal_insert", "journal.after_outbox_insert"])

@@ -241,7 +241,7 @@ TEST_F(ReviewTest, EventsAreDigestOnly) {
   EXPECT_EQ(renv->payload["reason"], "wrong");
   // The bronze row of each review event carries the claim columns its payload names.
   auto b = su_->Query("SELECT row_data->>'event_type', row_data->>'artifact_id', row_data->>'version', "
-                      "row_data->>'ciphertext_sha256', row_data->'path' = 'null'::jsonb FROM oml.outbox "
+                      "row_data->>'ciphertext_sha256', (row_data->'path')::text = 'null' FROM oml.outbox "
                       "WHERE tenant_id = $1 AND target_table = 'bronze/events' AND journal_seq = $2",
                       {db::Text(tenant_), db::Int(prc.seq)});
   ASSERT_TRUE(b.ok() && b->size() == 1);

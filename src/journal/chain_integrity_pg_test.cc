@@ -470,14 +470,19 @@ TEST_F(ChainIntegrityTest, TheOutboxIsWrittenOnlyThroughEnqueueOutbox) {
   EXPECT_EQ(seq.status().type(), "database-permission-denied");
   // Through the function, but for another tenant than the transaction's scope: refused.
   const std::string other = NewTenant("outbox-rule-other");
-  auto foreign = run(t, {"SELECT oml.enqueue_outbox($1, 'bronze/events', 1, '{}')", {db::Text(other)}});
-  ASSERT_FALSE(foreign.ok());
-  EXPECT_EQ(foreign.status().type(), "database-permission-denied");
-  EXPECT_NE(foreign.status().log_detail().find("in their own tenant's scope"), std::string::npos)
-      << foreign.status().log_detail();
-  // In its own scope it works (that is how every event's outbox row is written).
-  auto own = run(t, {"SELECT oml.enqueue_outbox($1, 'bronze/events', 1, '{}')", {db::Text(t)}});
-  EXPECT_TRUE(own.ok()) << own.status().ToString();
+  // Both forms: enqueue_outbox_json (the commit point's, sql/0016) and the jsonb one.
+  for (const char* fn : {"oml.enqueue_outbox_json($1, 'bronze/events', 1, '{}'::json)",
+                         "oml.enqueue_outbox($1, 'bronze/events', 1, '{}')"}) {
+    SCOPED_TRACE(fn);
+    auto foreign = run(t, {std::string("SELECT ") + fn, {db::Text(other)}});
+    ASSERT_FALSE(foreign.ok());
+    EXPECT_EQ(foreign.status().type(), "database-permission-denied");
+    EXPECT_NE(foreign.status().log_detail().find("in their own tenant's scope"), std::string::npos)
+        << foreign.status().log_detail();
+    // In its own scope it works (that is how every event's outbox row is written).
+    auto own = run(t, {std::string("SELECT ") + fn, {db::Text(t)}});
+    EXPECT_TRUE(own.ok()) << own.status().ToString();
+  }
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
       for (auto& st : ev->fold(e.seq)) rt2.push_back(std::move(st));
     }
     if (Status st = OML_SYNC_POINT("journal.after_journal_insert"); !st.ok()) return fail_at(st);
-    rt2.push_back({"SELECT oml.enqueue_outbox($1, 'bronze/events', $2, $3::jsonb)",
+    rt2.push_back({"SELECT oml.enqueue_outbox_json($1, 'bronze/events', $2, $3::json)",
                    {db::Text(tenant), db::Int(e.seq),
                     db::Text(BronzeRow(e, rc.event_hash, rc.signed_bytes, rc.signature).dump())},
                    "oml_enqueue_bronze"});

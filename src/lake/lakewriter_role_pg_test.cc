@@ -148,6 +148,8 @@ TEST_F(LakewriterRoleTest, CannotWriteTheJournalOrTheOutbox) {
   ExpectDenied(lw_->Query("SELECT nextval('oml.outbox_seq')"), "nextval");
   ExpectDenied(lw_->Query("SELECT oml.enqueue_outbox($1, 'bronze/events', 1, '{}')", {db::Text(tenant_a_)}),
                "enqueue_outbox");
+  ExpectDenied(lw_->Query("SELECT oml.enqueue_outbox_json($1, 'bronze/events', 1, '{}'::json)", {db::Text(tenant_a_)}),
+               "enqueue_outbox_json");
   ExpectDenied(lw_->Query("SELECT * FROM oml.lock_head($1)", {db::Text(tenant_a_)}), "lock_head");
   // Nothing of the above changed a row.
   auto rows = su_->Query("SELECT count(*) FROM oml.outbox WHERE seq = 999999");
