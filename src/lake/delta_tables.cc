@@ -280,6 +280,9 @@ Result<int64_t> DeltaTable::AppendBatch(ArrowBatch* rows, const TxnCommit& commi
   const std::string metadata = MetadataJson(commit);
   int32_t rc = oml_storage_delta_append_arrow(handle_, &array, &schema, commit.app_id.c_str(), commit.version,
                                               metadata.c_str(), &version, &err);
+  // The adapter moves both structs first thing; were one left (a failure before that), free it here.
+  if (array.release != nullptr) array.release(&array);
+  if (schema.release != nullptr) schema.release(&schema);
   if (rc != OML_STORAGE_OK) {
     return FromStorageError(rc, err, "append to " + uri_ + " (txn " + std::to_string(commit.version) + ")");
   }

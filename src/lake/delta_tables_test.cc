@@ -534,7 +534,9 @@ TEST_F(DeltaAdapterTest, AddColumnsSumCheckRowsLocatesAndOptimizeCompacts) {
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->version, 6);
   for (const auto& a : LogActions(dir, *t.SnapshotVersion()))
-    if (a.contains("commitInfo")) EXPECT_EQ(a["commitInfo"]["operation"], "OPTIMIZE") << a.dump();
+    if (a.contains("commitInfo")) {
+      EXPECT_EQ(a["commitInfo"]["operation"], "OPTIMIZE") << a.dump();
+    }
   // Nothing left to compact: no commit.
   const int64_t at = *t.SnapshotVersion();
   auto again = t.Optimize(uint64_t{128} << 20);

@@ -461,11 +461,12 @@ std::optional<int64_t> ParseRfc3339Micros(std::string_view s) {
   return (days * 86'400 + hour * 3'600 + minute * 60 + second - offset_seconds) * 1'000'000 + micros;
 }
 
-Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
-  auto bad = [&](const std::string& what) {
-    batch->RollbackRow();
-    return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + what, "invalid-outbox-row");
-  };
+namespace {
+
+// AppendDeltaRow's values of one row, without EndRow; an error leaves the row partial (the
+// caller rolls it back) and its message does not name the seq yet.
+Status AppendRowValues(const OutboxRow& row, ArrowBatch* batch) {
+  auto bad = [](const std::string& what) { return InvalidArgument(what); };
   std::string_view t = row.row_data;
   std::string compact;  // row_data re-serialized on one line, when the byte scan cannot take it as is
   std::vector<Member> members;
@@ -501,10 +502,7 @@ Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
       case ArrowColumnType::kString: {
         auto s = JsonStringValue(v, &value_buf);
         if (!s) return bad(spec.name + " is not a string");
-        if (Status st = batch->AppendBytes(col, *s); !st.ok()) {
-          batch->RollbackRow();
-          return st;
-        }
+        OML_RETURN_IF_ERROR(batch->AppendBytes(col, *s));
         break;
       }
       case ArrowColumnType::kBinary: {
@@ -512,10 +510,7 @@ Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
         if (!s) return bad(spec.name + " is not a base64 string");
         auto raw = crypto::FromBase64(*s);
         if (!raw.ok()) return bad(spec.name + " is not valid base64 (" + raw.status().message() + ")");
-        if (Status st = batch->AppendBytes(col, *raw); !st.ok()) {
-          batch->RollbackRow();
-          return st;
-        }
+        OML_RETURN_IF_ERROR(batch->AppendBytes(col, *raw));
         break;
       }
       case ArrowColumnType::kLong: {
@@ -538,9 +533,18 @@ Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
     }
   }
   batch->AppendInt64(seq_col, row.seq);
-  if (Status st = batch->EndRow(); !st.ok())
-    return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + st.message(), "invalid-outbox-row");
   return Status::Ok();
+}
+
+}  // namespace
+
+Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
+  Status st = AppendRowValues(row, batch);
+  if (st.ok()) st = batch->EndRow();  // rolls the row back itself when it refuses it
+  if (st.ok()) return st;
+  batch->RollbackRow();
+  if (st.code() != Code::kInvalidArgument) return st;
+  return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + st.message(), "invalid-outbox-row");
 }
 
 LakeWriter::LakeWriter(LakeWriterOptions o) : opts_(std::move(o)), app_id_(AppIdFor(opts_.stream)) {
