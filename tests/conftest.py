@@ -227,10 +227,10 @@ def dev_profile(name, **extra_env):
         subprocess.run(["rm", "-rf", str(home)])
 
 
-@pytest.fixture
-def deployment(tmp_path_factory):
-    """A fresh, initialized deployment with its cluster running (no server)."""
-    home = Path(tempfile.mkdtemp(prefix="oml-t-", dir="/tmp"))
+@contextlib.contextmanager
+def new_deployment(prefix="oml-t-"):
+    """A fresh, initialized deployment with its cluster running (no server), removed afterwards."""
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(home, 0o755)
     d = Deployment(home)
     try:
@@ -240,6 +240,13 @@ def deployment(tmp_path_factory):
     finally:
         d.close()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def deployment(tmp_path_factory):
+    """A fresh, initialized deployment with its cluster running (no server)."""
+    with new_deployment() as d:
+        yield d
 
 
 @pytest.fixture

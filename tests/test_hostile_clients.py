@@ -497,7 +497,7 @@ def slow_authenticate(d, seconds):
     su.execute(f"""
         ALTER FUNCTION oml.authenticate(bytea) RENAME TO authenticate_fast;
         CREATE FUNCTION oml.authenticate(p_hash bytea, OUT tenant_id uuid, OUT principal text, OUT role text)
-          LANGUAGE sql STABLE SECURITY DEFINER SET search_path = oml, pg_catalog AS $$
+          LANGUAGE sql STABLE SECURITY DEFINER SET search_path = oml, pg_catalog, pg_temp AS $$
           SELECT a.tenant_id, a.principal, a.role FROM pg_sleep({seconds}) s, oml.authenticate_fast(p_hash) a $$;
         GRANT EXECUTE ON FUNCTION oml.authenticate(bytea) TO oml_app;
     """)

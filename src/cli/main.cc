@@ -1145,6 +1145,27 @@ int Main(int argc, char** argv) {
                                        "unless run with --reduced-durability (`oml dev`: reduced by definition)")
                     << "\n";
         }
+        // The database boundary (sql/0017_pinned_search_path.sql): a function whose names a
+        // role could shadow from pg_temp is a problem; TEMP still granted is reported only.
+        auto b = (*h)->Query(
+            "SELECT coalesce((SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY 1) FROM pg_proc p "
+            "  WHERE p.pronamespace = 'oml'::regnamespace AND p.prosqlbody IS NULL "
+            "    AND NOT coalesce(p.proconfig @> ARRAY['search_path=oml, pg_catalog, pg_temp'], false)), ''), "
+            "has_database_privilege(current_user, current_database(), 'TEMPORARY')");
+        if (b.ok()) {
+          if (!b->Get(0, 0).empty()) {
+            ++problems;
+            std::cout << "BOUNDARY: functions without the pinned search_path (oml, pg_catalog, pg_temp): "
+                      << b->Get(0, 0) << ".\n  A role could shadow their types or tables from pg_temp; run `oml "
+                         "migrate`.\n";
+          } else {
+            std::cout << "boundary: every oml function pins search_path = oml, pg_catalog, pg_temp"
+                      << (b->Get(0, 1) == "t" ? "; TEMPORARY on the database is still granted to this role (run "
+                                                "`oml migrate` as the database owner to revoke it)"
+                                              : "; this role cannot create temporary objects")
+                      << "\n";
+          }
+        }
       }
     }
     auto store = blob::OpenObjectStore(cfg.object_store_url);

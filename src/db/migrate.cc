@@ -111,6 +111,21 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
       "GRANT USAGE ON SCHEMA oml TO oml_lakewriter; "
       "GRANT SELECT ON oml.schema_migrations TO oml_lakewriter; "
       "RESET ROLE;").status());
+  // No oml role needs temporary objects, and pg_temp is where a role would plant a type or a
+  // relation to shadow one a function uses (sql/0017_pinned_search_path.sql). Every function
+  // pins its path regardless; this takes the tool away as well. A database privilege: only the
+  // database's owner (or a superuser) may revoke it, so an administrator who is neither is told.
+  OML_RETURN_IF_ERROR(admin.Exec(
+      "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC, oml_app, oml_lakewriter', "
+      "current_database()); END $$;").status());
+  OML_ASSIGN_OR_RETURN(Rows temp, admin.Query(
+      "SELECT string_agg(r, ', ' ORDER BY r) FROM unnest(ARRAY['oml_app', 'oml_lakewriter']) r "
+      "WHERE has_database_privilege(r, current_database(), 'TEMPORARY')"));
+  if (!temp.IsNull(0, 0)) {
+    log::Warn("this administrator cannot revoke TEMPORARY on the database from PUBLIC (it is not the database's "
+              "owner): " + temp.Get(0, 0) + " can still create temporary objects; every oml function pins its "
+              "search_path, so this is defence in depth only. Run `oml migrate` once as the owner to close it");
+  }
 
   OML_ASSIGN_OR_RETURN(Rows applied, admin.Query("SELECT version, sha256 FROM oml.schema_migrations ORDER BY version"));
   int max_applied = 0;
