@@ -5,8 +5,12 @@ Every number is compared with what the superuser reads from PostgreSQL and with 
 --once`'s effect; the long transaction is a real superuser transaction that took an xid.
 """
 import json
+import subprocess
+import time
 
 import psycopg
+
+from conftest import OML_BIN
 
 APP = "oml-lakewriter"
 
@@ -79,6 +83,13 @@ def test_status_reports_frontier_lag_and_txn_versions_before_and_after_a_drain(d
     assert [(t["table_version"], t["txn_version"]) for t in s["tables"]] == [(1, last), (0, None), (1, last)]
     assert s["lease"]["epoch"] == 1
     assert f"bronze/events: txn {last}, table version 1\n" in status_text(d)
+    # The --once writer has exited: nobody holds the lease, whatever lake_frontier still names.
+    with d.su() as c:
+        recorded = c.execute("SELECT lease_holder FROM oml.lake_frontier WHERE stream = 'default'").fetchone()[0]
+    assert recorded
+    assert s["lease"] == {"held": False, "holder": None, "last_holder": recorded, "epoch": 1}
+    assert f"lease:           not held: no lake writer is running (last holder {recorded}) (epoch 1)\n" \
+        in status_text(d)
 
     # New writes: lag above the unchanged frontier; the tables keep their txn version.
     add_events(d, "st2", tenants=1)
@@ -154,3 +165,25 @@ def test_status_of_an_unknown_stream_is_not_found_and_of_a_malformed_one_a_usage
     assert "nope" in p.stderr
     p = deployment.run("status", "--stream", "Bad Name", check=False)
     assert (p.returncode, p.stdout) == (2, ""), p.stderr  # kExitUsage: invalid-field
+
+
+def test_status_names_the_lease_holder_only_while_a_writer_holds_it(deployment):
+    """Issue 18: `oml status` showed the last writer as the holder after it had stopped."""
+    d = deployment
+    w = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50"], env=d.env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not status(d)["lease"]["held"]:
+            time.sleep(0.1)
+        s = status(d)
+        with d.su() as c:
+            holder = c.execute("SELECT lease_holder FROM oml.lake_frontier WHERE stream = 'default'").fetchone()[0]
+        assert s["lease"] == {"held": True, "holder": holder, "last_holder": holder, "epoch": 1}
+        assert f"lease:           held by {holder} (epoch 1)\n" in status_text(d)
+    finally:
+        w.kill()
+        w.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and status(d)["lease"]["held"]:
+        time.sleep(0.1)
+    assert status(d)["lease"] == {"held": False, "holder": None, "last_holder": holder, "epoch": 1}

@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import requests
 
 from conftest import OML_BIN
@@ -324,6 +325,47 @@ def test_a_poison_row_is_requeued_after_the_cause_is_fixed_and_applied_once(serv
     types = journal_types(d, d.tenant_id)
     assert types.count("materialize-skipped") == 1 and types.count("materialize-requeued") == 1
     assert d.run("verify", check=False).returncode == 0
+    assert d.run("verify", "--from-lake", check=False).returncode == 0
+
+
+ORDERS = [["requeue"], ["demote", "requeue"], ["requeue", "demote"], ["erase", "requeue"],
+          ["demote", "erase", "requeue"], ["demote", "requeue", "erase"], ["requeue", "erase"]]
+
+
+@pytest.mark.parametrize("acts", ORDERS, ids=["-".join(o) for o in ORDERS])
+def test_a_requeued_promotion_never_puts_an_older_state_back(served, acts):
+    """Issue 18: the promotion's silver row is dead-lettered (silver has an older schema); the
+    table is fixed; then demote, erase and the promotion's requeue come in every order, with the
+    lake writer run after each. Silver applies a row only when it is newer by chain seq, so after
+    every step it equals the journal's fold: the state PostgreSQL holds, set by the newest act."""
+    d = served
+    from deltalake import DeltaTable, write_deltalake
+    silver = d.home / "lake" / SILVER
+    good = DeltaTable(str(silver)).to_pyarrow_table().schema
+    shutil.rmtree(silver)
+    write_deltalake(str(silver), pa.schema([f for f in good if f.name != "media_type"]).empty_table(), mode="overwrite")
+    c = d.submit(d.writer, body="promote me").json()
+    art = c["artifact_id"]
+    newest = verdict(d, d.reviewer, art, "accept")
+    lakewriter(d)
+    with d.su() as cn:
+        (dl_id,) = cn.execute("SELECT id FROM oml.dead_letter").fetchone()
+    shutil.rmtree(silver)
+    d.init()
+    for act in acts:
+        if act == "requeue":
+            d.run("dead-letter", "requeue", str(dl_id))
+        elif act == "demote":
+            newest = demote(d, d.admin, art)
+        else:
+            newest = erase(d, d.admin, art)
+        lakewriter(d)
+        with d.su() as cn:
+            state = cn.execute("SELECT state FROM oml.artifacts WHERE tenant_id = %s AND artifact_id = %s",
+                               (d.tenant_id, art)).fetchone()[0]
+        rows = both_readers(d, SILVER, silver_key)
+        assert [(r["artifact_id"], r["state"], r["last_event_seq"]) for r in rows] == [(art, state, newest)], \
+            (acts, act)
     assert d.run("verify", "--from-lake", check=False).returncode == 0
 
 

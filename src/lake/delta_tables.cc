@@ -300,6 +300,7 @@ Result<int64_t> DeltaTable::Merge(const std::string& rows_jsonl, const MergeSpec
   int32_t rc = oml_storage_delta_merge(handle_, rows_jsonl.data(), rows_jsonl.size(), keys.c_str(),
                                        spec.update_columns ? updates.c_str() : nullptr,
                                        adds.empty() ? nullptr : adds.c_str(),
+                                       spec.newer_column.empty() ? nullptr : spec.newer_column.c_str(),
                                        commit.app_id.c_str(), commit.version, metadata.c_str(),
                                        &version, &err);
   if (rc != OML_STORAGE_OK) {

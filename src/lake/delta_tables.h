@@ -70,10 +70,14 @@ struct LastTxn {
 // INSERT the whole row.
 // add_columns: WHEN MATCHED also SET c = target.c + source.c (non-nullable long columns, not
 // keys, not update columns); with add columns the rows' keys must be unique (aggregate first).
+// newer_column: WHEN MATCHED only if source.c > target.c (a non-nullable long column, neither key
+// nor add column): a row older than the stored one (a replay, a requeue, a repair) changes
+// nothing, whatever order rows arrive in; rows of one key in one MERGE fold to the newest.
 struct MergeSpec {
   std::vector<std::string> key_columns;                      // non-empty; keys never null
   std::optional<std::vector<std::string>> update_columns;    // nullopt: every non-key, non-add column
   std::vector<std::string> add_columns;
+  std::string newer_column;                                  // "": every matched row updates
 };
 
 // The result of DeltaTable::CheckRows.

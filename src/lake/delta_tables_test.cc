@@ -474,6 +474,49 @@ TEST_F(DeltaAdapterTest, MergeAppliesRowsInGivenOrderAndFoldsDuplicateKeys) {
   EXPECT_EQ(rows[2]["state"], "demoted");
 }
 
+// MergeSpec::newer_column (silver's last_event_seq, issue 18): a matched row changes only when the
+// source is newer; rows of one key fold to the newest, in whatever order they come; a key not in
+// the table is inserted whatever its value; an unfit column is refused and commits nothing.
+TEST_F(DeltaAdapterTest, MergeWithANewerColumnNeverPutsAnOlderRowBack) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  MergeSpec spec{{"artifact_id", "version"}, std::vector<std::string>{"state", "seq"}};
+  spec.newer_column = "seq";
+  // a/1 demoted at 140 arrives first (its promotion at 100 was set aside); b/1 in one batch
+  // with its newest row (150) before an older one (120).
+  auto v1 = t.Merge(Row("a", 1, "demoted", "/a", 140) + Row("b", 1, "erased", "/b", 150) +
+                        Row("b", 1, "promoted", "/b-old", 120),
+                    spec, Txn(0, 10));
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  auto rows = Rows(t);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(std::make_pair(rows[0]["state"], rows[0]["seq"]), std::make_pair(nlohmann::json("demoted"), nlohmann::json(140)));
+  EXPECT_EQ(std::make_pair(rows[1]["state"], rows[1]["seq"]), std::make_pair(nlohmann::json("erased"), nlohmann::json(150)));
+  EXPECT_EQ(rows[1]["path"], "/b");  // the insert columns of the first row of the key
+  // The requeued promotion of a/1 (100) and a replay of b/1 at 150: nothing changes. A newer a/1
+  // row (160) does.
+  auto v2 = t.Merge(Row("a", 1, "promoted", "/a", 100) + Row("b", 1, "promoted", "/b", 150), spec, Txn(10, 20));
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  rows = Rows(t);
+  EXPECT_EQ(std::make_pair(rows[0]["state"], rows[0]["seq"]), std::make_pair(nlohmann::json("demoted"), nlohmann::json(140)));
+  EXPECT_EQ(std::make_pair(rows[1]["state"], rows[1]["seq"]), std::make_pair(nlohmann::json("erased"), nlohmann::json(150)));
+  ASSERT_TRUE(t.Merge(Row("a", 1, "erased", "/a", 160), spec, Txn(20, 30)).ok());
+  EXPECT_EQ(Rows(t)[0]["state"], "erased");
+  // Without the newer column the same older row would win (the old behaviour).
+  MergeSpec plain{{"artifact_id", "version"}, std::vector<std::string>{"state", "seq"}};
+  ASSERT_TRUE(t.Merge(Row("a", 1, "promoted", "/a", 100), plain, Txn(30, 40)).ok());
+  EXPECT_EQ(Rows(t)[0]["state"], "promoted");
+  // A newer column that is a key, nullable or not a long: refused, nothing committed.
+  const auto before = t.SnapshotVersion();
+  for (const char* bad : {"version", "path", "state", "nope"}) {
+    MergeSpec b = spec;
+    b.newer_column = bad;
+    auto r = t.Merge(Row("z", 1, "promoted", "/z", 1), b, Txn(40, 50));
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(*t.SnapshotVersion(), *before);
+}
+
 // The three calls the writer added for gold, poison rows and compaction: MERGE with add columns
 // (target.c + source.c), CheckRows (the first row that does not fit), Optimize (bin-packing that
 // keeps rows and the txn version).

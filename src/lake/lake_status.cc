@@ -38,13 +38,19 @@ Result<LakeStatus> ReadLakeStatus(db::Conn& c, const OutboxStream& s, const std:
   }
 
   OML_ASSIGN_OR_RETURN(
-      db::Rows f, c.Query("SELECT frontier_seq, coalesce(lease_holder, ''), lease_epoch FROM oml.lake_frontier "
-                          "WHERE stream = $1",
-                          {db::Text(s.name)}));
+      db::Rows f,
+      c.Query("SELECT frontier_seq, coalesce(lease_holder, ''), lease_epoch, EXISTS (SELECT 1 FROM pg_locks l "
+              "  WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database "
+              "  WHERE datname = current_database()) AND l.classid = ($2::bigint & 4294967295)::oid "
+              "  AND l.objid = ($3::bigint & 4294967295)::oid AND l.objsubid = 2) "
+              "FROM oml.lake_frontier WHERE stream = $1",
+              {db::Text(s.name), db::Int(kLeaseClassId), db::Int(Fnv1a32(st.app_id))}));
   if (f.size() != 1) return NotFound("no outbox stream " + s.name + " (oml.lake_frontier)", "unknown-stream");
   st.frontier = f.GetInt(0, 0);
-  st.lease_holder = f.Get(0, 1);
+  st.last_holder = f.Get(0, 1);
   st.lease_epoch = f.GetInt(0, 2);
+  st.lease_held = f.Get(0, 3) == "t";
+  if (st.lease_held) st.lease_holder = st.last_holder;
 
   // s.table comes from the stream registry (ResolveStream), never from input.
   OML_ASSIGN_OR_RETURN(
@@ -108,7 +114,11 @@ nlohmann::json LakeStatus::ToJson() const {
           {"holders", holders},
           {"tables", tables},
           {"dead_letters", dead_letters},
-          {"lease", {{"holder", lease_holder.empty() ? json(nullptr) : json(lease_holder)}, {"epoch", lease_epoch}}}};
+          {"lease",
+           {{"held", lease_held},
+            {"holder", lease_holder.empty() ? json(nullptr) : json(lease_holder)},
+            {"last_holder", last_holder.empty() ? json(nullptr) : json(last_holder)},
+            {"epoch", lease_epoch}}}};
 }
 
 std::string LakeStatus::ToText() const {
@@ -147,8 +157,13 @@ std::string LakeStatus::ToText() const {
     if (t.table_version) o << ", table version " << *t.table_version;
     o << "\n";
   }
-  o << "lease:           " << (lease_holder.empty() ? std::string("none recorded") : lease_holder) << " (epoch "
-    << lease_epoch << ")\n";
+  if (lease_held) {
+    o << "lease:           held by " << lease_holder << " (epoch " << lease_epoch << ")\n";
+  } else {
+    o << "lease:           not held: no lake writer is running"
+      << (last_holder.empty() ? std::string() : " (last holder " + last_holder + ")") << " (epoch " << lease_epoch
+      << ")\n";
+  }
   o << "dead letters:    " << dead_letters << "\n";
   return o.str();
 }

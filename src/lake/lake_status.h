@@ -43,7 +43,12 @@ struct LakeStatus {
   std::vector<HorizonHolder> holders;  // empty when stable
   std::vector<TableStatus> tables;     // TargetTables(), in commit order
   int64_t dead_letters = 0;   // dead_letter rows of the stream not requeued
-  std::string lease_holder;   // empty: nobody recorded
+  // The lease is held iff a session holds its advisory lock (lakewriter.h, step 1); lease_holder
+  // is then lake_frontier.lease_holder, and empty when no writer holds it (a writer that
+  // stopped or died leaves its name behind: last_holder).
+  bool lease_held = false;
+  std::string lease_holder;   // empty: nobody holds the lease now
+  std::string last_holder;    // lake_frontier.lease_holder as recorded; empty: nobody ever
   int64_t lease_epoch = 0;
 
   // The stable horizon: the candidate if it is stable, else unknown (a running transaction holds

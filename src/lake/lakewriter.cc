@@ -182,29 +182,29 @@ const TargetTable* FindOutboxTarget(const std::string& name) {
   return nullptr;
 }
 
-// "YYYY-MM-DD" of an RFC 3339 UTC text ("2026-11-30T15:37:13.123456Z") or of integer microseconds
-// since the epoch (the two encodings bronze's occurred_at accepts); "" if neither.
-std::string UtcDayOfText(std::string_view s) {
-  if (s.size() >= 20 && s[4] == '-' && s[7] == '-' && s[10] == 'T' && s.back() == 'Z') {
-    for (int i : {0, 1, 2, 3, 5, 6, 8, 9})
-      if (s[i] < '0' || s[i] > '9') return "";
-    return std::string(s.substr(0, 10));
-  }
-  return "";
+// "YYYY-MM-DD", the UTC day of microseconds since the epoch.
+std::string UtcDayOfMicros(int64_t us) {
+  const int64_t days = (us >= 0 ? us : us - 86'399'999'999) / 86'400'000'000;
+  const std::chrono::sys_days d{std::chrono::days(days)};
+  const std::chrono::year_month_day ymd{d};
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04d-%02u-%02u", static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                static_cast<unsigned>(ymd.day()));
+  return buf;
 }
 
+// The UTC day of an occurred_at text, by the one parser bronze's timestamp column uses
+// (ParseRfc3339Micros: 'Z' or an offset), so that gold accepts exactly the rows bronze accepts;
+// "" if it does not parse.
+std::string UtcDayOfText(std::string_view s) {
+  const std::optional<int64_t> us = ParseRfc3339Micros(s);
+  return us ? UtcDayOfMicros(*us) : std::string();
+}
+
+// The same of a JSON occurred_at: RFC 3339 text or integer microseconds (bronze's two encodings).
 std::string UtcDay(const nlohmann::json& v) {
   if (v.is_string()) return UtcDayOfText(v.get_ref<const std::string&>());
-  if (v.is_number_integer()) {
-    const int64_t us = v.get<int64_t>();
-    const int64_t days = (us >= 0 ? us : us - 86'399'999'999) / 86'400'000'000;
-    const std::chrono::sys_days d{std::chrono::days(days)};
-    const std::chrono::year_month_day ymd{d};
-    char buf[16];
-    std::snprintf(buf, sizeof(buf), "%04d-%02u-%02u", static_cast<int>(ymd.year()),
-                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
-    return buf;
-  }
+  if (v.is_number_integer()) return UtcDayOfMicros(v.get<int64_t>());
   return "";
 }
 
@@ -228,16 +228,20 @@ const std::vector<TargetTable>& TargetTables() {
       {"silver/claims",
        {},
        TableWrite::kMerge,
+       // Applied only when newer by chain seq (issue 18): a requeued or replayed row of an earlier
+       // event never puts an older state back.
        MergeSpec{{"tenant_id", "artifact_id", "version"},
                  std::vector<std::string>{"workarea_id", "promoted_at", "state", "state_changed_at", "last_event_seq",
                                           "outbox_seq"},
-                 {}},
+                 {},
+                 "last_event_seq"},
        false},
       {"gold/daily_activity",
        {},
        TableWrite::kMerge,
        MergeSpec{{"tenant_id", "day", "workarea_id", "event_type"}, std::vector<std::string>{"last_outbox_seq"},
-                 {"events"}},
+                 {"events"},
+                 ""},
        true},
   };
   return *t;

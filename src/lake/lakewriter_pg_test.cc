@@ -292,6 +292,37 @@ TEST(DailyActivityRowsTest, CountsBronzeRowsPerTenantDayWorkareaAndType) {
   EXPECT_EQ(bad_seq, 7);
 }
 
+// Gold parses occurred_at with bronze's parser (issue 18): every text bronze's timestamp column
+// accepts (an offset instead of 'Z', a space for 'T') is counted on its UTC day, and what bronze
+// refuses gold refuses, so no row can be in bronze and dead-lettered by gold.
+TEST(DailyActivityRowsTest, AcceptsExactlyWhatBronzesTimestampParserAccepts) {
+  auto bronze = [](int64_t seq, const std::string& time) {
+    OutboxRow r;
+    r.seq = seq;
+    r.target_table = "bronze/events";
+    r.row_data = R"({"tenant_id": "t1", "event_type": "e", "occurred_at": ")" + time + R"("})";
+    return r;
+  };
+  const std::vector<std::pair<std::string, std::string>> ok = {
+      {"2026-11-30T23:30:00-01:00", "2026-12-01"}, {"2026-12-01T00:30:00+01:00", "2026-11-30"},
+      {"2026-11-30 15:37:13.123456789z", "2026-11-30"}, {"1969-12-31T23:59:59.5Z", "1969-12-31"}};
+  for (const auto& [time, day] : ok) {
+    ASSERT_TRUE(ParseRfc3339Micros(time).has_value()) << time;
+    const OutboxRow r = bronze(1, time);
+    auto got = DailyActivityRows({&r}, 0);
+    ASSERT_TRUE(got.ok()) << time << ": " << got.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*got)["day"], day) << time;
+  }
+  for (const std::string bad : {"2026-13-01T00:00:00Z", "2026-11-30T15:37:13", "2026-11-30"}) {
+    ASSERT_FALSE(ParseRfc3339Micros(bad).has_value()) << bad;
+    const OutboxRow r = bronze(9, bad);
+    int64_t bad_seq = 0;
+    auto got = DailyActivityRows({&r}, 0, &bad_seq);
+    EXPECT_EQ(got.status().type(), "invalid-outbox-row") << bad;
+    EXPECT_EQ(bad_seq, 9) << bad;
+  }
+}
+
 TEST(LeaseKeyTest, Fnv1a32IsTheReferenceHash) {
   EXPECT_EQ(static_cast<uint32_t>(Fnv1a32("")), 0x811c9dc5u);
   EXPECT_EQ(static_cast<uint32_t>(Fnv1a32("a")), 0xe40c292cu);

@@ -275,13 +275,17 @@ int32_t oml_storage_delta_append_arrow(OmlStorageDeltaTable* table, struct Arrow
  *   array of non-nullable long/integer columns, neither key nor update columns; with add
  *   columns, keys must be unique among the rows: aggregate first),
  *   WHEN NOT MATCHED THEN INSERT the whole row.
+ *   newer_column (NULL/"" for none; a non-nullable long column, not a key or add column): the
+ *   matched UPDATE applies only WHEN source.c > target.c, so a row older than the one stored
+ *   (a replay, a requeue) changes nothing, whatever order rows arrive in.
  * Rows are applied as if one at a time in their given order: rows with equal keys are folded
- * first (key and update columns from the last such row, the other columns from the first), so
- * the later row wins and the result equals sequential application. *out_version as append. */
+ * first (key and update columns from the last such row, or with newer_column from the row with
+ * the greatest value, the last of equals; the other columns from the first), so the later (newer)
+ * row wins and the result equals sequential application. *out_version as append. */
 int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_jsonl,
                                 size_t rows_len, const char* key_columns_json,
                                 const char* update_columns_json, const char* add_columns_json,
-                                const char* app_id,
+                                const char* newer_column, const char* app_id,
                                 int64_t txn_version, const char* metadata_json,
                                 int64_t* out_version, OmlStorageError* err);
 

@@ -21,7 +21,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
-use deltalake::arrow::array::{Array, RecordBatch, UInt32Array};
+use deltalake::arrow::array::{Array, Int64Array, RecordBatch, UInt32Array};
 use deltalake::arrow::compute::{concat_batches, take};
 use deltalake::arrow::array::{AsArray, BinaryBuilder, StructArray};
 use deltalake::arrow::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
@@ -1472,10 +1472,22 @@ fn fold_duplicate_keys(
     batch: &RecordBatch,
     key_idx: &[usize],
     update_idx: &[usize],
+    newer_idx: Option<usize>,
 ) -> FfiResult<RecordBatch> {
     let internal = |e: deltalake::arrow::error::ArrowError| Failure {
         code: OML_STORAGE_INTERNAL,
         message: format!("folding duplicate keys: {e}"),
+    };
+    // With a newer column, the row that wins a key is the one with the greatest value (the last
+    // of equals), not merely the last.
+    let newer: Option<&Int64Array> = match newer_idx {
+        None => None,
+        Some(i) => Some(batch.column(i).as_any().downcast_ref::<Int64Array>().ok_or_else(|| {
+            Failure {
+                code: OML_STORAGE_INVALID_ARGUMENT,
+                message: "newer column is not a long column".to_string(),
+            }
+        })?),
     };
     let fields: Vec<SortField> = key_idx
         .iter()
@@ -1490,7 +1502,15 @@ fn fold_duplicate_keys(
     for i in 0..batch.num_rows() {
         let k = rows.row(i).data();
         match slot.get(k) {
-            Some(&s) => last[s] = i as u32,
+            Some(&s) => {
+                let wins = match newer {
+                    None => true,
+                    Some(a) => a.value(i) >= a.value(last[s] as usize),
+                };
+                if wins {
+                    last[s] = i as u32;
+                }
+            }
             None => {
                 slot.insert(k, first.len());
                 first.push(i as u32);
@@ -1855,6 +1875,7 @@ pub extern "C" fn oml_storage_delta_merge(
     key_columns_json: *const c_char,
     update_columns_json: *const c_char,
     add_columns_json: *const c_char,
+    newer_column: *const c_char,
     app_id: *const c_char,
     txn_version: i64,
     metadata_json: *const c_char,
@@ -1871,6 +1892,7 @@ pub extern "C" fn oml_storage_delta_merge(
         let key_json = cstr_arg(key_columns_json, "key_columns_json")?;
         let update_json = opt_cstr_arg(update_columns_json, "update_columns_json")?;
         let add_json = opt_cstr_arg(add_columns_json, "add_columns_json")?;
+        let newer_name = opt_cstr_arg(newer_column, "newer_column")?.filter(|n| !n.is_empty());
         let mut t = lock_table(h);
         let schema = t
             .snapshot()
@@ -1921,6 +1943,22 @@ pub extern "C" fn oml_storage_delta_merge(
                 );
             }
         }
+        let newer_idx = match newer_name {
+            None => None,
+            Some(n) => {
+                let f = schema.field_with_name(n).map_err(invalid_rows)?;
+                if keys.iter().chain(adds.iter()).any(|c| c == n)
+                    || f.data_type() != &deltalake::arrow::datatypes::DataType::Int64
+                    || f.is_nullable()
+                {
+                    return fail(
+                        OML_STORAGE_INVALID_ARGUMENT,
+                        format!("newer column: {n:?} is not a non-nullable long column outside the keys and add columns"),
+                    );
+                }
+                Some(schema.index_of(n).map_err(invalid_rows)?)
+            }
+        };
         let key_idx: Vec<usize> = keys
             .iter()
             .map(|k| schema.index_of(k).unwrap_or(0))
@@ -1940,7 +1978,7 @@ pub extern "C" fn oml_storage_delta_merge(
                 );
             }
         }
-        let folded = fold_duplicate_keys(&batch, &key_idx, &update_idx)?;
+        let folded = fold_duplicate_keys(&batch, &key_idx, &update_idx, newer_idx)?;
         if !adds.is_empty() && folded.num_rows() != batch.num_rows() {
             // Summing duplicates is the caller's aggregation; folding would drop increments.
             return fail(
@@ -1969,8 +2007,13 @@ pub extern "C" fn oml_storage_delta_merge(
             .with_target_alias("target")
             .with_commit_properties(commit_properties(app_id, txn_version, metadata));
         if !updates.is_empty() || !adds.is_empty() {
+            let newer_pred = newer_name.map(|n| qualified("source", n).gt(qualified("target", n)));
             builder = builder
                 .when_matched_update(|u| {
+                    let u = match newer_pred {
+                        Some(p) => u.predicate(p),
+                        None => u,
+                    };
                     let u = updates.iter().fold(u, |u, c| {
                         u.update(Column::new_unqualified(c.as_str()), qualified("source", c))
                     });
