@@ -84,12 +84,13 @@ class SecureBytes {
 //
 //   key id  1..32 characters of A-Z a-z 0-9 . _ -, unique within the file
 //   secret  64..128 hex digits (32..64 random bytes; 64 is SHA-256's block size)
-//   the two separated by spaces or tabs; a trailing "\r" is ignored (CRLF files)
+//   the two separated by spaces or tabs; blanks around them and a trailing "\r" (CRLF files)
+//   are ignored; a comment must be a line of its own
 //
 // Anything else (another field, a short or non-hex secret, a repeated id, no key line at all)
 // makes the whole file kInvalidArgument, naming the file and the line number, never the secret.
-// The secrets are wiped when the ring is destroyed. Move-only; Sign and Verify are safe to call
-// from many threads at once.
+// The secrets are wiped when the ring is destroyed. Move-only (a moved-from ring holds no key and
+// may only be destroyed or assigned to); Sign and Verify are safe to call from many threads at once.
 class HmacKeyRing {
  public:
   static constexpr size_t kMaxKeyIdSize = 32;
