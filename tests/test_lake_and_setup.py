@@ -121,6 +121,7 @@ def test_signing_key_file_is_0600_and_tenant_names_unique(deployment):
     d = deployment
     assert oct((d.home / "keys" / "signing.key").stat().st_mode & 0o777) == "0o600"
     assert oct((d.home / "keys" / "kek.key").stat().st_mode & 0o777) == "0o600"
+    assert oct((d.home / "keys" / "cursor.key").stat().st_mode & 0o777) == "0o600"
     d.tenant("acme")
     dup = d.run("tenant", "create", "acme", check=False)
     assert dup.returncode == 4

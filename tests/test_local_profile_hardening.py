@@ -229,7 +229,8 @@ def test_dev_profile_files_have_their_modes_from_the_start():
         assert mode(home) == (0o710 if IS_ROOT else 0o700)
         for p in ("pg", "pg/sock", "keys"):
             assert mode(home / p) == 0o700, p
-        for p in ("pg/superuser.url", "pg/app.url", "dev-writer.token", "keys/signing.key", "keys/kek.key"):
+        for p in ("pg/superuser.url", "pg/app.url", "dev-writer.token", "keys/signing.key", "keys/kek.key",
+                  "keys/cursor.key"):
             assert mode(home / p) == 0o600, p
             assert os.lstat(home / p).st_uid == os.geteuid(), p
         for p in ("keys/signing.key.pub", "keys/signing.key.root.pub"):

@@ -4,9 +4,14 @@ the own-work rule, cursors, and the search index's lifecycle across promotion, d
 and tenants. PostgreSQL only: nothing here touches the lake."""
 import base64
 import datetime
+import hashlib
 import json
+import os
 
 import pytest
+import requests
+
+from conftest import dev_profile
 
 
 def problem(r, status, slug):
@@ -242,3 +247,182 @@ def test_search_finds_promoted_text_only_and_never_another_tenants(served):
     problem(d.get("/v1/search", d.writer, params={"q": "x", "limit": 501}), 400, "invalid-parameter")
     assert d.get("/v1/search", params={"q": "x"}).status_code == 401
     assert d.run("verify").stdout.startswith("OK")
+
+
+# ---- Cursor authentication (issue 17): HMAC-SHA-256 under the cursor secret -------------------
+
+def b64url_decode(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def b64url(raw):
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_parts(cursor):
+    """(key id, JSON document, tag) of a v2 cursor: 0x02, id length, id, doc, 32-byte HMAC
+    (src/admission/cursor.h)."""
+    raw = b64url_decode(cursor)
+    assert raw[0] == 2, raw[:4]
+    n = raw[1]
+    return raw[2:2 + n].decode(), json.loads(raw[2 + n:-32]), raw[-32:]
+
+
+def cursor_doc(cursor):
+    return cursor_parts(cursor)[1]
+
+
+def cursor_key_id(cursor):
+    return cursor_parts(cursor)[0]
+
+
+def test_the_reviews_forged_cursor_is_refused_and_a_real_one_pages(served):
+    """The forgery of the review: decode the base64url, change the position in the JSON,
+    recompute SHA-256("oml-cursor/v1" NUL doc)[0..8) and re-encode. Before cursors were MACed it
+    answered 200 with the forged position's page."""
+    d = served
+    made = [d.submit(d.writer, body=f"f{i}").json()["artifact_id"] for i in range(7)]
+    newest_first = made[::-1]
+    first = page(d, d.writer, limit=2)
+    assert [c["artifact_id"] for c in first["claims"]] == newest_first[:2]
+    real = first["next_cursor"]
+    doc = cursor_doc(real)
+    assert doc["a"] == newest_first[1]
+
+    # A position of the forger's choosing: just after the newest claim (its page would start at
+    # the second newest, a page the real cursor does not give).
+    newest = d.get(f"/v1/claims/{newest_first[0]}", d.writer).json()
+    forged_doc = dict(doc, v=1, s=newest["submitted_seq"], a=newest["artifact_id"])
+    text = json.dumps(forged_doc, separators=(",", ":"), sort_keys=True).encode()
+    v1 = b64url(text + hashlib.sha256(b"oml-cursor/v1\0" + text).digest()[:8])
+    # The same recomputation on the v2 layout: the real header (version, key id), the forged
+    # document, and an unkeyed SHA-256 in place of the HMAC (whole, and cut to 8 bytes).
+    raw = b64url_decode(real)
+    header = raw[:2 + raw[1]]
+    text2 = json.dumps(dict(doc, s=newest["submitted_seq"], a=newest["artifact_id"]), separators=(",", ":"),
+                       sort_keys=True).encode()
+    v2_sha = b64url(header + text2 + hashlib.sha256(b"oml-cursor/v2\0" + header + text2).digest())
+    v2_sha8 = b64url(header + text2 + hashlib.sha256(b"oml-cursor/v2\0" + header + text2).digest()[:8])
+    for forged, detail in [(v1, "cursor is not one this server issued (unknown format)"),
+                           (v2_sha, "cursor was altered"), (v2_sha8, "cursor was altered")]:
+        r = d.get("/v1/claims", d.writer, params={"limit": 2, "cursor": forged})
+        p = problem(r, 400, "invalid-cursor")
+        assert p["detail"] == detail, p
+        assert p["status"] == 400 and p["title"] == "invalid-cursor"
+    r = d.get("/v1/search", d.writer, params={"q": "f1", "cursor": v1})
+    problem(r, 400, "invalid-cursor")
+
+    # The real cursor still pages, exactly.
+    second = page(d, d.writer, limit=2, cursor=real)
+    assert [c["artifact_id"] for c in second["claims"]] == newest_first[2:4]
+    assert every_page(d, d.writer, limit=2) == newest_first
+    # A real cursor of a second tenant is not a cursor of this one.
+    d.tenant("initech")
+    other = d.api_key("initech", "writer", "ivan")
+    for i in range(3):
+        assert d.submit(other, body=f"o{i}").status_code == 201
+    theirs = page(d, other, limit=1)["next_cursor"]
+    problem(d.get("/v1/claims", d.writer, params={"limit": 1, "cursor": theirs}), 400, "invalid-cursor")
+
+
+def write_secret(path, *lines):
+    path.write_text("".join(f"{k} {v}\n" for k, v in lines))
+    os.chmod(path, 0o600)
+
+
+def test_a_rotated_cursor_secret_keeps_cursors_in_flight_until_the_old_key_is_removed(served):
+    d = served
+    secret = d.home / "keys" / "cursor.key"
+    (old_id, old_hex), = [l.split() for l in secret.read_text().splitlines() if l and not l.startswith("#")]
+    made = [d.submit(d.writer, body=f"r{i}").json()["artifact_id"] for i in range(6)]
+    newest_first = made[::-1]
+    before = page(d, d.writer, limit=2)["next_cursor"]
+    assert cursor_key_id(before) == old_id
+
+    # Rotation: a new key first (it signs), the old one below it (it still verifies).
+    new_hex = os.urandom(32).hex()
+    write_secret(secret, ("k-new", new_hex), (old_id, old_hex))
+    d.stop_server()
+    d.serve()
+    p = page(d, d.writer, limit=2, cursor=before)
+    assert [c["artifact_id"] for c in p["claims"]] == newest_first[2:4]
+    assert cursor_key_id(p["next_cursor"]) == "k-new"
+    after = p["next_cursor"]
+    assert [c["artifact_id"] for c in page(d, d.writer, limit=2, cursor=after)["claims"]] == newest_first[4:6]
+
+    # The old key removed: its cursors are refused by key id; the new key's still page.
+    write_secret(secret, ("k-new", new_hex))
+    d.stop_server()
+    d.serve()
+    p = problem(d.get("/v1/claims", d.writer, params={"limit": 2, "cursor": before}), 400, "invalid-cursor")
+    assert p["detail"] == "cursor was issued under a key this server does not hold"
+    assert [c["artifact_id"] for c in page(d, d.writer, limit=2, cursor=after)["claims"]] == newest_first[4:6]
+
+    # Another secret under the same key id (a replica with another file): refused as altered.
+    write_secret(secret, ("k-new", os.urandom(32).hex()))
+    d.stop_server()
+    d.serve()
+    p = problem(d.get("/v1/claims", d.writer, params={"limit": 2, "cursor": after}), 400, "invalid-cursor")
+    assert p["detail"] == "cursor was altered"
+
+
+def test_serve_refuses_to_start_without_a_usable_cursor_secret(deployment):
+    d = deployment
+    secret = d.home / "keys" / "cursor.key"
+    assert oct(secret.stat().st_mode & 0o777) == "0o600"  # `oml init` generated it
+    elsewhere = d.home / "nowhere" / "cursor.key"
+    p = d.run("serve", check=False, timeout=60, env={"OML_CURSOR_SECRET_FILE": str(elsewhere)})
+    assert p.returncode == 6, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"oml: not-found: cursor secret file {elsewhere} does not exist (setting cursor_secret_file, env "
+        f"OML_CURSOR_SECRET_FILE). Every replica needs the same file: copy the deployment's, or create the first one "
+        f"with `oml cursor-secret generate {elsewhere}` (or `oml init`) and copy it to every replica "
+        f"(docs/operations/deployment.md, \"Cursor secret\")")
+    assert not elsewhere.exists()  # never made up by serve
+    # Malformed: exit 2, naming the line, never the secret.
+    write_secret(secret, ("k1", "ab" * 31 + "zz"))
+    p = d.run("serve", check=False, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == \
+        f"oml: invalid-argument: {secret} line 1: the secret of key k1 must be hex digits, an even number of them"
+    # Readable by others: exit 4, as the KEK.
+    write_secret(secret, ("k1", "ab" * 32))
+    os.chmod(secret, 0o644)
+    p = d.run("serve", check=False, timeout=60)
+    assert p.returncode == 4, p.stderr
+    assert f"key file {secret} has mode 0644" in p.stderr
+    # `oml cursor-secret generate` makes a file serve accepts (and never overwrites one).
+    fresh = d.home / "fresh" / "cursor.key"
+    g = d.run("cursor-secret", "generate", str(fresh))
+    out = json.loads(g.stdout)
+    assert out["file"] == str(fresh) and out["key_id"].startswith("k") and len(out["key_id"]) == 9
+    assert oct(fresh.stat().st_mode & 0o777) == "0o600"
+    assert d.run("cursor-secret", "generate", str(fresh), check=False).returncode == 4
+    d.tenant("acme")
+    token = d.api_key("acme", "writer", "alice")
+    d.serve(env={"OML_CURSOR_SECRET_FILE": str(fresh)})
+    for i in range(3):
+        assert d.submit(token, body=f"g{i}").status_code == 201
+    c = page(d, token, limit=2)["next_cursor"]
+    assert cursor_key_id(c) == out["key_id"]
+    assert len(page(d, token, limit=2, cursor=c)["claims"]) == 1
+
+
+def test_the_local_profile_generates_its_cursor_secret_and_pages_with_no_flags():
+    with dev_profile("oml-recall-dev") as dev:
+        assert "Press Ctrl-C" in dev.banner, dev.banner
+        secret = dev.home / "keys" / "cursor.key"
+        assert oct(secret.stat().st_mode & 0o777) == "0o600"
+        token = (dev.home / "dev-writer.token").read_text().strip()
+        h = {"Authorization": f"Bearer {token}"}
+        for i in range(3):
+            r = requests.post(dev.base + "/v1/claims", headers=h, timeout=30,
+                              json={"body": f"d{i}", "workarea_id": "wa-1", "path": "n.md", "provenance": "human"})
+            assert r.status_code == 201, r.text
+        r = requests.get(dev.base + "/v1/claims", headers=h, params={"limit": 2}, timeout=30)
+        assert r.status_code == 200, r.text
+        cursor = r.json()["next_cursor"]
+        r2 = requests.get(dev.base + "/v1/claims", headers=h, params={"limit": 2, "cursor": cursor}, timeout=30)
+        assert r2.status_code == 200, r2.text
+        assert len(r2.json()["claims"]) == 1 and r2.json()["next_cursor"] is None
+        assert cursor_key_id(cursor) in secret.read_text()

@@ -6,6 +6,7 @@
 #include <regex>
 #include <utility>
 
+#include "admission/cursor.h"
 #include "admission/fields.h"
 #include "crypto/crypto.h"
 
@@ -15,7 +16,6 @@ namespace {
 using nlohmann::json;
 
 Status BadParam(const std::string& m) { return InvalidArgument(m, "invalid-parameter"); }
-Status BadCursor(const std::string& m) { return InvalidArgument(m, "invalid-cursor"); }
 
 bool SeesEveryClaim(const Caller& c) { return c.role == "reviewer" || c.role == "admin"; }
 
@@ -42,80 +42,14 @@ std::optional<std::string> Rfc3339(std::string v) {
   return v;
 }
 
-// ---- Cursors ------------------------------------------------------------------------------------
+// ---- Cursors (admission/cursor.h) -------------------------------------------------------------
 
-std::string Base64Url(std::string_view raw) {
-  std::string s = crypto::Base64(raw);
-  while (!s.empty() && s.back() == '=') s.pop_back();
-  for (char& ch : s) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
-  return s;
+// What a cursor is bound to: 16 hex of SHA-256 over the tenant, the endpoint and its arguments.
+std::string Binding(const Caller& c, const json& query) {
+  return crypto::Hex(crypto::Sha256(json::array({c.tenant_id, query}).dump())).substr(0, 16);
 }
 
-std::optional<std::string> FromBase64Url(std::string s) {
-  if (s.empty() || s.size() % 4 == 1) return std::nullopt;
-  for (char& ch : s) {
-    if (ch == '-') ch = '+';
-    else if (ch == '_') ch = '/';
-    else if (!std::isalnum(static_cast<unsigned char>(ch))) return std::nullopt;  // '+', '/', '=' too
-  }
-  while (s.size() % 4 != 0) s.push_back('=');
-  auto raw = crypto::FromBase64(s);
-  if (!raw.ok()) return std::nullopt;
-  return std::move(raw).value();
-}
-
-constexpr size_t kCursorCheckBytes = 8;
-std::string CursorCheck(std::string_view doc) {
-  return crypto::Sha256(std::string("oml-cursor/v1") + '\0' + std::string(doc)).substr(0, kCursorCheckBytes);
-}
-
-// The query a cursor belongs to: 16 hex of SHA-256 over the endpoint and its arguments.
-std::string Fingerprint(const json& query) { return crypto::Hex(crypto::Sha256(query.dump())).substr(0, 16); }
-
-// A page position: the last row's keys.
-struct Position {
-  int64_t seq = 0;
-  std::string artifact_id;
-  std::string rank;  // search only: the rank as PostgreSQL printed it (float8, shortest exact)
-};
-
-//   cursor = base64url( doc || SHA-256("oml-cursor/v1" NUL doc)[0..8) )
-//   doc    = {"v":1,"q":<Fingerprint>,"s":<seq>,"a":"<artifact uuid>"[,"r":"<rank>"]}
-std::string EncodeCursor(const std::string& fp, const Position& p, bool search) {
-  json doc = {{"v", 1}, {"q", fp}, {"s", p.seq}, {"a", p.artifact_id}};
-  if (search) doc["r"] = p.rank;
-  const std::string text = doc.dump();
-  return Base64Url(text + CursorCheck(text));
-}
-
-Result<std::optional<Position>> DecodeCursor(const std::string& cursor, const std::string& fp, bool search) {
-  if (cursor.empty()) return std::optional<Position>();
-  if (cursor.size() > 512) return BadCursor("cursor is not one this server issued");
-  auto raw = FromBase64Url(cursor);
-  if (!raw || raw->size() <= kCursorCheckBytes) return BadCursor("cursor is not base64url of a cursor");
-  const std::string text = raw->substr(0, raw->size() - kCursorCheckBytes);
-  if (!crypto::ConstantTimeEquals(CursorCheck(text), raw->substr(raw->size() - kCursorCheckBytes)))
-    return BadCursor("cursor was altered");
-  json doc = json::parse(text, nullptr, false);
-  const size_t members = search ? 5 : 4;
-  if (!doc.is_object() || doc.size() != members || doc.value("v", json()) != json(1) || !doc["q"].is_string() ||
-      !doc["s"].is_number_integer() || !doc["a"].is_string() || (search && !doc["r"].is_string()))
-    return BadCursor("cursor is not one this server issued");
-  if (doc["q"].get<std::string>() != fp)
-    return BadCursor("cursor belongs to another query (other filters, search text or endpoint)");
-  Position p;
-  p.seq = doc["s"].get<int64_t>();
-  p.artifact_id = doc["a"].get<std::string>();
-  if (p.seq < 1 || !Claims::ValidUuid(p.artifact_id)) return BadCursor("cursor is not one this server issued");
-  if (search) {
-    p.rank = doc["r"].get<std::string>();
-    char* end = nullptr;
-    const double r = p.rank.empty() ? NAN : std::strtod(p.rank.c_str(), &end);
-    if (p.rank.size() > 40 || end != p.rank.c_str() + p.rank.size() || !std::isfinite(r))
-      return BadCursor("cursor is not one this server issued");
-  }
-  return std::optional<Position>(std::move(p));
-}
+using Position = CursorPosition;
 
 // ---- Rows ---------------------------------------------------------------------------------------
 
@@ -377,12 +311,12 @@ Status CheckClaimFilter(const ClaimFilter& f) {
   return Status::Ok();
 }
 
-Result<RecallPage> ListClaims(db::Pool& pool, const Caller& caller, const ClaimFilter& filter, int limit,
-                              const std::string& cursor) {
+Result<RecallPage> ListClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                              const ClaimFilter& filter, int limit, const std::string& cursor) {
   OML_RETURN_IF_ERROR(CheckClaimFilter(filter));
   OML_RETURN_IF_ERROR(CheckLimit(limit));
-  const std::string fp = Fingerprint(ListQueryJson(filter));
-  OML_ASSIGN_OR_RETURN(std::optional<Position> pos, DecodeCursor(cursor, fp, false));
+  const std::string binding = Binding(caller, ListQueryJson(filter));
+  OML_ASSIGN_OR_RETURN(std::optional<Position> pos, DecodeCursor(cursor_keys, cursor, binding, false));
   OML_ASSIGN_OR_RETURN(db::Rows r, InSnapshot(pool, caller, [&](db::Conn& conn) {
                          return ListPage(conn, caller, filter, limit, pos, nullptr);
                        }));
@@ -390,17 +324,17 @@ Result<RecallPage> ListClaims(db::Pool& pool, const Caller& caller, const ClaimF
   for (int i = 0; i < r.size() && i < limit; ++i) page.claims.push_back(RowToClaim(r, i));
   if (r.size() > limit) {
     const ClaimMeta& last = page.claims.back().meta;
-    page.next_cursor = EncodeCursor(fp, {last.submitted_seq, last.artifact_id, ""}, false);
+    page.next_cursor = EncodeCursor(cursor_keys, binding, {last.submitted_seq, last.artifact_id, ""}, false);
   }
   return page;
 }
 
-Result<RecallPage> SearchClaims(db::Pool& pool, const Caller& caller, const std::string& query, int limit,
-                                const std::string& cursor) {
+Result<RecallPage> SearchClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                                const std::string& query, int limit, const std::string& cursor) {
   OML_RETURN_IF_ERROR(CheckQueryText(query));
   OML_RETURN_IF_ERROR(CheckLimit(limit));
-  const std::string fp = Fingerprint(SearchQueryJson(query));
-  OML_ASSIGN_OR_RETURN(std::optional<Position> pos, DecodeCursor(cursor, fp, true));
+  const std::string binding = Binding(caller, SearchQueryJson(query));
+  OML_ASSIGN_OR_RETURN(std::optional<Position> pos, DecodeCursor(cursor_keys, cursor, binding, true));
   OML_ASSIGN_OR_RETURN(db::Rows r, InSnapshot(pool, caller, [&](db::Conn& conn) {
                          return Run(conn, BuildSearch(caller, query, limit, pos), false);
                        }));
@@ -414,16 +348,17 @@ Result<RecallPage> SearchClaims(db::Pool& pool, const Caller& caller, const std:
   }
   if (r.size() > limit) {
     const ClaimMeta& last = page.claims.back().meta;
-    page.next_cursor = EncodeCursor(fp, {last.submitted_seq, last.artifact_id, last_rank}, true);
+    page.next_cursor = EncodeCursor(cursor_keys, binding, {last.submitted_seq, last.artifact_id, last_rank}, true);
   }
   return page;
 }
 
-Result<std::string> ExplainListClaims(db::Pool& pool, const Caller& caller, const ClaimFilter& filter, int limit,
-                                      const std::string& cursor) {
+Result<std::string> ExplainListClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                                      const ClaimFilter& filter, int limit, const std::string& cursor) {
   OML_RETURN_IF_ERROR(CheckClaimFilter(filter));
   OML_RETURN_IF_ERROR(CheckLimit(limit));
-  OML_ASSIGN_OR_RETURN(std::optional<Position> pos, DecodeCursor(cursor, Fingerprint(ListQueryJson(filter)), false));
+  OML_ASSIGN_OR_RETURN(std::optional<Position> pos,
+                       DecodeCursor(cursor_keys, cursor, Binding(caller, ListQueryJson(filter)), false));
   std::string plan;
   OML_ASSIGN_OR_RETURN(db::Rows r, InSnapshot(pool, caller, [&](db::Conn& conn) {
                          return ListPage(conn, caller, filter, limit, pos, &plan);
@@ -431,11 +366,12 @@ Result<std::string> ExplainListClaims(db::Pool& pool, const Caller& caller, cons
   return plan + PlanText(r);
 }
 
-Result<std::string> ExplainSearchClaims(db::Pool& pool, const Caller& caller, const std::string& query, int limit,
-                                        const std::string& cursor) {
+Result<std::string> ExplainSearchClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                                        const std::string& query, int limit, const std::string& cursor) {
   OML_RETURN_IF_ERROR(CheckQueryText(query));
   OML_RETURN_IF_ERROR(CheckLimit(limit));
-  OML_ASSIGN_OR_RETURN(std::optional<Position> pos, DecodeCursor(cursor, Fingerprint(SearchQueryJson(query)), true));
+  OML_ASSIGN_OR_RETURN(std::optional<Position> pos,
+                       DecodeCursor(cursor_keys, cursor, Binding(caller, SearchQueryJson(query)), true));
   OML_ASSIGN_OR_RETURN(db::Rows r, InSnapshot(pool, caller, [&](db::Conn& conn) {
                          return Run(conn, BuildSearch(caller, query, limit, pos), true);
                        }));

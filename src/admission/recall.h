@@ -26,11 +26,12 @@
 // twice and none of those present at the first page is skipped, as long as it stays visible
 // (one demoted or erased in between drops out of later pages).
 //
-// The cursor is opaque to clients: base64url (no padding) of a small JSON document and an 8-byte
-// SHA-256 check. It is bound to the query (endpoint, filters or search text): another query, a
-// changed byte, or anything that does not decode is kInvalidArgument "invalid-cursor". It is not
-// secret and not authenticated: a forged one can only position a page, and every page is
-// filtered by the caller's own visibility, so forging gains nothing.
+// The cursor is opaque to clients and authenticated (admission/cursor.h): HMAC-SHA-256 under the
+// deployment's cursor secret (`cursor_keys`, config cursor_secret_file), and bound to the tenant
+// and the query (endpoint, filters or search text). Another query or tenant, a changed byte, a
+// cursor MACed under a secret the server does not hold, or anything that does not decode is
+// kInvalidArgument "invalid-cursor". Even an accepted cursor only positions a page: every page is
+// filtered by the caller's own visibility.
 //
 // Search text: 'simple' configuration (lower-cased words, no stemming, no stop words). Claims
 // are written by agents and people in any language; 'english' would stem other languages wrongly
@@ -46,6 +47,7 @@
 
 #include "admission/claims.h"
 #include "common/status.h"
+#include "crypto/crypto.h"
 #include "db/conn.h"
 
 namespace oml::admission {
@@ -87,18 +89,19 @@ struct RecallPage {
 Status CheckClaimFilter(const ClaimFilter& f);
 
 // One page of the caller's tenant's claims (newest version of each), `limit` at most, after
-// `cursor` ("" for the first page). In one REPEATABLE READ snapshot, scoped to the tenant (RLS).
+// `cursor` ("" for the first page); the next page's cursor is MACed under cursor_keys' signing
+// key, and `cursor` is verified under the key it names. In one REPEATABLE READ snapshot, scoped to the tenant (RLS).
 // Errors: CheckClaimFilter's; kInvalidArgument "invalid-parameter" for a limit outside
 // 1..kRecallMaxLimit; "invalid-cursor"; the database's.
-Result<RecallPage> ListClaims(db::Pool& pool, const Caller& caller, const ClaimFilter& filter, int limit,
-                              const std::string& cursor);
+Result<RecallPage> ListClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                              const ClaimFilter& filter, int limit, const std::string& cursor);
 
 // One page of the promoted claims of the caller's tenant whose text matches `query`
 // (websearch_to_tsquery('simple', query)), best rank first. A query without a word finds nothing.
 // Errors: kInvalidArgument "invalid-parameter" for an empty, too long, non-UTF-8 or control
 // character query or a bad limit; "invalid-cursor"; the database's.
-Result<RecallPage> SearchClaims(db::Pool& pool, const Caller& caller, const std::string& query, int limit,
-                                const std::string& cursor);
+Result<RecallPage> SearchClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                                const std::string& query, int limit, const std::string& cursor);
 
 // The fold statement that indexes `text` as part `part` of version `version` of a claim, for the
 // fold of its claim.promoted event (or of a later event, while the version is promoted). Inserts
@@ -114,9 +117,9 @@ db::Stmt SearchTextFold(const std::string& tenant, const std::string& artifact_i
 
 // EXPLAIN (COSTS OFF) of the page query ListClaims / SearchClaims would run, in the caller's
 // scope: for the plan tests and for operators. Same errors as the call.
-Result<std::string> ExplainListClaims(db::Pool& pool, const Caller& caller, const ClaimFilter& filter, int limit,
-                                      const std::string& cursor);
-Result<std::string> ExplainSearchClaims(db::Pool& pool, const Caller& caller, const std::string& query, int limit,
-                                        const std::string& cursor);
+Result<std::string> ExplainListClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                                      const ClaimFilter& filter, int limit, const std::string& cursor);
+Result<std::string> ExplainSearchClaims(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const Caller& caller,
+                                        const std::string& query, int limit, const std::string& cursor);
 
 }  // namespace oml::admission

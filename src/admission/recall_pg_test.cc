@@ -29,6 +29,7 @@ class RecallTest : public ::testing::Test {
     ASSERT_TRUE(crypto::FileKekProvider::Generate(kek_file).ok());
     kek_ = crypto::FileKekProvider::Load(kek_file).value().release();
     claims_ = new Claims(&tj_->journal, &tj_->pool, kek_, 1 << 20);
+    keys_ = new crypto::HmacKeyRing(crypto::HmacKeyRing::Parse("t1 " + std::string(64, '7'), "test").value());
   }
 
   // A fresh tenant per test: alice and bob (writers), rita (reviewer), ada (admin).
@@ -80,7 +81,8 @@ class RecallTest : public ::testing::Test {
     std::vector<std::string> out;
     std::string cursor;
     for (int page = 0; page < 1000; ++page) {
-      auto p = f ? ListClaims(tj_->pool, c, *f, limit, cursor) : SearchClaims(tj_->pool, c, q, limit, cursor);
+      auto p = f ? ListClaims(tj_->pool, *keys_, c, *f, limit, cursor)
+                 : SearchClaims(tj_->pool, *keys_, c, q, limit, cursor);
       EXPECT_TRUE(p.ok()) << p.status().ToString();
       if (!p.ok()) return out;
       for (const auto& id : Ids(*p)) out.push_back(id);
@@ -117,6 +119,7 @@ class RecallTest : public ::testing::Test {
   static journal::testing::TestJournal* tj_;
   static crypto::FileKekProvider* kek_;
   static Claims* claims_;
+  static crypto::HmacKeyRing* keys_;
   std::string tenant_;
   Caller alice_, bob_, rita_, ada_;
   std::unique_ptr<db::Conn> su_;
@@ -124,6 +127,7 @@ class RecallTest : public ::testing::Test {
 journal::testing::TestJournal* RecallTest::tj_;
 crypto::FileKekProvider* RecallTest::kek_;
 Claims* RecallTest::claims_;
+crypto::HmacKeyRing* RecallTest::keys_;
 
 ClaimFilter State(const std::string& s) {
   ClaimFilter f;
@@ -137,18 +141,18 @@ TEST_F(RecallTest, PagesOf120ClaimsAre50_50_20InOrderAndStableWhileClaimsArrive)
   std::vector<std::string> expected;  // newest first
   for (auto it = made.rbegin(); it != made.rend(); ++it) expected.push_back(it->artifact_id);
 
-  auto p1 = ListClaims(tj_->pool, ada_, {}, 50, "");
+  auto p1 = ListClaims(tj_->pool, *keys_, ada_, {}, 50, "");
   ASSERT_TRUE(p1.ok()) << p1.status().ToString();
   ASSERT_TRUE(p1->next_cursor);
   EXPECT_EQ(Ids(*p1), std::vector<std::string>(expected.begin(), expected.begin() + 50));
   // Claims submitted between two pages land before the first page, never in a later one.
   std::vector<ClaimMeta> late;
   for (int i = 0; i < 3; ++i) late.push_back(Submit(alice_, "late " + std::to_string(i)));
-  auto p2 = ListClaims(tj_->pool, ada_, {}, 50, *p1->next_cursor);
+  auto p2 = ListClaims(tj_->pool, *keys_, ada_, {}, 50, *p1->next_cursor);
   ASSERT_TRUE(p2.ok()) << p2.status().ToString();
   ASSERT_TRUE(p2->next_cursor);
   EXPECT_EQ(Ids(*p2), std::vector<std::string>(expected.begin() + 50, expected.begin() + 100));
-  auto p3 = ListClaims(tj_->pool, ada_, {}, 50, *p2->next_cursor);
+  auto p3 = ListClaims(tj_->pool, *keys_, ada_, {}, 50, *p2->next_cursor);
   ASSERT_TRUE(p3.ok()) << p3.status().ToString();
   EXPECT_FALSE(p3->next_cursor);
   EXPECT_EQ(Ids(*p3), std::vector<std::string>(expected.begin() + 100, expected.end()));
@@ -158,7 +162,7 @@ TEST_F(RecallTest, PagesOf120ClaimsAre50_50_20InOrderAndStableWhileClaimsArrive)
   EXPECT_EQ(seen.size(), 120u);
 
   // A new first page starts with them.
-  auto fresh = ListClaims(tj_->pool, ada_, {}, 50, "");
+  auto fresh = ListClaims(tj_->pool, *keys_, ada_, {}, 50, "");
   ASSERT_TRUE(fresh.ok());
   EXPECT_EQ(Ids(*fresh)[0], late[2].artifact_id);
   EXPECT_EQ(Ids(*fresh)[3], expected[0]);
@@ -273,7 +277,7 @@ TEST_F(RecallTest, EveryFilterAndEveryRoleSelectsExactlyWhatTheModelSays) {
 
 TEST_F(RecallTest, BadParametersAndCursorsAreRefusedByName) {
   for (int i = 0; i < 5; ++i) Submit(alice_, "c" + std::to_string(i));
-  auto p = ListClaims(tj_->pool, ada_, {}, 2, "");
+  auto p = ListClaims(tj_->pool, *keys_, ada_, {}, 2, "");
   ASSERT_TRUE(p.ok() && p->next_cursor);
   const std::string cursor = *p->next_cursor;
   auto refused = [&](const Result<RecallPage>& r, const std::string& type) {
@@ -284,35 +288,43 @@ TEST_F(RecallTest, BadParametersAndCursorsAreRefusedByName) {
   for (size_t i = 0; i < cursor.size(); ++i) {
     std::string t = cursor;
     t[i] = t[i] == 'A' ? 'B' : 'A';
-    refused(ListClaims(tj_->pool, ada_, {}, 2, t), "invalid-cursor");
+    refused(ListClaims(tj_->pool, *keys_, ada_, {}, 2, t), "invalid-cursor");
   }
-  refused(ListClaims(tj_->pool, ada_, {}, 2, cursor.substr(0, cursor.size() - 1)), "invalid-cursor");
-  refused(ListClaims(tj_->pool, ada_, {}, 2, cursor + "A"), "invalid-cursor");
-  refused(ListClaims(tj_->pool, ada_, {}, 2, "!!!"), "invalid-cursor");
-  refused(ListClaims(tj_->pool, ada_, {}, 2, "e30"), "invalid-cursor");  // base64url of "{}"
+  refused(ListClaims(tj_->pool, *keys_, ada_, {}, 2, cursor.substr(0, cursor.size() - 1)), "invalid-cursor");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {}, 2, cursor + "A"), "invalid-cursor");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {}, 2, "!!!"), "invalid-cursor");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {}, 2, "e30"), "invalid-cursor");  // base64url of "{}"
   // Bound to its query: other filters, or the search endpoint.
-  refused(ListClaims(tj_->pool, ada_, {.workarea_id = "wa-1"}, 2, cursor), "invalid-cursor");
-  refused(ListClaims(tj_->pool, ada_, State("held"), 2, cursor), "invalid-cursor");
-  refused(SearchClaims(tj_->pool, ada_, "c1", 2, cursor), "invalid-cursor");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {.workarea_id = "wa-1"}, 2, cursor), "invalid-cursor");
+  refused(ListClaims(tj_->pool, *keys_, ada_, State("held"), 2, cursor), "invalid-cursor");
+  refused(SearchClaims(tj_->pool, *keys_, ada_, "c1", 2, cursor), "invalid-cursor");
+  // Bound to its tenant: a caller of another tenant cannot use it, whatever its role.
+  const Caller stranger = Key(NewTenant("recall-stranger-" + tenant_), "ada", "admin");
+  refused(ListClaims(tj_->pool, *keys_, stranger, {}, 2, cursor), "invalid-cursor");
+  EXPECT_EQ(ListClaims(tj_->pool, *keys_, stranger, {}, 2, cursor).status().message(),
+            "cursor belongs to another query (other filters, search text or endpoint)");
+  // MACed under another secret (another deployment, or a key since removed): refused.
+  const auto other = crypto::HmacKeyRing::Parse("t1 " + std::string(64, '8'), "other").value();
+  refused(ListClaims(tj_->pool, other, ada_, {}, 2, cursor), "invalid-cursor");
   // The same cursor under another limit or caller of the tenant is a position, nothing more.
-  auto again = ListClaims(tj_->pool, alice_, {}, 10, cursor);
+  auto again = ListClaims(tj_->pool, *keys_, alice_, {}, 10, cursor);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->claims.size(), 3u);
 
-  refused(ListClaims(tj_->pool, ada_, {}, 0, ""), "invalid-parameter");
-  refused(ListClaims(tj_->pool, ada_, {}, 501, ""), "invalid-parameter");
-  EXPECT_TRUE(ListClaims(tj_->pool, ada_, {}, 500, "").ok());
-  refused(ListClaims(tj_->pool, ada_, State("bogus"), 5, ""), "invalid-parameter");
-  refused(ListClaims(tj_->pool, ada_, {.provenance = "robot"}, 5, ""), "invalid-parameter");
-  refused(ListClaims(tj_->pool, ada_, {.workarea_id = ""}, 5, ""), "invalid-parameter");
-  refused(ListClaims(tj_->pool, ada_, {.simulation_id = std::string(201, 's')}, 5, ""), "invalid-parameter");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {}, 0, ""), "invalid-parameter");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {}, 501, ""), "invalid-parameter");
+  EXPECT_TRUE(ListClaims(tj_->pool, *keys_, ada_, {}, 500, "").ok());
+  refused(ListClaims(tj_->pool, *keys_, ada_, State("bogus"), 5, ""), "invalid-parameter");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {.provenance = "robot"}, 5, ""), "invalid-parameter");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {.workarea_id = ""}, 5, ""), "invalid-parameter");
+  refused(ListClaims(tj_->pool, *keys_, ada_, {.simulation_id = std::string(201, 's')}, 5, ""), "invalid-parameter");
   for (const char* t : {"2025-02-29T00:00:00Z", "2025-01-01 00:00:00Z", "2025-01-01T00:00:00", "2025-01-01T24:00:00Z",
                         "2025-13-01T00:00:00Z", "2025-01-01T00:00:60Z", "2025-01-01T00:00:00.1234567Z",
                         "2025-01-01T00:00:00+24:00", "0000-01-01T00:00:00Z", "yesterday", ""})
-    refused(ListClaims(tj_->pool, ada_, {.submitted_after = t}, 5, ""), "invalid-parameter");
-  EXPECT_TRUE(ListClaims(tj_->pool, ada_, {.submitted_before = "2024-02-29T23:59:59.5-05:30"}, 5, "").ok());
+    refused(ListClaims(tj_->pool, *keys_, ada_, {.submitted_after = t}, 5, ""), "invalid-parameter");
+  EXPECT_TRUE(ListClaims(tj_->pool, *keys_, ada_, {.submitted_before = "2024-02-29T23:59:59.5-05:30"}, 5, "").ok());
   for (const std::string& q : {std::string(""), std::string(1001, 'q'), std::string("a\nb"), std::string("\xff")})
-    refused(SearchClaims(tj_->pool, ada_, q, 5, ""), "invalid-parameter");
+    refused(SearchClaims(tj_->pool, *keys_, ada_, q, 5, ""), "invalid-parameter");
 }
 
 TEST_F(RecallTest, SearchFindsPromotedTextOnlyAndDemotionAndErasureTakeItOut) {
@@ -345,7 +357,7 @@ TEST_F(RecallTest, SearchFindsPromotedTextOnlyAndDemotionAndErasureTakeItOut) {
   EXPECT_EQ(Search(bob_, "nothing or swims"), std::vector<std::string>{a.artifact_id});
   EXPECT_EQ(Search(bob_, "!!! ..."), std::vector<std::string>{});
   // A hit carries the metadata of the claim, its rank, and no body.
-  auto hit = SearchClaims(tj_->pool, bob_, "zebrafish", 5, "");
+  auto hit = SearchClaims(tj_->pool, *keys_, bob_, "zebrafish", 5, "");
   ASSERT_TRUE(hit.ok() && hit->claims.size() == 1);
   EXPECT_EQ(hit->claims[0].meta.state, "promoted");
   EXPECT_EQ(hit->claims[0].meta.plaintext_sha256, a.plaintext_sha256);
@@ -382,7 +394,7 @@ TEST_F(RecallTest, SearchPagesByRankAndStaysStableWhileClaimsArePromoted) {
     made.push_back(Submit(i % 2 ? alice_ : bob_, body));
     Act(made.back(), ReviewAct::kAccept);
   }
-  auto full = SearchClaims(tj_->pool, bob_, "kiwi", 500, "");
+  auto full = SearchClaims(tj_->pool, *keys_, bob_, "kiwi", 500, "");
   ASSERT_TRUE(full.ok());
   ASSERT_EQ(full->claims.size(), 12u);
   EXPECT_FALSE(full->next_cursor);
@@ -393,15 +405,15 @@ TEST_F(RecallTest, SearchPagesByRankAndStaysStableWhileClaimsArePromoted) {
   }
   EXPECT_GT(full->claims.front().rank, full->claims.back().rank);
   // Pages of 5: 5, 5, 2, equal to the full list, while more matching claims are promoted.
-  auto p1 = SearchClaims(tj_->pool, bob_, "kiwi", 5, "");
+  auto p1 = SearchClaims(tj_->pool, *keys_, bob_, "kiwi", 5, "");
   ASSERT_TRUE(p1.ok() && p1->next_cursor);
   for (int i = 0; i < 2; ++i) {
     made.push_back(Submit(alice_, "late kiwi " + std::string(i ? "kiwi kiwi kiwi kiwi" : "")));
     Act(made.back(), ReviewAct::kAccept);
   }
-  auto p2 = SearchClaims(tj_->pool, bob_, "kiwi", 5, *p1->next_cursor);
+  auto p2 = SearchClaims(tj_->pool, *keys_, bob_, "kiwi", 5, *p1->next_cursor);
   ASSERT_TRUE(p2.ok() && p2->next_cursor) << p2.status().ToString();
-  auto p3 = SearchClaims(tj_->pool, bob_, "kiwi", 5, *p2->next_cursor);
+  auto p3 = SearchClaims(tj_->pool, *keys_, bob_, "kiwi", 5, *p2->next_cursor);
   ASSERT_TRUE(p3.ok()) << p3.status().ToString();
   EXPECT_FALSE(p3->next_cursor);
   std::vector<std::string> paged, before = Ids(*full);
@@ -490,7 +502,7 @@ TEST_F(RecallTest, EachFilterIsOneRangeScanOfItsIndex) {
       "FROM oml.artifacts WHERE tenant_id = '" + t + "'; "
       "RESET session_replication_role; ANALYZE oml.artifacts; ANALYZE oml.claim_text");
   ASSERT_TRUE(ins.ok()) << ins.status().ToString();
-  auto page = ListClaims(tj_->pool, admin, {}, 50, "");
+  auto page = ListClaims(tj_->pool, *keys_, admin, {}, 50, "");
   ASSERT_TRUE(page.ok() && page->next_cursor);
   const std::string cursor = *page->next_cursor;
 
@@ -528,7 +540,7 @@ TEST_F(RecallTest, EachFilterIsOneRangeScanOfItsIndex) {
   };
   for (const Case& c : cases) {
     ClaimFilter f = c.filter;
-    auto plan = ExplainListClaims(tj_->pool, *c.caller, f, 50, c.with_cursor ? cursor : "");
+    auto plan = ExplainListClaims(tj_->pool, *keys_, *c.caller, f, 50, c.with_cursor ? cursor : "");
     ASSERT_TRUE(plan.ok()) << c.name << ": " << plan.status().ToString();
     for (const auto& ix : c.indexes) EXPECT_NE(plan->find(ix), std::string::npos) << c.name << " wants " << ix << "\n" << *plan;
     EXPECT_EQ(plan->find("Seq Scan"), std::string::npos) << c.name << "\n" << *plan;
@@ -539,7 +551,7 @@ TEST_F(RecallTest, EachFilterIsOneRangeScanOfItsIndex) {
     if (c.name == "writer") std::cout << "EXPLAIN of a writer's first page, no filter:\n" << *plan;
   }
   // A search: the page joins search_claim_text's matches to artifacts by primary key...
-  auto search = ExplainSearchClaims(tj_->pool, admin, "word5", 50, "");
+  auto search = ExplainSearchClaims(tj_->pool, *keys_, admin, "word5", 50, "");
   ASSERT_TRUE(search.ok()) << search.status().ToString();
   EXPECT_NE(search->find("Function Scan on search_claim_text h"), std::string::npos) << *search;
   EXPECT_EQ(search->find("Seq Scan"), std::string::npos) << *search;

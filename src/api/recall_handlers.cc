@@ -84,8 +84,8 @@ json PageJson(const admission::RecallPage& page, const MetaJsonFn& meta_json, bo
 
 }  // namespace
 
-Result<json> RecallClaimsJson(db::Pool& pool, const admission::Caller& caller, const http::Request& req,
-                              const MetaJsonFn& meta_json) {
+Result<json> RecallClaimsJson(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const admission::Caller& caller,
+                              const http::Request& req, const MetaJsonFn& meta_json) {
   OML_RETURN_IF_ERROR(CheckParams(req, {"workarea_id", "state", "provenance", "simulation_id", "submitted_after",
                                         "submitted_before", "limit", "cursor"}));
   OML_ASSIGN_OR_RETURN(int limit, Limit(req));
@@ -97,18 +97,18 @@ Result<json> RecallClaimsJson(db::Pool& pool, const admission::Caller& caller, c
   f.submitted_after = req.Param("submitted_after");
   f.submitted_before = req.Param("submitted_before");
   OML_ASSIGN_OR_RETURN(admission::RecallPage page,
-                       admission::ListClaims(pool, caller, f, limit, req.Param("cursor").value_or("")));
+                       admission::ListClaims(pool, cursor_keys, caller, f, limit, req.Param("cursor").value_or("")));
   return PageJson(page, meta_json, false);
 }
 
-Result<json> SearchClaimsJson(db::Pool& pool, const admission::Caller& caller, const http::Request& req,
-                              const MetaJsonFn& meta_json) {
+Result<json> SearchClaimsJson(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys, const admission::Caller& caller,
+                              const http::Request& req, const MetaJsonFn& meta_json) {
   OML_RETURN_IF_ERROR(CheckParams(req, {"q", "limit", "cursor"}));
   OML_ASSIGN_OR_RETURN(int limit, Limit(req));
   auto q = req.Param("q");
   if (!q) return BadParam("query parameter 'q' (the search text) is required");
   OML_ASSIGN_OR_RETURN(admission::RecallPage page,
-                       admission::SearchClaims(pool, caller, *q, limit, req.Param("cursor").value_or("")));
+                       admission::SearchClaims(pool, cursor_keys, caller, *q, limit, req.Param("cursor").value_or("")));
   return PageJson(page, meta_json, true);
 }
 

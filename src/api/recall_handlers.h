@@ -21,6 +21,7 @@
 #include "admission/claims.h"
 #include "api/http.h"
 #include "common/status.h"
+#include "crypto/crypto.h"
 #include "db/conn.h"
 
 namespace oml::api {
@@ -30,10 +31,13 @@ using MetaJsonFn = std::function<nlohmann::json(const admission::ClaimMeta&)>;
 
 // The 200 body of GET /v1/claims for `caller`, or the refusal (invalid-parameter, invalid-cursor,
 // the database's).
-Result<nlohmann::json> RecallClaimsJson(db::Pool& pool, const admission::Caller& caller, const http::Request& req,
+// `cursor_keys`: the cursor secret (admission/cursor.h).
+Result<nlohmann::json> RecallClaimsJson(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys,
+                                        const admission::Caller& caller, const http::Request& req,
                                         const MetaJsonFn& meta_json);
 // The 200 body of GET /v1/search, or the refusal (as above; a missing q is invalid-parameter).
-Result<nlohmann::json> SearchClaimsJson(db::Pool& pool, const admission::Caller& caller, const http::Request& req,
+Result<nlohmann::json> SearchClaimsJson(db::Pool& pool, const crypto::HmacKeyRing& cursor_keys,
+                                        const admission::Caller& caller, const http::Request& req,
                                         const MetaJsonFn& meta_json);
 
 }  // namespace oml::api

@@ -488,7 +488,8 @@ struct Server::Impl {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
     db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
-    auto page = search ? SearchClaimsJson(*d.pool, *caller, req, &MetaJson) : RecallClaimsJson(*d.pool, *caller, req, &MetaJson);
+    auto page = search ? SearchClaimsJson(*d.pool, *d.cursor_keys, *caller, req, &MetaJson)
+                       : RecallClaimsJson(*d.pool, *d.cursor_keys, *caller, req, &MetaJson);
     if (!page.ok()) return Problem(res, req, page.status());
     Json(res, 200, *page);
   }

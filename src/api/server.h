@@ -10,6 +10,7 @@
 #include "admission/claims.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "crypto/crypto.h"
 #include "db/conn.h"
 #include "db/durability.h"
 #include "journal/journal.h"
@@ -29,6 +30,9 @@ struct ServerDeps {
   journal::Journal* journal;
   admission::Claims* claims;
   ForkState* fork;
+  // The cursor secret (config cursor_secret_file, admission/cursor.h): MACs the next_cursor of
+  // GET /v1/claims and /v1/search and verifies the cursor they are given. Required.
+  const crypto::HmacKeyRing* cursor_keys;
   // The production durability requirement (db/durability.h): writes are refused with 503
   // durability-reduced while it gates them. Null: no durability gate.
   db::DurabilityMonitor* durability = nullptr;

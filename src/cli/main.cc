@@ -140,7 +140,24 @@ Status EnsureKeys(const Config& c) {
     OML_RETURN_IF_ERROR(crypto::FileKekProvider::Generate(c.kek_file));
     log::Info("KEK generated", {{"file", c.kek_file}});
   }
+  if (!fs::exists(c.cursor_secret_file)) {
+    OML_RETURN_IF_ERROR(crypto::HmacKeyRing::GenerateFile(c.cursor_secret_file));
+    log::Info("cursor secret generated", {{"file", c.cursor_secret_file}});
+  }
   return Status::Ok();
+}
+
+// The cursor secret (cursor_secret_file, admission/cursor.h). Never made up here: replicas must
+// share it, so a missing file stops `oml serve` with what to do.
+Result<crypto::HmacKeyRing> LoadCursorKeys(const Config& c) {
+  auto ring = crypto::HmacKeyRing::LoadFile(c.cursor_secret_file, c.allow_insecure_key_files);
+  if (ring.status().code() == Code::kNotFound)
+    return NotFound("cursor secret file " + c.cursor_secret_file +
+                    " does not exist (setting cursor_secret_file, env OML_CURSOR_SECRET_FILE). Every replica needs "
+                    "the same file: copy the deployment's, or create the first one with `oml cursor-secret generate " +
+                    c.cursor_secret_file + "` (or `oml init`) and copy it to every replica "
+                    "(docs/operations/deployment.md, \"Cursor secret\")");
+  return ring;
 }
 
 // Everything a command that talks to the database needs. Commands that append events also
@@ -330,6 +347,10 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   if (!kek->previous_ids().empty())
     log::Info("KEK rotation: wrapping under the new KEK, also unwrapping under the previous one",
               {{"kek_id", kek->kek_id()}, {"previous_kek_ids", kek->previous_ids()}});
+  OML_ASSIGN_OR_RETURN(const crypto::HmacKeyRing cursor_keys, LoadCursorKeys(c));
+  log::Info("cursor secret loaded", {{"file", c.cursor_secret_file},
+                                     {"signing_key_id", cursor_keys.signing_key_id()},
+                                     {"key_ids", cursor_keys.key_ids()}});
   // Startup fork check: forked tenants are closed in the guard (writes 503 chain-fork), invalid
   // head documents are repaired. While serving, the journal and the publisher keep checking.
   OML_RETURN_IF_ERROR(rt->CheckForks({}, /*repair=*/true).status());
@@ -371,7 +392,7 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // every min(1 h, rejected_retention_s / 2), at least every second.
   admission::RejectedRetention retention(rt->pool.get(), &claims, std::chrono::seconds(c.rejected_retention_s));
   retention.Start(std::chrono::milliseconds(std::clamp<int64_t>(c.rejected_retention_s * 500, 1000, 3600 * 1000)));
-  api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &durability};
+  api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);
 
@@ -632,6 +653,13 @@ int Main(int argc, char** argv) {
                          "a KEK to re-wrap from, besides kek_file and previous_kek_file (repeatable)");
   kek_rotate->add_option("--batch-size", kek_batch, "DEKs per transaction (default 500)")->check(CLI::PositiveNumber);
 
+  auto* cursor_secret = app.add_subcommand("cursor-secret", "the HMAC secret of recall cursors (cursor_secret_file)");
+  cursor_secret->require_subcommand(1);
+  auto* cursor_secret_generate = cursor_secret->add_subcommand(
+      "generate", "create a new cursor secret file with one random key (mode 0600; refuses to overwrite)");
+  std::string cursor_secret_file;
+  cursor_secret_generate->add_option("file", cursor_secret_file, "where to write it")->required();
+
   auto* init = app.add_subcommand("init", "provider chain genesis, key.issued, empty lake tables (idempotent)");
 
   auto* cluster = app.add_subcommand("cluster", "the local profile's private PostgreSQL cluster");
@@ -794,6 +822,14 @@ int Main(int argc, char** argv) {
     auto k = crypto::FileKekProvider::Load(kek_generate_file, cfg.allow_insecure_key_files);
     if (!k.ok()) return Fail(k.status());
     std::cout << json{{"file", kek_generate_file}, {"kek_id", (*k)->kek_id()}}.dump() << "\n";
+    return 0;
+  }
+  if (*cursor_secret_generate) {
+    Status s = crypto::HmacKeyRing::GenerateFile(cursor_secret_file);
+    if (!s.ok()) return Fail(s);
+    auto ring = crypto::HmacKeyRing::LoadFile(cursor_secret_file, cfg.allow_insecure_key_files);
+    if (!ring.ok()) return Fail(ring.status());
+    std::cout << json{{"file", cursor_secret_file}, {"key_id", ring->signing_key_id()}}.dump() << "\n";
     return 0;
   }
   if (*cluster) {

@@ -86,7 +86,7 @@ Result<Config> LoadConfig() {
       {"database_url", "OML_DATABASE_URL", ""}, {"listen", "OML_LISTEN", ""},
       {"lakewriter_database_url", "OML_LAKEWRITER_DATABASE_URL", ""},
       {"signing_key_file", "OML_SIGNING_KEY", ""}, {"kek_file", "OML_KEK_FILE", ""},
-      {"previous_kek_file", "OML_PREVIOUS_KEK_FILE", ""},
+      {"previous_kek_file", "OML_PREVIOUS_KEK_FILE", ""}, {"cursor_secret_file", "OML_CURSOR_SECRET_FILE", ""},
       {"object_store_url", "OML_OBJECT_STORE_URL", ""}, {"lake_root", "OML_LAKE_ROOT", ""},
       {"quarantine_bucket", "OML_QUARANTINE_BUCKET", ""}, {"bodies_bucket", "OML_BODIES_BUCKET", ""},
       {"max_body_bytes", "OML_MAX_BODY_BYTES", ""}, {"db_pool_size", "OML_DB_POOL_SIZE", ""},
@@ -147,6 +147,8 @@ Result<Config> LoadConfig() {
   c.signing_key_file = get("signing_key_file").empty() ? (home / "keys/signing.key").string() : get("signing_key_file");
   c.kek_file = get("kek_file").empty() ? (home / "keys/kek.key").string() : get("kek_file");
   c.previous_kek_file = get("previous_kek_file");
+  c.cursor_secret_file =
+      get("cursor_secret_file").empty() ? (home / "keys/cursor.key").string() : get("cursor_secret_file");
   c.object_store_url = get("object_store_url").empty() ? "file://" + (home / "objects").string() : get("object_store_url");
   c.lake_root = get("lake_root").empty() ? (home / "lake").string() : get("lake_root");
   if (!get("quarantine_bucket").empty()) c.quarantine_bucket = get("quarantine_bucket");

@@ -11,6 +11,7 @@
 //   signing_key_file      OML_SIGNING_KEY        $OML_HOME/keys/signing.key
 //   kek_file              OML_KEK_FILE           $OML_HOME/keys/kek.key
 //   previous_kek_file     OML_PREVIOUS_KEK_FILE  "" (during a KEK rotation: the KEK being replaced)
+//   cursor_secret_file    OML_CURSOR_SECRET_FILE $OML_HOME/keys/cursor.key
 //   object_store_url      OML_OBJECT_STORE_URL   file://$OML_HOME/objects (absolute)
 //   quarantine_bucket     OML_QUARANTINE_BUCKET  oml-quarantine (held uploads and attachments)
 //   bodies_bucket         OML_BODIES_BUCKET      oml-bodies (promoted attachments)
@@ -57,12 +58,17 @@
 // moves DEKs from one KEK to another, kek_file names the new KEK and previous_kek_file the old
 // one: each DEK is unwrapped under the KEK its row names (docs/operations/deployment.md).
 //
+// cursor_secret_file: the HMAC-SHA-256 secrets of recall cursors (admission/cursor.h), lines
+// "<key id> <hex secret>" (crypto::HmacKeyRing): the first signs, every one verifies. Every
+// replica must hold the same file, or a cursor one issued is refused by the next. `oml serve`
+// refuses to start without it; `oml init` and `oml dev` generate it when missing.
+//
 // quarantine_bucket / bodies_bucket: S3 bucket names (3..63 of a-z 0-9 . -, starting and ending
 // with a letter or digit, no "..", not an IPv4 address, no xn-- / sthree- prefix, no -s3alias /
 // --ol-s3 suffix), and different from each other. With a file:// object_store_url each is a
 // subdirectory of it; with s3:// each is its own S3 bucket (blob::BucketUrl).
 //
-// allow_insecure_key_files: the signing key and KEK files are refused at load unless owned by
+// allow_insecure_key_files: the signing key, KEK and cursor secret files are refused at load unless owned by
 // the process's user with no group/other permission (common/secret_file.h). Set it only where a
 // container mount cannot set modes; each load of such a file then logs a warning instead.
 #pragma once
@@ -83,6 +89,7 @@ struct Config {
   std::string signing_key_file;
   std::string kek_file;
   std::string previous_kek_file;  // empty: none
+  std::string cursor_secret_file;
   std::string object_store_url;
   std::string quarantine_bucket = "oml-quarantine";
   std::string bodies_bucket = "oml-bodies";

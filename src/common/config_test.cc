@@ -31,6 +31,22 @@ TEST_F(ConfigTest, DefaultsDeriveFromHome) {
   EXPECT_EQ(c->max_body_bytes, 1u << 20);
 }
 
+TEST_F(ConfigTest, CursorSecretFileDefaultsUnderHomeAndComesFromFileOrEnvironment) {
+  unsetenv("OML_CURSOR_SECRET_FILE");
+  auto d = LoadConfig();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->cursor_secret_file, (dir_ / "keys/cursor.key").string());
+  WriteToml("cursor_secret_file = \"/run/secrets/oml/cursor.key\"\n");
+  auto f = LoadConfig();
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->cursor_secret_file, "/run/secrets/oml/cursor.key");
+  setenv("OML_CURSOR_SECRET_FILE", "/etc/oml/cursor.key", 1);
+  auto e = LoadConfig();
+  unsetenv("OML_CURSOR_SECRET_FILE");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->cursor_secret_file, "/etc/oml/cursor.key");
+}
+
 TEST_F(ConfigTest, EnvironmentOverridesFile) {
   WriteToml("listen = \"127.0.0.1:9000\"\ndatabase_url = \"postgresql://file\"\nmax_body_bytes = 10\n");
   setenv("OML_LISTEN", "127.0.0.1:9100", 1);

@@ -747,6 +747,115 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+std::string HmacSha256(std::string_view key, std::string_view data) {
+  std::string out(kHmacSha256Size, '\0');
+  size_t len = 0;
+  // EVP_Q_mac: OpenSSL 3's one-shot EVP_MAC ("HMAC" with digest "SHA256"); it keeps no state.
+  if (EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, Bytes(key), key.size(), Bytes(data), data.size(),
+                MutableBytes(out), out.size(), &len) == nullptr ||
+      len != kHmacSha256Size) {
+    Die("HMAC-SHA-256");
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HMAC key rings.
+
+namespace {
+
+bool IsKeyIdChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+}  // namespace
+
+Result<HmacKeyRing> HmacKeyRing::Parse(std::string_view text, const std::string& what) {
+  std::vector<Key> keys;
+  int line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    auto is_blank = [](char c) { return c == ' ' || c == '\t'; };
+    while (!line.empty() && is_blank(line.front())) line.remove_prefix(1);
+    while (!line.empty() && is_blank(line.back())) line.remove_suffix(1);
+    if (line.empty() || line.front() == '#') continue;
+    // Never quote the line: it holds a secret.
+    const std::string where = what + " line " + std::to_string(line_no) + ": ";
+    size_t id_end = 0;
+    while (id_end < line.size() && !is_blank(line[id_end])) ++id_end;
+    const std::string_view id = line.substr(0, id_end);
+    std::string_view secret = line.substr(id_end);
+    while (!secret.empty() && is_blank(secret.front())) secret.remove_prefix(1);
+    if (id.size() > kMaxKeyIdSize || !std::all_of(id.begin(), id.end(), IsKeyIdChar))
+      return InvalidArgument(where + "the key id must be 1.." + std::to_string(kMaxKeyIdSize) +
+                             " characters of A-Z a-z 0-9 . _ - (expected \"<key id> <hex secret>\")");
+    if (secret.empty()) return InvalidArgument(where + "expected \"<key id> <hex secret>\", found only a key id");
+    if (std::any_of(secret.begin(), secret.end(), is_blank))
+      return InvalidArgument(where + "expected \"<key id> <hex secret>\", found more than two fields");
+    if (secret.size() < 2 * kMinSecretSize || secret.size() > 2 * kMaxSecretSize)
+      return InvalidArgument(where + "the secret of key " + std::string(id) + " must be " +
+                             std::to_string(2 * kMinSecretSize) + ".." + std::to_string(2 * kMaxSecretSize) +
+                             " hex digits (" + std::to_string(kMinSecretSize) + ".." + std::to_string(kMaxSecretSize) +
+                             " random bytes), found " + std::to_string(secret.size()) + " characters");
+    for (const Key& k : keys)
+      if (k.id == id) return InvalidArgument(where + "key id " + std::string(id) + " is given twice");
+    auto raw = FromHex(secret);
+    if (!raw.ok())
+      return InvalidArgument(where + "the secret of key " + std::string(id) + " must be hex digits, an even number of them");
+    keys.push_back(Key{std::string(id), SecureBytes(std::move(*raw))});
+  }
+  if (keys.empty()) return InvalidArgument(what + " holds no key (expected lines \"<key id> <hex secret>\")");
+  return HmacKeyRing(std::move(keys));
+}
+
+Result<HmacKeyRing> HmacKeyRing::LoadFile(const std::string& path, bool allow_insecure_file) {
+  OML_RETURN_IF_ERROR(CheckKeyFilePermissions(path, allow_insecure_file));
+  OML_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  auto ring = Parse(text, path);
+  Wipe(&text);
+  return ring;
+}
+
+std::string HmacKeyRing::NewKeyLine(const std::string& key_id) {
+  std::string secret = RandomBytes(kMinSecretSize);
+  std::string line = key_id + " " + Hex(secret) + "\n";
+  Wipe(&secret);
+  return line;
+}
+
+Status HmacKeyRing::GenerateFile(const std::string& path) {
+  std::string contents =
+      "# oml HMAC secrets: \"<key id> <64..128 hex digits>\" per line. The first line signs; every line\n"
+      "# verifies. Every replica needs the same file (docs/operations/deployment.md).\n" +
+      NewKeyLine("k" + Hex(RandomBytes(4)));
+  Status s = WriteNewPrivateFile(path, contents);
+  Wipe(&contents);
+  return s;
+}
+
+std::vector<std::string> HmacKeyRing::key_ids() const {
+  std::vector<std::string> ids;
+  for (const Key& k : keys_) ids.push_back(k.id);
+  return ids;
+}
+
+bool HmacKeyRing::Holds(std::string_view key_id) const {
+  return std::any_of(keys_.begin(), keys_.end(), [&](const Key& k) { return k.id == key_id; });
+}
+
+std::string HmacKeyRing::Sign(std::string_view data) const { return HmacSha256(keys_.front().secret.view(), data); }
+
+bool HmacKeyRing::Verify(std::string_view key_id, std::string_view data, std::string_view tag) const {
+  if (tag.size() != kHmacSha256Size) return false;
+  for (const Key& k : keys_)
+    if (k.id == key_id) return ConstantTimeEquals(HmacSha256(k.secret.view(), data), tag);
+  return false;
+}
+
 std::string KeyIdFor(std::string_view public_key_raw) {
   return "ed25519:" + Hex(Sha256(public_key_raw)).substr(0, 16);
 }

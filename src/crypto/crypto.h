@@ -30,6 +30,12 @@ std::string NewUuidV4();
 // Constant-time equality for digests and token hashes.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
+// HMAC-SHA-256 (RFC 2104; test vectors RFC 4231) of `data` under `key`: the full 32 raw bytes,
+// never truncated (a caller that wants a shorter tag cuts it and says so). A key longer than
+// SHA-256's 64-byte block is hashed first, as RFC 2104 says. Aborts if OpenSSL fails (as Sha256).
+inline constexpr size_t kHmacSha256Size = 32;
+std::string HmacSha256(std::string_view key, std::string_view data);
+
 // ---------------------------------------------------------------------------------------------
 // Secret bytes in memory: a KEK, an unwrapped DEK, a decrypted body.
 //
@@ -65,6 +71,67 @@ class SecureBytes {
 
  private:
   std::string s_;
+};
+
+// Secrets for HMAC-SHA-256, each under a key id an operator chose: the first one signs, every
+// one verifies. A rotation puts a new secret first and keeps the old one below it until nothing
+// signed under it is still in use (recall cursors: docs/operations/deployment.md).
+//
+// File format (cursor_secret_file), UTF-8 text, one key per line, the first key line signs:
+//
+//   # comment lines and blank lines are ignored
+//   <key id> <secret>
+//
+//   key id  1..32 characters of A-Z a-z 0-9 . _ -, unique within the file
+//   secret  64..128 hex digits (32..64 random bytes; 64 is SHA-256's block size)
+//   the two separated by spaces or tabs; blanks around them and a trailing "\r" (CRLF files)
+//   are ignored; a comment must be a line of its own
+//
+// Anything else (another field, a short or non-hex secret, a repeated id, no key line at all)
+// makes the whole file kInvalidArgument, naming the file and the line number, never the secret.
+// The secrets are wiped when the ring is destroyed. Move-only (a moved-from ring holds no key and
+// may only be destroyed or assigned to); Sign and Verify are safe to call from many threads at once.
+class HmacKeyRing {
+ public:
+  static constexpr size_t kMaxKeyIdSize = 32;
+  static constexpr size_t kMinSecretSize = 32;
+  static constexpr size_t kMaxSecretSize = 64;
+
+  // Reads a file in the format above. kNotFound if it is missing; kFailedPrecondition for its
+  // owner or mode as SigningKey::LoadFile (same override); kInvalidArgument if malformed.
+  static Result<HmacKeyRing> LoadFile(const std::string& path, bool allow_insecure_file = false);
+  // The same format from memory; `what` names the source in errors (a file name).
+  static Result<HmacKeyRing> Parse(std::string_view text, const std::string& what);
+  // Creates `path` with one fresh key "k" + 8 random hex digits (32 random bytes) under a comment
+  // header, mode 0600 (parents 0700). Fails if the file exists, as FileKekProvider::Generate.
+  static Status GenerateFile(const std::string& path);
+  // One key line "<key id> <64 hex digits>\n" with 32 fresh random bytes, for a rotation.
+  static std::string NewKeyLine(const std::string& key_id);
+
+  HmacKeyRing(HmacKeyRing&&) noexcept = default;
+  HmacKeyRing& operator=(HmacKeyRing&&) noexcept = default;
+  HmacKeyRing(const HmacKeyRing&) = delete;
+  HmacKeyRing& operator=(const HmacKeyRing&) = delete;
+
+  // The id of the key that signs (the first line's).
+  const std::string& signing_key_id() const { return keys_.front().id; }
+  // Every key id, in file order (the signing key's first).
+  std::vector<std::string> key_ids() const;
+  // True iff the ring holds a key of this id.
+  bool Holds(std::string_view key_id) const;
+  // HMAC-SHA-256 of `data` under the signing key (32 bytes).
+  std::string Sign(std::string_view data) const;
+  // True iff `tag` is the full 32-byte HMAC-SHA-256 of `data` under the key `key_id` (compared in
+  // constant time). False for an id the ring does not hold and for a tag of any other length.
+  bool Verify(std::string_view key_id, std::string_view data, std::string_view tag) const;
+
+ private:
+  struct Key {
+    std::string id;
+    SecureBytes secret;
+  };
+  explicit HmacKeyRing(std::vector<Key> keys) : keys_(std::move(keys)) {}
+  std::vector<Key> keys_;  // never empty
 };
 
 // Key id of an Ed25519 public key: "ed25519:" + first 16 hex chars of SHA-256(raw public key).

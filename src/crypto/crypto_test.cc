@@ -202,6 +202,58 @@ TEST(ConstantTimeEqualsTest, ComparesContentAndLength) {
   EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
+// RFC 4231 section 4: every test case, with its HMAC-SHA-256 output (oml offers no other HMAC).
+// Keys and data as the RFC prints them, in hex.
+TEST(HmacSha256Test, Rfc4231AllTestCases) {
+  struct Case {
+    int n;
+    std::string key_hex, data_hex, hmac_hex;
+  };
+  const std::string aa131(131 * 2, 'a');  // 0xaa repeated 131 times
+  const Case cases[] = {
+      {1, "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b", "4869205468657265",
+       "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+      {2, "4a656665", "7768617420646f2079612077616e7420666f72206e6f7468696e673f",
+       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+      {3, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", std::string(50 * 2, 'd'),
+       "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+      {4, "0102030405060708090a0b0c0d0e0f10111213141516171819",
+       "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd",
+       "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+      // Test case 5 publishes the output truncated to 128 bits (section 4.6): checked below.
+      {6, aa131,
+       "54657374205573696e67204c6172676572205468616e20426c6f636b2d53697a65204b6579202d2048617368204b6579"
+       "204669727374",
+       "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+      {7, aa131,
+       "5468697320697320612074657374207573696e672061206c6172676572207468616e20626c6f636b2d73697a65206b65"
+       "7920616e642061206c6172676572207468616e20626c6f636b2d73697a6520646174612e20546865206b6579206e6565"
+       "647320746f20626520686173686564206265666f7265206265696e6720757365642062792074686520484d414320616c"
+       "676f726974686d2e",
+       "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+  };
+  for (const Case& c : cases) {
+    const std::string mac = HmacSha256(H(c.key_hex), H(c.data_hex));
+    EXPECT_EQ(mac.size(), kHmacSha256Size) << "test case " << c.n;
+    EXPECT_EQ(Hex(mac), c.hmac_hex) << "test case " << c.n;
+  }
+  // Test case 5, "Test With Truncation": the RFC gives the leftmost 128 bits only. HmacSha256
+  // never truncates: its output is the full 32 bytes, whose first 16 are the vector.
+  const std::string mac5 =
+      HmacSha256(H("0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c"), H("546573742057697468205472756e636174696f6e"));
+  ASSERT_EQ(mac5.size(), kHmacSha256Size);
+  EXPECT_EQ(Hex(mac5.substr(0, 16)), "a3b6167473100ee06e0c796c2955552b");
+}
+
+TEST(HmacSha256Test, KeyAndDataBothCount) {
+  const std::string k(32, 'k');
+  EXPECT_NE(HmacSha256(k, "a"), HmacSha256(k, "b"));
+  EXPECT_NE(HmacSha256(k, "a"), HmacSha256(std::string(31, 'k') + "j", "a"));
+  // Not a plain hash of key and data in either order.
+  EXPECT_NE(HmacSha256(k, "a"), Sha256(k + "a"));
+  EXPECT_NE(HmacSha256(k, "a"), Sha256("a" + k));
+}
+
 TEST(KeyIdTest, Format) {
   // SHA-256(RFC 8032 public key 1) = 21fe31dfa154a261626bf854046fd227...
   EXPECT_EQ(KeyIdFor(H(kRfcPub1)), "ed25519:21fe31dfa154a261");
@@ -1073,6 +1125,103 @@ TEST_F(CryptoFileTest, KekLoadErrors) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HMAC key rings (cursor_secret_file).
+
+std::string Secret(char c, size_t bytes = 32) { return std::string(bytes * 2, c); }
+
+TEST(HmacKeyRingTest, FirstKeyLineSignsEveryLineVerifies) {
+  auto ring = HmacKeyRing::Parse("# rotated 2025-06\n\n  new  " + Secret('b') + "\r\nold\t" + Secret('a', 64) + "\n",
+                                 "f");
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  EXPECT_EQ(ring->signing_key_id(), "new");
+  EXPECT_EQ(ring->key_ids(), (std::vector<std::string>{"new", "old"}));
+  EXPECT_EQ(ring->Sign("m"), HmacSha256(H(Secret('b')), "m"));
+  EXPECT_TRUE(ring->Verify("new", "m", HmacSha256(H(Secret('b')), "m")));
+  EXPECT_TRUE(ring->Verify("old", "m", HmacSha256(H(Secret('a', 64)), "m")));
+  // A tag is checked under the key its id names, and only that one.
+  EXPECT_FALSE(ring->Verify("old", "m", HmacSha256(H(Secret('b')), "m")));
+  EXPECT_FALSE(ring->Verify("new", "m", HmacSha256(H(Secret('a', 64)), "m")));
+  EXPECT_FALSE(ring->Verify("gone", "m", HmacSha256(H(Secret('b')), "m")));
+  EXPECT_FALSE(ring->Verify("new", "n", HmacSha256(H(Secret('b')), "m")));
+  // Only the full 32-byte tag: a truncated or extended one is refused.
+  const std::string tag = ring->Sign("m");
+  EXPECT_FALSE(ring->Verify("new", "m", tag.substr(0, 16)));
+  EXPECT_FALSE(ring->Verify("new", "m", tag + "x"));
+  EXPECT_FALSE(ring->Verify("new", "m", ""));
+}
+
+TEST(HmacKeyRingTest, MalformedFilesAreRefusedByLineWithoutQuotingTheSecret) {
+  struct Bad {
+    std::string text, message;
+  };
+  const std::string s = Secret('c');
+  const Bad bad[] = {
+      {"", "f holds no key (expected lines \"<key id> <hex secret>\")"},
+      {"# only a comment\n\n", "f holds no key (expected lines \"<key id> <hex secret>\")"},
+      {"k1\n", "f line 1: expected \"<key id> <hex secret>\", found only a key id"},
+      {"k1 " + s + " extra\n", "f line 1: expected \"<key id> <hex secret>\", found more than two fields"},
+      {"# c\nk1 " + s.substr(0, 62) + "\n",
+       "f line 2: the secret of key k1 must be 64..128 hex digits (32..64 random bytes), found 62 characters"},
+      {"k1 " + s + "cc" + Secret('c', 32) + "\n",
+       "f line 1: the secret of key k1 must be 64..128 hex digits (32..64 random bytes), found 130 characters"},
+      {"k1 " + s.substr(0, 63) + "g\n", "f line 1: the secret of key k1 must be hex digits, an even number of them"},
+      {"k1 " + s + "c\n", "f line 1: the secret of key k1 must be hex digits, an even number of them"},
+      {"k1 " + s + "\nk1 " + Secret('d') + "\n", "f line 2: key id k1 is given twice"},
+      {"k/1 " + s + "\n",
+       "f line 1: the key id must be 1..32 characters of A-Z a-z 0-9 . _ - (expected \"<key id> <hex secret>\")"},
+      {std::string(33, 'k') + " " + s + "\n",
+       "f line 1: the key id must be 1..32 characters of A-Z a-z 0-9 . _ - (expected \"<key id> <hex secret>\")"},
+  };
+  for (const Bad& b : bad) {
+    auto r = HmacKeyRing::Parse(b.text, "f");
+    ASSERT_FALSE(r.ok()) << b.text;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << b.text;
+    EXPECT_EQ(r.status().message(), b.message) << b.text;
+    EXPECT_EQ(r.status().message().find("cccc"), std::string::npos);
+  }
+  // The limits themselves are accepted.
+  EXPECT_TRUE(HmacKeyRing::Parse(std::string(32, 'k') + " " + Secret('c', 32) + "\n", "f").ok());
+  EXPECT_TRUE(HmacKeyRing::Parse("A.b_c-9 " + Secret('C', 64), "f").ok());
+}
+
+TEST_F(CryptoFileTest, HmacKeyRingGenerateLoadAndFileChecks) {
+  const fs::path path = dir_ / "keys" / "cursor.key";
+  ASSERT_TRUE(HmacKeyRing::GenerateFile(path.string()).ok());
+  EXPECT_EQ(Mode(path), 0600u);
+  auto ring = HmacKeyRing::LoadFile(path.string());
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  ASSERT_EQ(ring->key_ids().size(), 1u);
+  const std::string id = ring->signing_key_id();
+  EXPECT_EQ(id.size(), 9u);
+  EXPECT_EQ(id[0], 'k');
+  // Two generated files hold different keys under different ids.
+  const fs::path other = dir_ / "keys" / "other.key";
+  ASSERT_TRUE(HmacKeyRing::GenerateFile(other.string()).ok());
+  auto ring2 = HmacKeyRing::LoadFile(other.string());
+  ASSERT_TRUE(ring2.ok());
+  EXPECT_NE(ring2->signing_key_id(), id);
+  EXPECT_FALSE(ring2->Verify(id, "m", ring->Sign("m")));
+  // Never overwritten.
+  const std::string before = ReadFile(path);
+  EXPECT_EQ(HmacKeyRing::GenerateFile(path.string()).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(ReadFile(path), before);
+  // A rotation: a new line on top; the old key still verifies, the new one signs.
+  WriteFile(path, HmacKeyRing::NewKeyLine("k2") + before);
+  auto rotated = HmacKeyRing::LoadFile(path.string());
+  ASSERT_TRUE(rotated.ok()) << rotated.status().ToString();
+  EXPECT_EQ(rotated->signing_key_id(), "k2");
+  EXPECT_TRUE(rotated->Verify(id, "m", ring->Sign("m")));
+  EXPECT_FALSE(rotated->Verify("k2", "m", ring->Sign("m")));
+  // Missing file; group-readable file (and its override).
+  EXPECT_EQ(HmacKeyRing::LoadFile((dir_ / "nope").string()).status().code(), Code::kNotFound);
+  fs::permissions(path, fs::perms::group_read, fs::perm_options::add);  // 0640
+  auto open = HmacKeyRing::LoadFile(path.string());
+  EXPECT_EQ(open.status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(open.status().type(), "insecure-key-file");
+  EXPECT_TRUE(HmacKeyRing::LoadFile(path.string(), /*allow_insecure_file=*/true).ok());
 }
 
 }  // namespace
