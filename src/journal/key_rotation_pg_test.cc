@@ -433,6 +433,35 @@ TEST_F(KeyRotationTest, ABindingNotMadeByTheNewKeyOverThisRotationIsRefused) {
   EXPECT_TRUE(LoadTrustedKeys(tj_->pool, tj_->key.public_key()).ok());
 }
 
+// What the binding leaves to the retired key's holder (docs/data/event-catalog.md, threat
+// model): replacing a rotation that is the provider chain's head with one to a key of their own,
+// bound by that key. It verifies on the provider chain, but the first event the real new key
+// signed then names a key no key.issued issued.
+TEST_F(KeyRotationTest, ARotationReplacedByOneToTheRetiredKeyHoldersOwnKeyIsExposedByTheNewKeysEvents) {
+  const std::string name = Unique("busy");
+  auto t = CreateTenant(*current_, name);
+  ASSERT_TRUE(t.ok());
+  auto rot = Rotate();
+  ASSERT_TRUE(rot.ok()) << rot.status().ToString();
+  auto signed_by_new = current_->Append(t->tenant_id, Note("the new key's first event"));
+  ASSERT_TRUE(signed_by_new.ok());
+  auto own = std::move(crypto::SigningKey::Generate()).value();
+  ResignRotation(rot->seq, *old_key_, [&](Envelope& e) {
+    e.payload["key_id"] = own.key_id();
+    e.payload["public_key"] = crypto::Base64(own.public_key());
+    e.payload["binding"] = crypto::Base64(own.Sign(*RotationStatement(e.seq, e.prev_hash, e.payload)));
+  });
+  VerifyOptions only;
+  only.only_tenant = name;
+  auto rep = VerifyChains(tj_->pool, only);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ(rep->problems.size(), 1u);
+  EXPECT_EQ(rep->problems[0].tenant_name, name);
+  EXPECT_EQ(rep->problems[0].seq, signed_by_new->seq);
+  EXPECT_EQ(rep->problems[0].what,
+            "signed by " + current_key_->key_id() + ", which no key.issued on the provider chain issued");
+}
+
 TEST_F(KeyRotationTest, ARetiredKeyIsNeverReinstated) {
   auto rot = Rotate();
   ASSERT_TRUE(rot.ok()) << rot.status().ToString();
