@@ -194,6 +194,50 @@ def test_a_retired_key_cannot_append_a_backdated_event(deployment):
             f"at provider seq {rotation_seq} recorded this chain's head at seq {seq}") in out.stdout
 
 
+def test_a_retired_key_cannot_raise_the_retired_heads_of_its_rotation(deployment):
+    """Issue 17: the rotation is the provider chain's last event, so whoever kept the retired key
+    and holds the database superuser signs its key.issued again with a higher retired head for a
+    quiet chain, then an event there. The new key's binding, which the retired key cannot make,
+    refuses the rotation at its provider seq."""
+    d = deployment
+    quiet = d.tenant("quiet")
+    stolen = (d.home / "keys" / "signing.key").read_bytes()  # an attacker's copy, taken before
+    assert "key.issued at provider seq" in d.run("key", "rotate").stdout
+    assert d.run("verify").returncode == 0
+    old = serialization.load_pem_private_key(stolen, password=None)
+    with d.su() as c:
+        rot_seq, signed = c.execute("SELECT seq, signed_bytes FROM oml.journal WHERE tenant_id = %s AND "
+                                    "event_type = 'key.issued' ORDER BY seq DESC LIMIT 1", (PROVIDER,)).fetchone()
+        assert c.execute("SELECT seq FROM oml.chain_heads WHERE tenant_id = %s", (PROVIDER,)).fetchone()[0] == rot_seq
+        rot = json.loads(bytes(signed))
+        head, prev = c.execute("SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = %s", (quiet,)).fetchone()
+        assert rot["payload"]["retired_heads"][quiet] == head
+        rot["payload"]["retired_heads"][quiet] = head + 1
+        forged = _canonical(rot)
+        forged_hash = hashlib.sha256(forged).digest()
+        env = {"v": 1, "tenant": quiet, "seq": head + 1, "prev": bytes(prev).hex(), "type": "claim.submitted",
+               "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+               "key_id": rot["key_id"], "principal": "mallory", "payload": {"note": "above the rotation"}, "refs": {}}
+        planted = _canonical(env)
+        planted_hash = hashlib.sha256(planted).digest()
+        c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")
+        c.execute("UPDATE oml.journal SET signed_bytes = %s, event_hash = %s, signature = %s WHERE tenant_id = %s "
+                  "AND seq = %s", (forged, forged_hash, old.sign(forged), PROVIDER, rot_seq))
+        c.execute("UPDATE oml.chain_heads SET event_hash = %s WHERE tenant_id = %s", (forged_hash, PROVIDER))
+        c.execute("INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
+                  "signature) VALUES (%s, %s, %s, %s, 'claim.submitted', %s, %s, %s)",
+                  (quiet, head + 1, bytes(prev), planted_hash, rot["key_id"], planted, old.sign(planted)))
+        c.execute("UPDATE oml.chain_heads SET seq = %s, event_hash = %s WHERE tenant_id = %s",
+                  (head + 1, planted_hash, quiet))
+        c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
+    out = d.run("verify", "--tenant", "quiet", check=False)
+    assert out.returncode == 3, out.stdout
+    assert (f"FAIL tenant provider ({PROVIDER}) seq {rot_seq}: key.issued binding does not verify under the key it "
+            f"issues ({rot['payload']['key_id']}): its supersedes, retired_heads or place on the provider chain are "
+            f"not what that key signed") in out.stdout, out.stdout
+    assert "FAIL tenant quiet" not in out.stdout  # the retired key is still the last key verify can trust
+
+
 def test_verify_of_one_tenant_still_reports_a_broken_provider_chain_and_root_key(deployment, tmp_path):
     d = deployment
     d.tenant("acme")

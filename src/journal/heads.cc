@@ -65,21 +65,21 @@ Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_publ
     if (env->tenant != kProviderTenant || env->seq != seq || env->prev_hash != row_prev)
       return fail("does not match its row");
     if (env->type != "key.issued") continue;
-    auto issued = ParseKeyIssued(*env);
-    if (!issued.ok()) return fail("carries a malformed key");
+    // The signature under the key in force (the first key: under itself), then the key-chain rule
+    // every reader applies (provider.h): supersedes, retired_heads, the new key's binding.
+    auto parsed = ParseKeyIssued(*env);
+    if (!parsed.ok()) return fail("carries a malformed key");
+    if (keys.empty() && !root_public_key.empty() && parsed->raw != root_public_key)
+      return DataLoss("key chain: the provider chain's first key.issued (seq " + std::to_string(seq) +
+                      ") is not the deployment's root key");
+    if (!(keys.empty() ? parsed->key : prev_key).Verify(bytes, sig))
+      return fail(keys.empty() ? "is not signed by the key it issues" : "is not signed by the key it supersedes (" + prev_id + ")");
+    auto issued = CheckKeyIssued(*env, prev_id, [&keys](const std::string& id) { return keys.count(id) > 0; });
+    if (!issued.ok())
+      return DataLoss("key chain: provider seq " + std::to_string(seq) + ": " + issued.status().message() +
+                      " (run `oml verify`)");
     const std::string& raw = issued->raw;
     const std::string& kid = issued->key_id;
-    if (keys.empty()) {
-      if (!root_public_key.empty() && raw != root_public_key)
-        return DataLoss("key chain: the provider chain's first key.issued (seq " + std::to_string(seq) +
-                        ") is not the deployment's root key");
-      // The first key signs its own issue (and the genesis before it).
-      if (env->key_id != kid || !issued->key.Verify(bytes, sig)) return fail("is not signed by the key it issues");
-    } else {
-      if (keys.count(kid)) return fail("issues key " + kid + " a second time");
-      if (issued->supersedes != prev_id || env->key_id != prev_id || !prev_key.Verify(bytes, sig))
-        return fail("is not signed by the key it supersedes (" + prev_id + ")");
-    }
     keys[kid] = raw;
     prev_id = kid;
     prev_key = issued->key;

@@ -7,8 +7,10 @@
 // Trust root. A head document is accepted only if it is signed by a key of the key chain
 // anchored in the deployment's root public key (LoadTrustedKeys): the provider chain's first
 // key.issued must carry the root key and be signed by it, and every later key.issued must be
-// signed by the key it supersedes. The `signing_keys` table is never consulted: the heads must
-// stay independent of the store they witness.
+// signed by the key it supersedes and pass the key-chain rule every reader applies
+// (CheckKeyIssued, journal/provider.h: among others, retired_heads bound by the key it issues).
+// The `signing_keys` table is never consulted: the heads must stay independent of the store
+// they witness.
 //
 // Publishing: the HeadPublisher is told of every committed event (Journal commit listener) and
 // publishes the newest head of each touched tenant every `interval` (default 200 ms), so a head
@@ -61,9 +63,10 @@ using TrustedKeys = std::map<std::string, std::string>;
 
 // Walks the provider chain from genesis: every row must be in place and hash-linked to the one
 // before, and each key.issued must be signed by the key it supersedes (the first: by itself, and
-// carry root_public_key). root_public_key empty: anchor on the first key.issued as stored
-// (weaker; callers warn). Any break is kDataLoss: nothing after it could be trusted, and callers
-// must not serve or repair heads on a partial key chain. An empty provider chain gives no keys.
+// carry root_public_key) and pass CheckKeyIssued. root_public_key empty: anchor on the first
+// key.issued as stored (weaker; callers warn). Any break is kDataLoss: nothing after it could be
+// trusted, and callers must not serve or repair heads on a partial key chain. An empty provider
+// chain gives no keys.
 Result<TrustedKeys> LoadTrustedKeys(db::Pool& pool, const std::string& root_public_key);
 
 std::string HeadKey(const std::string& tenant);

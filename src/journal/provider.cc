@@ -4,6 +4,7 @@
 
 #include "admission/fields.h"
 #include "crypto/crypto.h"
+#include "journal/canonical_json.h"
 
 namespace oml::journal {
 
@@ -24,6 +25,48 @@ Result<IssuedKey> ParseKeyIssued(const Envelope& e) {
   k.key = *key;
   const auto& sup = p.value("supersedes", nlohmann::json());
   if (sup.is_string()) k.supersedes = sup.get<std::string>();
+  return k;
+}
+
+Result<std::string> RotationStatement(int64_t seq, const std::string& prev_hash, const nlohmann::json& payload) {
+  nlohmann::json vouched = payload;
+  vouched.erase("binding");
+  OML_ASSIGN_OR_RETURN(std::string body, Canonicalize({{"tenant", kProviderTenant},
+                                                       {"seq", seq},
+                                                       {"prev", crypto::Hex(prev_hash)},
+                                                       {"payload", std::move(vouched)}}));
+  return std::string(kRotationStatementDomain) + body;
+}
+
+Result<IssuedKey> CheckKeyIssued(const Envelope& e, const std::string& in_force,
+                                 const std::function<bool(const std::string&)>& issued_before) {
+  OML_ASSIGN_OR_RETURN(IssuedKey k, ParseKeyIssued(e));
+  if (in_force.empty()) {
+    // The first key signs its own issue (and the genesis before it).
+    if (e.key_id != k.key_id) return DataLoss("key.issued is not signed by the key it issues (" + k.key_id + ")");
+    return k;
+  }
+  if (k.key_id == in_force || issued_before(k.key_id))
+    return DataLoss("key.issued issues " + k.key_id + " again; a key is issued once and a retirement is final");
+  if (k.supersedes != in_force) return DataLoss("key.issued does not name the key it supersedes (" + in_force + ")");
+  if (e.key_id != in_force) return DataLoss("key.issued is not signed by the key it supersedes (" + in_force + ")");
+  const auto& heads = e.payload.value("retired_heads", nlohmann::json());
+  if (!heads.is_object()) return DataLoss("key.issued lacks retired_heads (each chain's head at the rotation)");
+  for (const auto& [tenant, seq] : heads.items()) {
+    if (!seq.is_number_integer()) return DataLoss("key.issued retired_heads has a non-integer seq");
+    k.retired_heads[tenant] = seq.get<int64_t>();
+  }
+  // The retired key signed everything above; only the new key can have signed the binding.
+  const auto& binding = e.payload.value("binding", nlohmann::json());
+  auto sig = binding.is_string() ? crypto::FromBase64(binding.get<std::string>()) : Result<std::string>(DataLoss(""));
+  if (!sig.ok() || sig->size() != 64)
+    return DataLoss("key.issued lacks the binding of the key it issues (" + k.key_id +
+                    "): its retired_heads rest on the retired key alone (a rotation journalled before bindings "
+                    "existed is refused)");
+  auto statement = RotationStatement(e.seq, e.prev_hash, e.payload);
+  if (!statement.ok() || !k.key.Verify(*statement, *sig))
+    return DataLoss("key.issued binding does not verify under the key it issues (" + k.key_id +
+                    "): its supersedes, retired_heads or place on the provider chain are not what that key signed");
   return k;
 }
 
@@ -59,25 +102,37 @@ Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key) {
   // Exclusive rotation lock first: every append in flight commits before, every later append
   // waits and then sees the new key in force. The heads read under it are exactly the events the
   // retiring key signed on each chain.
+  // The provider head read under it is where the key.issued goes: the binding signs that place.
   OML_ASSIGN_OR_RETURN(auto rs, tx.Run({db::ScopeTo(kProviderTenant),
                                         {"SELECT issued_seq FROM oml.signing_keys WHERE key_id = $1", {db::Text(kid)}},
-                                        {"SELECT tenant_id, seq FROM oml.begin_key_rotation()", {}}}));
+                                        {"SELECT tenant_id, seq FROM oml.begin_key_rotation()", {}},
+                                        {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
+                                         {db::Text(kProviderTenant)}}}));
   if (rs[1].size() > 0)
     return FailedPrecondition("signing key " + kid + " was issued before (provider seq " + rs[1].Get(0, 0) +
                                   "); a key is issued once, and a retired key is never reinstated",
                               "signing-key-reused");
+  if (rs[3].size() != 1) return FailedPrecondition("no provider chain: run `oml init` first");
+  const int64_t at_seq = rs[3].GetInt(0, 0) + 1;
+  const std::string prev = rs[3].GetBytes(0, 1);
   nlohmann::json heads = nlohmann::json::object();
   for (int i = 0; i < rs[2].size(); ++i) heads[rs[2].Get(i, 0)] = rs[2].GetInt(i, 1);
-  EventSpec issued{"key.issued", "system",
-                   {{"key_id", kid}, {"public_key", crypto::Base64(pub)}, {"algorithm", "ed25519"},
-                    {"supersedes", journal.key().key_id()}, {"retired_heads", heads}},
-                   nlohmann::json::object(), nullptr};
+  nlohmann::json payload = {{"key_id", kid}, {"public_key", crypto::Base64(pub)}, {"algorithm", "ed25519"},
+                            {"supersedes", journal.key().key_id()}, {"retired_heads", heads}};
+  OML_ASSIGN_OR_RETURN(std::string statement, RotationStatement(at_seq, prev, payload));
+  payload["binding"] = crypto::Base64(new_key.Sign(statement));
+  EventSpec issued{"key.issued", "system", std::move(payload), nlohmann::json::object(), nullptr};
   issued.fold = [pub, kid](int64_t seq) -> std::vector<db::Stmt> {
     return {{"UPDATE oml.signing_keys SET retired_at = now() WHERE retired_at IS NULL", {}},
             {"INSERT INTO oml.signing_keys (key_id, public_key, issued_seq, issued_at) VALUES ($1, $2, $3, now())",
              {db::Text(kid), db::Bytes(pub), db::Int(seq)}}};
   };
   OML_ASSIGN_OR_RETURN(Receipt rc, tx.Append(kProviderTenant, issued));
+  // The rotation lock keeps every append out, so the event lands where the binding says; if it
+  // did not, the binding would not verify: roll back rather than journal it.
+  if (rc.seq != at_seq || rc.prev_hash != prev)
+    return Internal("key.issued landed at provider seq " + std::to_string(rc.seq) + ", not at the seq " +
+                    std::to_string(at_seq) + " its binding signs");
   OML_RETURN_IF_ERROR(tx.Commit());
   return rc;
 }

@@ -4,15 +4,19 @@
 //   seq 1  chain.genesis   {"deployment": "oml"}
 //   seq 2  key.issued      {"key_id", "public_key" (base64), "algorithm": "ed25519"}
 //   ...    tenant.created  {"tenant_id", "name"}
-//   ...    key.issued      (rotation; signed by the key it replaces; + "supersedes" and
-//                           "retired_heads": {tenant uuid: head seq at the rotation})
+//   ...    key.issued      (rotation; signed by the key it replaces; + "supersedes",
+//                           "retired_heads": {tenant uuid: head seq at the rotation} and
+//                           "binding": the NEW key's signature over RotationStatement)
 // Customer tenant chain:
 //   seq 1  chain.genesis   refs.provider = {tenant, seq, event_hash} of its tenant.created
 //   ...    api_key.created {"key_id", "principal", "role"}
 //   ...    api_key.revoked {"key_id", "principal", "role", "reason"}
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "journal/journal.h"
@@ -33,8 +37,49 @@ struct IssuedKey {
   std::string raw;         // 32 bytes
   crypto::PublicKey key;   // parsed once
   std::string supersedes;  // the key it retires; "" for the deployment's first key
+  // A rotation's retired_heads (tenant uuid -> the last seq the retired key may have signed
+  // there). Filled by CheckKeyIssued only, once the new key's binding verified.
+  std::map<std::string, int64_t> retired_heads;
 };
 Result<IssuedKey> ParseKeyIssued(const Envelope& e);
+
+// What a rotation's "binding" signs, with the NEW key: the retired key signs the key.issued
+// event, but whoever keeps a retired key and can rewrite the database could re-sign that event
+// with other retired_heads (say, a higher seq for a quiet chain, then sign events up to it) as
+// long as nothing signed by the new key chains over it. The binding is the new key's word on the
+// rotation, which the retired key cannot forge:
+//
+//   +------------------------------+------------------------------------------------------------+
+//   | kRotationStatementDomain     | "oml/key.issued/binding/v1\n" (never the first byte of a   |
+//   |                              | signed envelope or head document, which are JSON objects)  |
+//   | RFC 8785 canonical JSON of   | {"prev": hex prev_hash of the key.issued,                  |
+//   |                              |  "seq": its provider seq, "tenant": the provider tenant,   |
+//   |                              |  "payload": the key.issued payload without "binding"}      |
+//   +------------------------------+------------------------------------------------------------+
+//
+// The payload part covers key_id, public_key, algorithm, supersedes and retired_heads; seq and
+// prev pin the rotation to its place on the provider chain (and so the provider history before
+// it). payload["binding"] = base64(Ed25519 signature by the new key over these bytes).
+inline constexpr std::string_view kRotationStatementDomain = "oml/key.issued/binding/v1\n";
+Result<std::string> RotationStatement(int64_t seq, const std::string& prev_hash, const nlohmann::json& payload);
+
+// The key-chain rule for one key.issued, defined once for every reader of the key chain:
+// `oml verify` and `oml verify --from-lake` (journal/verify.cc), and the key chain behind
+// published heads, the head publisher and the fork check (LoadTrustedKeys, journal/heads.h).
+// `in_force`: the key in force before `e`, "" when e is the provider chain's first key.issued;
+// `issued_before(id)`: an earlier key.issued issued key `id`.
+// REQUIRES: the caller walks the provider chain in seq order, linked, and has verified e's
+// Ed25519 signature under the key e.key_id names.
+// Returns the key (with retired_heads for a rotation), or kDataLoss whose message is a sentence
+// about the key.issued ("key.issued ..."), the caller adding where it is:
+//   - the payload is malformed (ParseKeyIssued);
+//   - the first key.issued is not signed by the key it issues;
+//   - a rotation issues a key issued before, does not name in_force as the key it supersedes, is
+//     not signed by in_force, lacks retired_heads or has a non-integer seq there, lacks the
+//     binding (a rotation journalled before bindings existed: refused, as rotations before
+//     retired_heads are), or its binding does not verify under the key it issues.
+Result<IssuedKey> CheckKeyIssued(const Envelope& e, const std::string& in_force,
+                                 const std::function<bool(const std::string&)>& issued_before);
 
 // Creates the provider tenant, its genesis and key.issued for `journal.key()`. Idempotent:
 // returns false (and does nothing) if the provider chain exists already.
@@ -52,8 +97,10 @@ Result<std::vector<TenantInfo>> ListTenants(db::Pool& pool);  // provider first
 // Journals key.issued for new_key on the provider chain, signed by journal.key() (the key in
 // force), and retires the previous key. Exclusive with every append (oml.begin_key_rotation):
 // the payload's "retired_heads" records each chain's head seq at that moment, the last events
-// the retiring key may have signed. kFailedPrecondition "signing-key-reused" if new_key was ever
-// issued before (a retirement is final).
+// the retiring key may have signed, and "binding" signs them with new_key (RotationStatement,
+// over the seq and prev the event gets: the provider head read under the rotation lock).
+// kFailedPrecondition "signing-key-reused" if new_key was ever issued before (a retirement is
+// final).
 Result<Receipt> IssueKey(Journal& journal, const crypto::SigningKey& new_key);
 
 // OK iff `key` is the signing key in force: journalled by key.issued and not retired since.

@@ -514,6 +514,7 @@ class Verifier {
     // Key timeline: the signature of seq s is checked against `current`, which a verified
     // key.issued at seq s replaces for s+1 onward. The first key.issued also covers seq 1.
     std::string current_id;
+    int64_t first_key_seq = 0;  // seq of the first key.issued, once it parsed
     // Find the first key (by event type; the walk below checks it is signed and in place).
     OML_ASSIGN_OR_RETURN(std::vector<Row> first, src_.FirstKeyIssued(t.tenant_id));
     bool root_mismatch = false;
@@ -532,6 +533,7 @@ class Verifier {
         k.issued_seq = r.seq;
         k.issued_us = ParseTime(env->time);
         current_id = issued->key_id;
+        first_key_seq = r.seq;
         keys_[current_id] = k;
       }
     }
@@ -547,21 +549,15 @@ class Verifier {
       if (!it->second.public_key.Verify(r.signed_bytes, r.signature))
         return DataLoss("signature does not verify under key " + last_id);
       if (e.type == "key.issued") {
-        OML_ASSIGN_OR_RETURN(IssuedKey issued, ParseKeyIssued(e));
+        // The key-chain rule (provider.h): a rotation names the key it retires and each chain's
+        // head at that moment, bound by the key it issues.
+        const bool is_first = r.seq == first_key_seq;
+        OML_ASSIGN_OR_RETURN(IssuedKey issued, CheckKeyIssued(e, is_first ? std::string() : last_id,
+                                                              [&](const std::string& id) { return keys_.count(id) > 0; }));
         int64_t at = ParseTime(e.time);
-        if (issued.key_id != last_id && keys_.count(issued.key_id))
-          return DataLoss("key.issued issues " + issued.key_id + " again; a key is issued once and a retirement is final");
-        if (issued.key_id != last_id) {
-          // A rotation: it names the key it retires and each chain's head at that moment.
-          if (issued.supersedes != last_id)
-            return DataLoss("key.issued does not name the key it supersedes (" + last_id + ")");
-          const auto& heads = e.payload.value("retired_heads", nlohmann::json());
-          if (!heads.is_object()) return DataLoss("key.issued lacks retired_heads (each chain's head at the rotation)");
+        if (!is_first) {
           KeyInfo& old = keys_[last_id];
-          for (const auto& [tenant, seq] : heads.items()) {
-            if (!seq.is_number_integer()) return DataLoss("key.issued retired_heads has a non-integer seq");
-            old.retired_heads[tenant] = seq.get<int64_t>();
-          }
+          old.retired_heads = std::move(issued.retired_heads);
           old.retired_us = at;
           old.retired_seq = r.seq;
           KeyInfo k;

@@ -28,7 +28,8 @@
 // head is the last row).
 //
 // Key in force: keys come only from key.issued events of the provider chain, each signed by the
-// key it supersedes; a key is issued once. On the provider chain, seq s is signed by the key of
+// key it supersedes and checked by the one key-chain rule (CheckKeyIssued, journal/provider.h:
+// a rotation's retired_heads must be bound by the key it issues); a key is issued once. On the provider chain, seq s is signed by the key of
 // the latest key.issued with seq < s (the first key also covers the genesis before it). On
 // customer chains, an event signed by key K must have a seq above the chain's head recorded in
 // the key.issued that issued K and at most the one recorded in the key.issued that retired K

@@ -125,6 +125,31 @@ class VerifyLakeTest : public ::testing::Test {
     return 0;
   }
 
+  // The bronze row of `e` signed by `key`, as the lake writer writes it (binaries kept as hex).
+  static json SignedRow(const journal::Envelope& e, const crypto::SigningKey& key, int64_t outbox_seq) {
+    auto rc = journal::SignEnvelope(e, key);
+    EXPECT_TRUE(rc.ok()) << rc.status().ToString();
+    json row = journal::BronzeRow(e, rc->event_hash, rc->signed_bytes, rc->signature);
+    row["signed_bytes"] = crypto::Hex(rc->signed_bytes);
+    row["signature"] = crypto::Hex(rc->signature);
+    row["outbox_seq"] = outbox_seq;
+    return row;
+  }
+  // A claim by "mallory" at `tenant`'s `seq`, linked to the row before it and signed by the key
+  // the rotation retired, after every row of rows_.
+  static json PlantedClaim(const std::string& tenant, int64_t seq, const char* artifact) {
+    journal::Envelope e;
+    e.tenant = tenant;
+    e.seq = seq;
+    e.prev_hash = std::move(crypto::FromHex((*rows_)[At(tenant, seq - 1)]["event_hash"].get<std::string>())).value();
+    e.type = "claim.submitted";
+    e.time = journal::NowTimestamp();
+    e.key_id = tj_->key.key_id();  // retired at provider seq 5
+    e.principal = "mallory";
+    e.payload = ClaimPayload(artifact, "planted.md", nullptr);
+    return SignedRow(e, tj_->key, rows_->back()["outbox_seq"].get<int64_t>() + 1);
+  }
+
   // Exactly one finding, on `tenant`, at `seq`, saying `what`.
   static void ExpectOneProblem(const Result<LakeVerifyReport>& r, const std::string& tenant, int64_t seq,
                                const std::string& what) {
@@ -267,27 +292,32 @@ TEST_F(VerifyLakeTest, FlippedSignatureFailsUnderTheKeyInForce) {
 // Whoever kept the retired key signs an event after acme's head at the rotation: a valid
 // signature, a valid link, and still refused by the key.issued rules, from the lake alone.
 TEST_F(VerifyLakeTest, EventOfTheRetiredKeyAfterTheRotationFails) {
-  const json& last = (*rows_)[At(acme_, 6)];
-  journal::Envelope e;
-  e.tenant = acme_;
-  e.seq = 7;
-  e.prev_hash = std::move(crypto::FromHex(last["event_hash"].get<std::string>())).value();
-  e.type = "claim.submitted";
-  e.time = journal::NowTimestamp();
-  e.key_id = tj_->key.key_id();  // retired at provider seq 5
-  e.principal = "mallory";
-  e.payload = ClaimPayload(kArtifact, "planted.md", nullptr);
-  auto rc = journal::SignEnvelope(e, tj_->key);
-  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
-  json row = journal::BronzeRow(e, rc->event_hash, rc->signed_bytes, rc->signature);
-  row["signed_bytes"] = crypto::Hex(rc->signed_bytes);
-  row["signature"] = crypto::Hex(rc->signature);
-  row["outbox_seq"] = rows_->back()["outbox_seq"].get<int64_t>() + 1;
   auto rows = *rows_;
-  rows.push_back(row);
+  rows.push_back(PlantedClaim(acme_, 7, kArtifact));
   ExpectOneProblem(Verify(rows), acme_, 7,
                    "signed by " + tj_->key.key_id() +
                        " after that key was retired: the rotation at provider seq 5 recorded this chain's head at seq 5");
+}
+
+// Issue 17 from the lake alone: the rotation (provider seq 5) is the provider chain's last
+// event, so whoever kept the retired key re-signs it with beta's retired head raised from 2 to 3
+// and signs beta seq 3 with the retired key. The new key's binding refuses the rotation.
+TEST_F(VerifyLakeTest, RetiredHeadsReSignedByTheRetiredKeyFailAtTheRotation) {
+  auto rows = *rows_;
+  json& rot = rows[At(journal::kProviderTenant, 5)];
+  journal::Envelope e = std::move(journal::Envelope::FromSignedBytes(
+                                      std::move(crypto::FromHex(rot["signed_bytes"].get<std::string>())).value()))
+                            .value();
+  ASSERT_EQ(e.type, "key.issued");
+  ASSERT_EQ(e.payload["retired_heads"][beta_], 2);
+  e.payload["retired_heads"][beta_] = 3;
+  rot = SignedRow(e, tj_->key, rot["outbox_seq"].get<int64_t>());
+  rows.push_back(PlantedClaim(beta_, 3, kArtifact4));
+  auto o = Options();
+  o.only_tenant = "beta";  // acme holds an event of the new key, which the refused rotation does not issue
+  ExpectOneProblem(VerifyChainsFromLake(WriteLake(rows), o), journal::kProviderTenant, 5,
+                   "key.issued binding does not verify under the key it issues (" + new_key_->key_id() +
+                       "): its supersedes, retired_heads or place on the provider chain are not what that key signed");
 }
 
 TEST_F(VerifyLakeTest, RowStoredTwiceIsAFinding) {
