@@ -168,6 +168,10 @@ struct LakeWriterStats {
   int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
   int64_t dead_letters = 0;       // rows moved to dead_letter
   int64_t compactions = 0;        // OPTIMIZE commits written (by the compactor thread)
+  // OPTIMIZE attempts the adapter refused because a newer rewrite (an operator's OPTIMIZE, say)
+  // had removed files they read ("lake-rewrite-stale"; nothing committed).
+  int64_t refused_compactions = 0;
+  int64_t compactions_without_lease = 0;  // compactor requests dropped: the lease was gone
   int64_t retried_commits = 0;    // commits lost to a compaction and written again at once
   int64_t prefetched_cuts = 0;    // batches whose cut was read while the one before was applied
 };
@@ -239,9 +243,23 @@ class LakeWriter {
   // is applied (LakeWriterOptions::prefetch).
   Status DrainTo(int64_t horizon, const std::atomic<bool>* stop);
   Status EnsureReader();
-  // Counts a commit to `table` and compacts it when compact_every is reached. Failures are
-  // logged, not returned: the next commit tries again.
+  // Counts a commit to `table` and compacts it when compact_every is reached, if this process
+  // holds the lease (never with bypass_lease). Failures are logged, not returned: the next
+  // commit tries again.
   void MaybeCompact(const std::string& table);
+  // lease_held_ and, for the compactor's thread, compaction_lease_.
+  void SetLeaseHeld(bool held);
+  // What the compactor's thread checks before each OPTIMIZE (Compactor::Options::lease_check):
+  // epoch is this writer's lease epoch while it believes it holds the lease, else 0 (set by the
+  // writer's thread); Check also reads lake_frontier.lease_epoch on a connection of its own
+  // (compactor thread only), so a lease another process took over stops the compaction even
+  // before this writer notices.
+  struct CompactionLease {
+    std::atomic<int64_t> epoch{0};
+    std::string database_url, stream;
+    std::unique_ptr<db::Conn> conn;  // compactor thread only
+    Status Check();
+  };
   // Sets the lag gauges (common/metrics.h LakeLag) from the outbox.
   Status PublishLag();
   Status Loop(const std::atomic<bool>* stop, bool once);
@@ -268,6 +286,8 @@ class LakeWriter {
   };
   std::map<std::string, KnownTxn> txn_cache_;
   LakeWriterStats stats_;
+  std::shared_ptr<CompactionLease> compaction_lease_;  // shared with compactor_'s lease_check
+  bool warned_no_lease_compaction_ = false;
   std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
 };
 

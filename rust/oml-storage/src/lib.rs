@@ -69,6 +69,8 @@ pub const OML_STORAGE_INTERNAL: i32 = 6;
 pub const OML_STORAGE_PANIC: i32 = 7;
 /// A Delta commit lost to a concurrent commit: the table moved past the handle's snapshot.
 pub const OML_STORAGE_CONFLICT: i32 = 8;
+/// A rewrite (OPTIMIZE) refused to land over a commit that removed a file it read.
+pub const OML_STORAGE_STALE_REWRITE: i32 = 9;
 
 #[repr(C)]
 pub struct OmlStorageError {
@@ -2147,9 +2149,6 @@ pub extern "C" fn oml_storage_delta_vacuum(
 /// delta.checkpointInterval of the tables this adapter creates (Delta's default is 100).
 const CHECKPOINT_INTERVAL: &str = "10";
 
-/// Commits an OPTIMIZE may rebase over before it gives up with OML_STORAGE_CONFLICT.
-const OPTIMIZE_MAX_REBASES: usize = 100;
-
 /// OPTIMIZE (bin-packing compaction) of the handle's table. See oml_storage.h.
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_optimize(
@@ -2172,26 +2171,234 @@ pub extern "C" fn oml_storage_delta_optimize(
         let mut t = lock_table(h);
         // Unlike the adapter's other commits, OPTIMIZE rebases: it carries no txn action and
         // writes its files with dataChange = false, so committing it after appends that landed
-        // since its snapshot loses nothing and doubles nothing. delta-rs's conflict checker still
-        // refuses the rebase (OML_STORAGE_CONFLICT) when a newer commit removed a file this
-        // OPTIMIZE rewrote (a MERGE) or changed the metadata or protocol.
-        let (optimized, metrics) = compaction_runtime()?
-            .block_on(
-                t.clone()
-                    .optimize()
-                    .with_target_size(target)
-                    .with_max_concurrent_tasks(1)
-                    .with_commit_properties(
-                        CommitProperties::default().with_max_retries(OPTIMIZE_MAX_REBASES),
-                    )
-                    .into_future(),
-            )
-            .map_err(map_commit_error)?;
-        *t = optimized;
+        // since its snapshot loses nothing and doubles nothing. delta-rs's conflict checker
+        // refuses the rebase (OML_STORAGE_CONFLICT) over a commit that changed the metadata or
+        // protocol or removed one of its files with dataChange = true (a MERGE), but not over one
+        // that removed them with dataChange = false (another OPTIMIZE or Z-order, delta-rs PR
+        // 3982): both rewrites would then hold the same rows. RewriteGuard refuses that one
+        // (OML_STORAGE_STALE_REWRITE).
+        let read_version = table_version(&t)?;
+        let guard = Arc::new(RewriteGuard::new(t.log_store(), read_version));
+        let mut guarded = DeltaTable::new(guard.clone());
+        guarded.state = t.state.clone();
+        // delta-rs 1.1's OPTIMIZE ignores the commit properties' retry count (it retries a lost
+        // put up to 15 times, rebasing over everything that landed each time): the guard sees
+        // every one of those attempts.
+        let outcome = compaction_runtime()?.block_on(
+            guarded
+                .optimize()
+                .with_target_size(target)
+                .with_max_concurrent_tasks(1)
+                .into_future(),
+        );
+        let (optimized, metrics) = match outcome {
+            Ok(done) => done,
+            Err(e) => {
+                if let Some(why) = guard.refusal() {
+                    return fail(
+                        OML_STORAGE_STALE_REWRITE,
+                        format!("optimize {}: refused, nothing committed: {why}", h.uri),
+                    );
+                }
+                return Err(map_commit_error(e));
+            }
+        };
+        // The handle keeps its own log store; only the state moves to the version written.
+        t.state = optimized.state;
         *removed = metrics.num_files_removed as i64;
         *added = metrics.num_files_added as i64;
         Ok(())
     })
+}
+
+/// A log store that lets a rewrite (OPTIMIZE) land only if no commit between the version it read
+/// and the version it lands on removed a file it read, whatever that commit's dataChange says.
+/// It wraps the table's own log store for one call and checks in write_commit_entry, which
+/// delta-rs calls once per attempt with the version that attempt would write: the commits below
+/// that version and above read_version are exactly the ones the rewrite would rebase over. The
+/// files a rewrite read are the files its commit removes (bin-packing and Z-order read exactly
+/// the files they replace). Paths are compared percent-decoded.
+struct RewriteGuard {
+    inner: deltalake::logstore::LogStoreRef,
+    read_version: i64,
+    refusal: Mutex<Option<String>>, // why an attempt was refused (set once, then the call fails)
+}
+
+impl RewriteGuard {
+    fn new(inner: deltalake::logstore::LogStoreRef, read_version: i64) -> Self {
+        Self {
+            inner,
+            read_version,
+            refusal: Mutex::new(None),
+        }
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The commit text an attempt would write (bytes, or the temporary commit file of a store that
+    /// commits by copy).
+    async fn commit_text(
+        &self,
+        commit: &deltalake::logstore::CommitOrBytes,
+        operation_id: uuid::Uuid,
+    ) -> Result<bytes::Bytes, deltalake::kernel::transaction::TransactionError> {
+        use deltalake::logstore::CommitOrBytes;
+        match commit {
+            CommitOrBytes::LogBytes(b) => Ok(b.clone()),
+            CommitOrBytes::TmpCommit(path) => Ok(self
+                .inner
+                .object_store(Some(operation_id))
+                .get(path)
+                .await?
+                .bytes()
+                .await?),
+        }
+    }
+
+    /// Why landing at `version` would put a second copy of rows in the table, or None.
+    async fn check(
+        &self,
+        version: i64,
+        ours: &std::collections::HashSet<String>,
+    ) -> Result<Option<String>, DeltaTableError> {
+        for v in (self.read_version + 1)..version {
+            let Some(text) = self.inner.read_commit_entry(v as u64).await? else {
+                return Ok(Some(format!(
+                    "commit {v}, between the version it read ({}) and the one it would write \
+                     ({version}), cannot be read to check it",
+                    self.read_version
+                )));
+            };
+            let mut operation = String::new();
+            let mut hit: Option<String> = None;
+            for a in commit_actions(&text) {
+                if let Some(p) = a.get("remove").and_then(|r| r.get("path")).and_then(|p| p.as_str()) {
+                    if hit.is_none() && ours.contains(&decoded_path(p)) {
+                        hit = Some(p.to_string());
+                    }
+                } else if let Some(op) = a
+                    .get("commitInfo")
+                    .and_then(|c| c.get("operation"))
+                    .and_then(|o| o.as_str())
+                {
+                    operation = op.to_string();
+                }
+            }
+            if let Some(path) = hit {
+                return Ok(Some(format!(
+                    "commit {v} ({operation}) removed {path}, a file this rewrite read at version {} \
+                     and would remove again: landing at version {version} would keep both copies \
+                     of its rows. The files it wrote are orphans for VACUUM; retry on a fresh snapshot",
+                    self.read_version
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The JSON actions of one commit file (lines that are not JSON objects are skipped).
+fn commit_actions(text: &[u8]) -> impl Iterator<Item = serde_json::Value> + '_ {
+    text.split(|b| *b == b'\n')
+        .filter(|l| !l.iter().all(|b| b.is_ascii_whitespace()))
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter(|v| v.is_object())
+}
+
+/// A data file's path as the log names it (percent-encoded, relative), decoded: two writers may
+/// encode one file differently.
+fn decoded_path(p: &str) -> String {
+    Path::from_url_path(p)
+        .map(|x| x.to_string())
+        .unwrap_or_else(|_| p.to_string())
+}
+
+#[async_trait::async_trait]
+impl deltalake::logstore::LogStore for RewriteGuard {
+    fn name(&self) -> String {
+        // The name selects how delta-rs hands a commit over (bytes for "DefaultLogStore").
+        self.inner.name()
+    }
+
+    async fn refresh(&self) -> deltalake::DeltaResult<()> {
+        self.inner.refresh().await
+    }
+
+    async fn read_commit_entry(
+        &self,
+        version: deltalake::kernel::Version,
+    ) -> deltalake::DeltaResult<Option<bytes::Bytes>> {
+        self.inner.read_commit_entry(version).await
+    }
+
+    async fn write_commit_entry(
+        &self,
+        version: deltalake::kernel::Version,
+        commit_or_bytes: deltalake::logstore::CommitOrBytes,
+        operation_id: uuid::Uuid,
+    ) -> Result<(), deltalake::kernel::transaction::TransactionError> {
+        use deltalake::kernel::transaction::TransactionError;
+        let text = self.commit_text(&commit_or_bytes, operation_id).await?;
+        let ours: std::collections::HashSet<String> = commit_actions(&text)
+            .filter_map(|a| {
+                a.get("remove")
+                    .and_then(|r| r.get("path"))
+                    .and_then(|p| p.as_str())
+                    .map(decoded_path)
+            })
+            .collect();
+        if !ours.is_empty() {
+            let why = self
+                .check(version as i64, &ours)
+                .await
+                .map_err(|e| TransactionError::LogStoreError {
+                    msg: format!("cannot check the commits a rewrite would land over: {e}"),
+                    source: Box::new(e),
+                })?;
+            if let Some(why) = why {
+                *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                return Err(TransactionError::LogStoreError {
+                    msg: why.clone(),
+                    source: why.into(),
+                });
+            }
+        }
+        self.inner
+            .write_commit_entry(version, commit_or_bytes, operation_id)
+            .await
+    }
+
+    async fn abort_commit_entry(
+        &self,
+        version: deltalake::kernel::Version,
+        commit_or_bytes: deltalake::logstore::CommitOrBytes,
+        operation_id: uuid::Uuid,
+    ) -> Result<(), deltalake::kernel::transaction::TransactionError> {
+        self.inner
+            .abort_commit_entry(version, commit_or_bytes, operation_id)
+            .await
+    }
+
+    async fn get_latest_version(
+        &self,
+        start_version: deltalake::kernel::Version,
+    ) -> deltalake::DeltaResult<deltalake::kernel::Version> {
+        self.inner.get_latest_version(start_version).await
+    }
+
+    fn object_store(&self, operation_id: Option<uuid::Uuid>) -> Arc<dyn ObjectStore> {
+        self.inner.object_store(operation_id)
+    }
+
+    fn root_object_store(&self, operation_id: Option<uuid::Uuid>) -> Arc<dyn ObjectStore> {
+        self.inner.root_object_store(operation_id)
+    }
+
+    fn config(&self) -> &deltalake::logstore::LogStoreConfig {
+        self.inner.config()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""Compaction never doubles rows (issue 18, "Compaction doubles rows").
+
+Two OPTIMIZEs that read the same files both used to commit: deltalake-core 1.1's conflict
+checker lets a rewrite rebase over a commit whose `remove` actions carry dataChange = false
+(delta-rs PR 3982), so the second rewrite kept a second copy of every row the first one had
+compacted. The adapter now checks the commits it would rebase over itself and refuses to land
+over one that removed a file it read (`lake-rewrite-stale`, log line `compaction refused`).
+
+The other OPTIMIZE here is the `deltalake` package's own `optimize.compact()`, run while the
+writer is held at a fault point (OML_FAULT=<point>:stop: SIGSTOP there, SIGCONT from the test).
+Every table is read back with `deltalake` and with pyarrow over the Parquet files its JSON log
+names, and `oml verify --from-lake` must pass.
+"""
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import OML_BIN
+from test_lake_tables import both_readers, demote, deltalake_rows, log_actions, pyarrow_rows, silver_key, verdict
+from test_lakewriter import INFO, add_events, frontier, last_outbox_seq, lakewriter, log_lines, proc_state, wait_for
+
+BRONZE = "bronze/events"
+SILVER = "silver/claims"
+GOLD = "gold/daily_activity"
+
+
+# --- vocabulary ------------------------------------------------------------------------------
+def outside_compact(d, table):
+    """An operator's OPTIMIZE through the `deltalake` package; returns its files removed."""
+    from deltalake import DeltaTable
+    return DeltaTable(str(d.home / "lake" / table)).optimize.compact()["numFilesRemoved"]
+
+
+def journal_keys(d):
+    with d.su() as c:
+        return sorted((str(t), s) for t, s in c.execute("SELECT tenant_id, seq FROM oml.journal").fetchall())
+
+
+def assert_bronze_once(d):
+    """bronze holds exactly one row per journal event, for both readers; returns the row count."""
+    want = journal_keys(d)
+    for rows in (deltalake_rows(d, BRONZE), pyarrow_rows(d, BRONZE)):
+        assert sorted((r["tenant_id"], r["seq"]) for r in rows) == want
+    return len(want)
+
+
+def assert_verify_from_lake(d):
+    v = d.run("verify", "--from-lake", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "FAIL" not in v.stdout
+
+
+def optimizes(d, table):
+    return sum(1 for _, a in log_actions(d, table)
+               if "commitInfo" in a and a["commitInfo"].get("operation") == "OPTIMIZE")
+
+
+def held_writer(d, tmp_path, point, *args):
+    """`oml lakewriter --once ARGS` started with OML_FAULT=<point>:stop; returns it stopped there."""
+    log = open(tmp_path / "writer.log", "w")
+    env = {**d.env, **INFO, "OML_FAULT": f"{point}:stop"}
+    w = subprocess.Popen([OML_BIN, "lakewriter", "--once", *args], env=env, stderr=log, stdout=subprocess.DEVNULL)
+    w.log_file = log
+    wait_for(lambda: w.poll() is None and proc_state(w.pid) == "T", f"the writer stopped at {point}")
+    return w
+
+
+def resume(w, tmp_path):
+    os.kill(w.pid, signal.SIGCONT)
+    try:
+        assert w.wait(timeout=120) == 0
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+        w.log_file.close()
+    return log_lines((tmp_path / "writer.log").read_text())
+
+
+def refusals(logs):
+    return [l for l in logs if l["msg"].startswith("lake writer: compaction refused")]
+
+
+# --- bronze: the compactor thread --------------------------------------------------------------
+def test_the_writers_compaction_yields_to_an_outside_optimize_of_the_files_it_read(deployment, tmp_path):
+    """The compactor has read its snapshot (the after_snapshot point) when an operator compacts
+    the same files. Released, it must not land its own rewrite of them: before the fix it did,
+    and bronze held every compacted row twice."""
+    d = deployment
+    add_events(d, "cmp-a")
+    lakewriter(d, "--max-rows", "3", "--compact-every", "0")  # several small bronze files
+    add_events(d, "cmp-b", tenants=1)
+    w = held_writer(d, tmp_path, "lakewriter.compaction.after_snapshot.bronze/events",
+                    "--max-rows", "3", "--compact-every", "1")
+    assert outside_compact(d, BRONZE) >= 6  # every file, among them all those the compactor read
+    logs = resume(w, tmp_path)
+    refused = refusals(logs)
+    assert len(refused) == 1, refused
+    assert "lake-rewrite-stale" in refused[0]["error"] and "(OPTIMIZE) removed" in refused[0]["error"]
+    assert assert_bronze_once(d) == 2 + 3 * 4 + 4  # provider (2), 3 + 1 tenants x 4 events
+    assert frontier(d) == last_outbox_seq(d)
+    assert_verify_from_lake(d)
+
+
+# --- silver: the MERGE tables' compaction on the batch path ------------------------------------
+@pytest.mark.parametrize("point", ["lakewriter.before_frontier_advance",
+                                   "lakewriter.compaction.after_snapshot.silver/claims"])
+def test_silver_keeps_one_row_per_key_when_an_operator_compacts_it_under_the_writer(served, tmp_path, point):
+    """silver/claims is compacted by the writer after its frontier advance. An operator compacts
+    it while the writer is held (before the advance: the writer's handle is still at its own
+    MERGE; or after the writer read its snapshot for the compaction). Before the fix the writer's
+    OPTIMIZE landed over the operator's and silver held every claim twice; a later demotion then
+    updated both copies."""
+    d = served
+    arts = []
+    for i in range(3):
+        arts.append(d.submit(d.writer, body=f"first {i}").json()["artifact_id"])
+        verdict(d, d.reviewer, arts[-1], "accept")
+    lakewriter(d, "--compact-every", "0")  # silver: one file
+    for i in range(3):
+        arts.append(d.submit(d.writer, body=f"second {i}").json()["artifact_id"])
+        verdict(d, d.reviewer, arts[-1], "accept")
+    w = held_writer(d, tmp_path, point, "--compact-every", "1")  # silver: two files at the stop
+    assert outside_compact(d, SILVER) == 2
+    logs = resume(w, tmp_path)
+    rows = both_readers(d, SILVER, silver_key)
+    assert sorted(r["artifact_id"] for r in rows) == sorted(arts)  # six keys, six rows
+    assert [r["state"] for r in rows] == ["promoted"] * 6
+    # Held before the advance, the writer plans its compaction from the latest version and finds
+    # one file; held after its snapshot, its OPTIMIZE is refused. Neither writes an OPTIMIZE.
+    assert len(refusals(logs)) == (1 if "after_snapshot" in point else 0)
+    assert optimizes(d, SILVER) == 1  # the operator's
+    da_seq = demote(d, d.reviewer, arts[0])
+    lakewriter(d, "--compact-every", "0")
+    rows = both_readers(d, SILVER, silver_key)
+    assert len(rows) == 6
+    assert [(r["state"], r["last_event_seq"]) for r in rows if r["artifact_id"] == arts[0]] == [("demoted", da_seq)]
+    assert_bronze_once(d)
+    assert_verify_from_lake(d)
+
+
+# --- a race: an outside OPTIMIZE loop beside the writer's batches and compactions ----------------
+def test_an_outside_optimize_loop_racing_the_writer_doubles_no_row(served, tmp_path):
+    """For about 20 s claims are submitted and accepted while `oml lakewriter` (service mode,
+    compaction after every commit) drains them, and a loop compacts bronze, silver and gold
+    through the `deltalake` package the way docs/data/delta-tables.md "Compaction by another
+    tool" says is safe. At the end: every event in bronze once, one silver row per claim, gold
+    counting every event once, and `oml verify --from-lake` passes."""
+    from deltalake import CommitProperties, DeltaTable
+    d = served
+    log = open(tmp_path / "writer.log", "w")
+    w = subprocess.Popen([OML_BIN, "lakewriter", "--compact-every", "1", "--max-rows", "8", "--poll-ms", "50"],
+                         env={**d.env, **INFO}, stderr=log, stdout=subprocess.DEVNULL)
+    stop = threading.Event()
+    outcome = {"compacted": 0, "lost": 0, "errors": []}
+
+    def outside_loop():
+        tables = [BRONZE, SILVER, GOLD]
+        i = 0
+        while not stop.is_set():
+            table = tables[i % 3]
+            i += 1
+            try:
+                m = DeltaTable(str(d.home / "lake" / table)).optimize.compact(
+                    commit_properties=CommitProperties(max_commit_retries=0))
+                outcome["compacted"] += m["numFilesRemoved"] > 0
+            except Exception as e:  # a lost commit race: nothing committed
+                if "commit" not in str(e).lower() and "conflict" not in str(e).lower():
+                    outcome["errors"].append(repr(e))
+                outcome["lost"] += 1
+            time.sleep(0.05)
+
+    loop = threading.Thread(target=outside_loop)
+    loop.start()
+    accepted = []
+    try:
+        t0 = time.time()
+        n = 0
+        while time.time() - t0 < 20:
+            art = d.submit(d.writer, body=f"race {n}").json()["artifact_id"]
+            if n % 2 == 0:
+                verdict(d, d.reviewer, art, "accept")
+                accepted.append(art)
+            n += 1
+        wait_for(lambda: frontier(d) == last_outbox_seq(d), "the writer drains every event", timeout=30)
+    finally:
+        stop.set()
+        loop.join()
+        w.send_signal(signal.SIGTERM)
+        try:
+            w.wait(timeout=30)
+        finally:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+            log.close()
+    assert w.returncode == 0
+    assert outcome["errors"] == []
+    logs = log_lines((tmp_path / "writer.log").read_text())
+    ours = [l for l in logs if l["msg"] == "lake writer: table compacted" and l["files_removed"] > 0]
+    print(f"claims {n}, accepted {len(accepted)}, outside compactions {outcome['compacted']}, lost {outcome['lost']}, "
+          f"writer compactions {len(ours)}, refused {len(refusals(logs))}")
+    assert ours and outcome["compacted"] > 0  # both sides compacted
+    events = assert_bronze_once(d)
+    silver = both_readers(d, SILVER, silver_key)
+    assert sorted(r["artifact_id"] for r in silver) == sorted(accepted)
+    gold = deltalake_rows(d, GOLD)
+    assert sum(r["events"] for r in gold) == events
+    assert len({(r["tenant_id"], r["day"], r["workarea_id"], r["event_type"]) for r in gold}) == len(gold)
+    assert_verify_from_lake(d)
