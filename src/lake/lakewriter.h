@@ -32,6 +32,9 @@
 //   lakewriter.before_commit.<table>       check done, the table's commit not yet written
 //   lakewriter.after_commit.<table>        that table's commit written (e.g. ...bronze/events)
 //   lakewriter.before_frontier_advance     every touched table committed, frontier not moved
+//   lakewriter.compaction.after_snapshot.<table>  a compaction's snapshot read, its OPTIMIZE not
+//                                          begun (bronze: the compactor's thread, lake/compactor.h;
+//                                          silver and gold: the batch path, after the advance)
 //
 // Roles: connects as oml_lakewriter (sql/0008_lakewriter.sql). The connection must be a real
 // session (not a transaction-pooling proxy): the lease is that session's advisory lock.
@@ -147,7 +150,9 @@ struct LakeWriterOptions {
   // rewrites the whole table. Files per table stay below about 2 x compact_every (the commits
   // made while a compaction runs) + the data since the last large run / the small target + the
   // table's size / the target. Removed files remain until a
-  // VACUUM (an operator's job, deployment.md).
+  // VACUUM (an operator's job, deployment.md). Only a writer that holds the lease compacts (never
+  // with bypass_lease), and no OPTIMIZE lands over another rewrite of the files it read
+  // (DeltaTable::Optimize, "lake-rewrite-stale"; docs/data/delta-tables.md "Compaction").
   int compact_every = 100;
   uint64_t compact_target_bytes = uint64_t{128} << 20;
   // While a batch is applied, read the next one (up to max_rows more rows of the same stable

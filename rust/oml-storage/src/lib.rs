@@ -2197,7 +2197,7 @@ pub extern "C" fn oml_storage_delta_optimize(
                 if let Some(why) = guard.refusal() {
                     return fail(
                         OML_STORAGE_STALE_REWRITE,
-                        format!("optimize {}: refused, nothing committed: {why}", h.uri),
+                        format!("refused, nothing committed: {why}"),
                     );
                 }
                 return Err(map_commit_error(e));
