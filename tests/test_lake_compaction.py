@@ -126,10 +126,10 @@ def test_the_writers_compaction_yields_to_an_outside_optimize_of_the_files_it_re
                     "--max-rows", "3", "--compact-every", "1")
     assert outside_compact(d, BRONZE) >= 6  # every file, among them all those the compactor read
     logs = resume(w, tmp_path)
+    assert assert_bronze_once(d) == 2 + 3 * 4 + 4  # provider (2), 3 + 1 tenants x 4 events
     refused = refusals(logs)
     assert len(refused) == 1, refused
     assert "lake-rewrite-stale" in refused[0]["error"] and "(OPTIMIZE) removed" in refused[0]["error"]
-    assert assert_bronze_once(d) == 2 + 3 * 4 + 4  # provider (2), 3 + 1 tenants x 4 events
     assert frontier(d) == last_outbox_seq(d)
     assert_verify_from_lake(d)
 
