@@ -25,6 +25,7 @@ import pytest
 
 from conftest import OML_BIN
 from test_lake_tables import both_readers, demote, deltalake_rows, log_actions, pyarrow_rows, silver_key, verdict
+from test_lake_s3 import TABLE_URI as S3_BRONZE, moto, s3_lake  # noqa: F401 (fixtures)
 from test_lakewriter import INFO, add_events, frontier, last_outbox_seq, lakewriter, log_lines, proc_state, wait_for
 
 BRONZE = "bronze/events"
@@ -131,6 +132,26 @@ def test_the_writers_compaction_yields_to_an_outside_optimize_of_the_files_it_re
     assert len(refused) == 1, refused
     assert "lake-rewrite-stale" in refused[0]["error"] and "(OPTIMIZE) removed" in refused[0]["error"]
     assert frontier(d) == last_outbox_seq(d)
+    assert_verify_from_lake(d)
+
+
+def test_on_s3_the_writers_compaction_yields_to_an_outside_optimize_too(s3_lake, tmp_path):
+    """The same on an S3 lake (moto, commits by If-None-Match): the adapter's check reads the
+    winners' commit objects there."""
+    from deltalake import DeltaTable
+    d = s3_lake
+    add_events(d, "s3c-a")
+    lakewriter(d, "--max-rows", "3", "--compact-every", "0")
+    add_events(d, "s3c-b", tenants=1)
+    w = held_writer(d, tmp_path, "lakewriter.compaction.after_snapshot.bronze/events",
+                    "--max-rows", "3", "--compact-every", "1")
+    outside = DeltaTable(S3_BRONZE, storage_options={**d.storage_options, "conditional_put": "etag"})
+    assert outside.optimize.compact()["numFilesRemoved"] >= 6
+    logs = resume(w, tmp_path)
+    rows = DeltaTable(S3_BRONZE, storage_options=d.storage_options).to_pyarrow_table().to_pylist()
+    assert sorted((r["tenant_id"], r["seq"]) for r in rows) == journal_keys(d)
+    assert len(journal_keys(d)) == 2 + 3 * 4 + 4
+    assert len(refusals(logs)) == 1
     assert_verify_from_lake(d)
 
 
