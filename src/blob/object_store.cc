@@ -31,6 +31,9 @@ Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& wha
     case OML_STORAGE_CONFLICT:
       // A Delta commit lost its race: the lake writer refreshes and re-checks its txn.
       return Status(Code::kAborted, std::move(msg), "lake-commit-conflict");
+    case OML_STORAGE_STALE_REWRITE:
+      // An OPTIMIZE would have landed over another rewrite of its files: run it again.
+      return Status(Code::kAborted, std::move(msg), "lake-rewrite-stale");
     case OML_STORAGE_PERMISSION_DENIED:
       // Storage credentials are operator configuration, not the caller's role.
       return Unavailable(std::move(msg), "storage-permission");

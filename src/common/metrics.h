@@ -49,7 +49,9 @@ class Metrics {
   void LakeRetry(const std::string& kind);
   void LakeDeadLetter();  // oml_lake_dead_letters_total
   // One compaction request of `table` done off the batch path (lake/compactor.h), by result:
-  // compacted, nothing (no file to compact), failed (oml_lake_compaction_seconds).
+  // compacted, nothing (no file to compact), failed, no-lease (dropped: this process does not
+  // hold the lease); and one observation per attempt refused because a newer rewrite removed a
+  // file it read, result refused (oml_lake_compaction_seconds).
   void LakeCompaction(const std::string& table, const std::string& result, double seconds);
   // Where the stream stands, set every poll: frontier, rows enqueued past it, and the age of the
   // oldest of them in seconds (0 when none) (oml_lake_frontier_seq, oml_lake_lag_rows,

@@ -13,6 +13,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool IsConflict(const Status& s) { return s.code() == Code::kAborted && s.type() == "lake-commit-conflict"; }
+bool IsStaleRewrite(const Status& s) { return s.code() == Code::kAborted && s.type() == "lake-rewrite-stale"; }
 
 }  // namespace
 
@@ -98,6 +99,21 @@ void Compactor::CompactOne(const std::string& name) {
       tables_.erase(it);  // reopened next time
       break;
     }
+    last = OML_SYNC_POINT(("lakewriter.compaction.after_snapshot." + name).c_str());
+    if (!last.ok()) break;
+    if (opts_.lease_check) {
+      if (Status lease = opts_.lease_check(); !lease.ok()) {
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++stats_.no_lease;
+        }
+        Metrics::Get().LakeCompaction(name, "no-lease", std::chrono::duration<double>(Clock::now() - t0).count());
+        log::Warn("lake writer: compaction dropped, this process does not hold the lease",
+                  {{"stream", opts_.stream}, {"table", name}, {"error", lease.ToString()}});
+        return;
+      }
+    }
+    const auto a0 = Clock::now();
     auto done = it->second.Optimize(target);
     if (done.ok()) {
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -116,6 +132,19 @@ void Compactor::CompactOne(const std::string& name) {
       return;
     }
     last = done.status();
+    if (IsStaleRewrite(last)) {
+      // Another rewrite (an operator's OPTIMIZE, say) removed files this one read: landing would
+      // have kept both copies of their rows. Nothing committed; again on a fresh snapshot.
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        ++stats_.refused;
+      }
+      Metrics::Get().LakeCompaction(name, "refused", std::chrono::duration<double>(Clock::now() - a0).count());
+      log::Warn("lake writer: compaction refused, a newer commit rewrote files it read; trying again",
+                {{"stream", opts_.stream}, {"table", name}, {"attempt", attempt},
+                 {"snapshot_version", *refreshed}, {"error", last.ToString()}});
+      continue;
+    }
     // Lost to a commit that removed a file this OPTIMIZE rewrote (a MERGE): again, on a newer
     // snapshot. Anything else is not retried here; the writer's next request tries again.
     if (!IsConflict(last)) break;

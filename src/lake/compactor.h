@@ -6,18 +6,27 @@
 // target size. The writer keeps cutting and committing batches meanwhile, so a compaction, however
 // long, adds no latency to a batch.
 //
-// Concurrency with the writer's commits (docs/data/delta-tables.md "Compaction"):
+// Concurrency with the writer's commits and other rewrites (docs/data/delta-tables.md
+// "Compaction"):
 //   - An OPTIMIZE rewrites files with dataChange = false and carries no txn action. It rebases
 //     over commits that landed since its snapshot and removed none of the files it rewrote (the
-//     writer's appends); it loses with "lake-commit-conflict" to one that did (a MERGE that
-//     rewrote one of them), and is then tried again on a fresh snapshot, up to kMaxAttempts times.
+//     writer's appends). It never lands over one that did: "lake-rewrite-stale" when that commit
+//     was another rewrite of them (an operator's OPTIMIZE or Z-order, another process's
+//     compactor: landing would store their rows twice), "lake-commit-conflict" when it was a
+//     MERGE. Either way it is tried again on a fresh snapshot, up to kMaxAttempts times; the files
+//     a refused attempt wrote are orphans for VACUUM.
+//   - Only the lease holder compacts: Options::lease_check runs before each OPTIMIZE, and a
+//     request whose check fails is dropped (Stats::no_lease) without an OPTIMIZE.
 //   - A writer commit that loses to an OPTIMIZE (the table moved past its check, and the txn of
 //     its appId did not) re-checks and commits again (LakeWriter::ApplyParts); a commit that
 //     loses to another writer (the txn moved) is fenced as before.
 // Rows and txn versions are never changed by a compaction.
 //
-// Sync points (tests): "lakewriter.compaction.before.<table>" runs on the compactor's thread
-// before each attempt; a non-OK status fails that attempt.
+// Sync points (tests), on the compactor's thread, each attempt:
+//   "lakewriter.compaction.before.<table>"          before the snapshot is read; a non-OK status
+//                                                    fails the request.
+//   "lakewriter.compaction.after_snapshot.<table>"  the snapshot read (refreshed), the OPTIMIZE that
+//                                                    plans and commits from it not yet begun.
 //
 // Thread safety: Request, Drain and stats may be called from any thread.
 #pragma once
@@ -25,6 +34,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -49,6 +59,9 @@ class Compactor {
     uint64_t target_bytes = uint64_t{128} << 20;
     uint64_t small_target_bytes = uint64_t{16} << 20;  // <= target_bytes
     int large_every = 8;                               // >= 1 (1: every run is large)
+    // Called on the compactor's thread right before each OPTIMIZE: OK if this process holds the
+    // stream's lease (LakeWriter's check). Empty: no check (tests of the Compactor alone).
+    std::function<Status()> lease_check;
   };
   struct Stats {
     int64_t requests = 0;     // Request calls (a request for a table already queued coalesces)
@@ -57,6 +70,9 @@ class Compactor {
     int64_t files_added = 0;
     int64_t failures = 0;     // requests given up after kMaxAttempts or a non-conflict error
     int64_t large_runs = 0;   // runs with target_bytes (the others used small_target_bytes)
+    int64_t refused = 0;      // attempts refused by the adapter: a newer rewrite removed a file
+                              // this one read ("lake-rewrite-stale"); retried on a fresh snapshot
+    int64_t no_lease = 0;     // requests dropped because lease_check failed (no OPTIMIZE run)
   };
   static constexpr int kMaxAttempts = 4;
 

@@ -151,9 +151,11 @@ class DeltaTable {
   // OPTIMIZE: compacts the snapshot's data files smaller than target_bytes into files of about
   // that size in one commit; rows and txn versions are unchanged. Unlike Append and Merge it
   // rebases over commits that landed since the snapshot (appends: the compactor runs beside the
-  // writer, lake/compactor.h); kAborted "lake-commit-conflict" if one of them removed a file it
-  // rewrote. Returns {files removed, files added}; {0, 0} when there was nothing to compact (no
-  // commit).
+  // writer, lake/compactor.h), never over one that removed a file it rewrote: kAborted
+  // "lake-rewrite-stale" if that commit was another rewrite (an OPTIMIZE or Z-order, whoever ran
+  // it: landing would keep both copies of the rows), "lake-commit-conflict" if it changed data (a
+  // MERGE) or the metadata. Nothing is committed then; Refresh and run it again. Returns {files
+  // removed, files added}; {0, 0} when there was nothing to compact (no commit).
   Result<std::pair<int64_t, int64_t>> Optimize(uint64_t target_bytes);
 
   // Writes a checkpoint of the snapshot version; returns that version.

@@ -630,6 +630,113 @@ TEST_F(DeltaAdapterTest, OptimizeRebasesOverAppendsAndLosesToAMergeThatRemovedIt
   EXPECT_EQ(Rows(writer).size(), 5u);
 }
 
+// Issue 18, "compaction doubles rows": two handles read the same three files; the other one
+// compacts them first (its removes carry dataChange = false, which delta-rs's conflict checker
+// lets through since PR 3982). Ours must not rebase over that commit: it would add a second
+// file holding the same three rows. It is refused ("lake-rewrite-stale", naming the commit),
+// commits nothing, and on a fresh snapshot compacts what is left. An append that landed in
+// between is no reason to refuse (appends read nothing and remove nothing).
+TEST_F(DeltaAdapterTest, OptimizeNeverLandsOverAnotherRewriteOfTheFilesItRead) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable writer = OpenOrDie(dir);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
+  DeltaTable ours = OpenOrDie(dir);   // snapshot: version 3, three files
+  DeltaTable other = OpenOrDie(dir);  // a second, equally stale handle (an operator's tool)
+  auto theirs = other.Optimize(uint64_t{128} << 20);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+  EXPECT_EQ(*theirs, std::make_pair(int64_t{3}, int64_t{1}));  // version 4
+  ASSERT_TRUE(writer.Refresh().ok());
+  ASSERT_TRUE(writer.Append(Row("b0", 1, "x", "/b", 10), Txn(3, 4)).ok());  // version 5
+  auto refused = ours.Optimize(uint64_t{128} << 20);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kAborted) << refused.status().ToString();
+  EXPECT_EQ(refused.status().type(), "lake-rewrite-stale") << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("commit 4 (OPTIMIZE) removed"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(*TableVersion(dir.string()), 5);  // nothing committed
+  EXPECT_EQ(*ours.SnapshotVersion(), 3);      // the handle did not move
+  ASSERT_TRUE(writer.Refresh().ok());
+  std::vector<std::string> ids;
+  for (const auto& r : Rows(writer)) ids.push_back(r["artifact_id"].get<std::string>());
+  EXPECT_EQ(ids, (std::vector<std::string>{"a0", "a1", "a2", "b0"}));  // each row once
+
+  // Fresh: the other handle's file and b0's are compacted into one.
+  ASSERT_EQ(*ours.Refresh(), 5);
+  auto again = ours.Optimize(uint64_t{128} << 20);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, std::make_pair(int64_t{2}, int64_t{1}));
+  ASSERT_TRUE(writer.Refresh().ok());
+  EXPECT_EQ(Rows(writer).size(), 4u);
+  EXPECT_EQ(writer.ReadLastTxn(kApp)->version, 4);
+}
+
+// The MERGE side of the same hole: a MERGE reads the files holding its keys, and an OPTIMIZE
+// that lands after its snapshot removes them with dataChange = false. The adapter's MERGE never
+// rebases (delta-rs's retries are off for it), so it loses with "lake-commit-conflict" and
+// commits nothing; on a fresh snapshot it reads the compacted file and updates the row in place.
+TEST_F(DeltaAdapterTest, MergeNeverLandsOverACompactionOfTheFilesItRead) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable writer = OpenOrDie(dir);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
+  DeltaTable compactor = OpenOrDie(dir);
+  ASSERT_EQ(*compactor.Optimize(uint64_t{128} << 20), std::make_pair(int64_t{3}, int64_t{1}));  // version 4
+  const MergeSpec spec{{"artifact_id", "version"}, std::vector<std::string>{"state"}};
+  auto lost = writer.Merge(Row("a0", 1, "y", "/a", 0), spec, Txn(3, 4));  // its snapshot: version 3
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.status().type(), "lake-commit-conflict") << lost.status().ToString();
+  EXPECT_EQ(*TableVersion(dir.string()), 4);
+  ASSERT_EQ(*writer.Refresh(), 4);
+  auto merged = writer.Merge(Row("a0", 1, "y", "/a", 0), spec, Txn(3, 4));
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const auto& r : Rows(writer)) rows.emplace_back(r["artifact_id"].get<std::string>(), r["state"].get<std::string>());
+  EXPECT_EQ(rows, (std::vector<std::pair<std::string, std::string>>{{"a0", "y"}, {"a1", "x"}, {"a2", "x"}}));
+}
+
+// The Compactor between its snapshot and its OPTIMIZE (the after_snapshot point): another
+// handle compacts the same files. The attempt is refused and counted, the next attempt on a
+// fresh snapshot finds one file and nothing to do; every row stays once. And a Compactor whose
+// lease_check fails runs no OPTIMIZE at all.
+TEST_F(DeltaAdapterTest, CompactorYieldsToAnotherRewriteAndNeverRunsWithoutTheLease) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable writer = OpenOrDie(dir);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
+  {
+    Compactor c(Compactor::Options{root_.string(), "main", uint64_t{128} << 20, uint64_t{16} << 20, 1});
+    oml::testing::HoldFirst hold("lakewriter.compaction.after_snapshot.t");
+    c.Request("t");
+    hold.WaitUntilHeld();  // its snapshot: version 3
+    DeltaTable other = OpenOrDie(dir);
+    ASSERT_EQ(*other.Optimize(uint64_t{128} << 20), std::make_pair(int64_t{3}, int64_t{1}));
+    hold.Release();
+    c.Drain();
+    const Compactor::Stats st = c.stats();
+    EXPECT_EQ(st.refused, 1);
+    EXPECT_EQ(st.compactions, 0);  // the second attempt: one file, nothing to do
+    EXPECT_EQ(st.failures, 0);
+    EXPECT_EQ(*TableVersion(dir.string()), 4);  // only the other handle's OPTIMIZE
+    ASSERT_TRUE(writer.Refresh().ok());
+    EXPECT_EQ(Rows(writer).size(), 3u);
+  }
+  ASSERT_TRUE(writer.Append(Row("b0", 1, "x", "/b", 10), Txn(3, 4)).ok());  // version 5: two files
+  int checks = 0;
+  Compactor::Options o{root_.string(), "main", uint64_t{128} << 20, uint64_t{16} << 20, 1};
+  o.lease_check = [&checks] {
+    ++checks;
+    return Status(Code::kAborted, "the lake writer lease was taken over (epoch 1)", "lease-lost");
+  };
+  Compactor c(o);
+  c.Request("t");
+  c.Drain();
+  EXPECT_EQ(checks, 1);
+  EXPECT_EQ(c.stats().no_lease, 1);
+  EXPECT_EQ(c.stats().compactions, 0);
+  EXPECT_EQ(*TableVersion(dir.string()), 5);  // no OPTIMIZE
+}
+
 // The Compactor (lake/compactor.h) runs requests on its own thread: a request made while one for
 // the same table waits in the queue coalesces with it, Drain waits for the queue and the running
 // compaction, a compaction commits beside appends made while it runs, and a request for a table

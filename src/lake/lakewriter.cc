@@ -551,8 +551,11 @@ Status AppendDeltaRow(const OutboxRow& row, ArrowBatch* batch) {
   return InvalidArgument("outbox seq " + std::to_string(row.seq) + ": " + st.message(), "invalid-outbox-row");
 }
 
-LakeWriter::LakeWriter(LakeWriterOptions o) : opts_(std::move(o)), app_id_(AppIdFor(opts_.stream)) {
+LakeWriter::LakeWriter(LakeWriterOptions o)
+    : opts_(std::move(o)), app_id_(AppIdFor(opts_.stream)), compaction_lease_(std::make_shared<CompactionLease>()) {
   if (opts_.holder.empty()) opts_.holder = DefaultHolder();
+  compaction_lease_->database_url = opts_.database_url;
+  compaction_lease_->stream = opts_.stream;
   if (opts_.max_rows < 1) opts_.max_rows = 1;
 }
 
@@ -560,7 +563,7 @@ LakeWriter::~LakeWriter() = default;
 
 void LakeWriter::Disconnect() {
   conn_.reset();  // closing the session releases the lease's advisory lock
-  lease_held_ = false;
+  SetLeaseHeld(false);
 }
 
 Status LakeWriter::Connect() {
@@ -594,6 +597,29 @@ Result<DeltaTable*> LakeWriter::Table(const std::string& name) {
   return &it->second;
 }
 
+void LakeWriter::SetLeaseHeld(bool held) {
+  lease_held_ = held;
+  compaction_lease_->epoch.store(held ? epoch_ : 0);
+}
+
+Status LakeWriter::CompactionLease::Check() {
+  const int64_t e = epoch.load();
+  if (e == 0) return Status(Code::kAborted, "the lake writer lease is not held", "lease-lost");
+  // The writer's own session holds the lock; this connection (the compactor's thread only) sees
+  // whether another process took the lease over since (a new epoch).
+  if (!conn || !conn->healthy()) {
+    conn.reset();
+    OML_ASSIGN_OR_RETURN(db::Conn c, db::Conn::Connect(database_url));
+    conn = std::make_unique<db::Conn>(std::move(c));
+  }
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT lease_epoch FROM oml.lake_frontier WHERE stream = $1",
+                                               {db::Text(stream)}));
+  if (r.size() != 1 || r.GetInt(0, 0) != e || epoch.load() != e)
+    return Status(Code::kAborted, "the lake writer lease was taken over (epoch " + std::to_string(e) + ")",
+                  "lease-lost");
+  return Status::Ok();
+}
+
 Result<bool> LakeWriter::TryAcquireLease() {
   OML_RETURN_IF_ERROR(EnsureConnected());
   if (lease_held_) return true;
@@ -612,7 +638,7 @@ Result<bool> LakeWriter::TryAcquireLease() {
     return NotFound("outbox stream " + stream_.name + " has no lake_frontier row", "unknown-stream");
   }
   epoch_ = r->GetInt(0, 0);
-  lease_held_ = true;
+  SetLeaseHeld(true);
   ++stats_.lease_acquisitions;
   log::Info("lake writer: lease acquired",
             {{"stream", stream_.name}, {"app_id", app_id_}, {"epoch", epoch_}, {"holder", opts_.holder},
@@ -648,7 +674,7 @@ Status LakeWriter::CheckLease() {
   OML_ASSIGN_OR_RETURN(db::Rows r, conn_->Query("SELECT lease_epoch FROM oml.lake_frontier WHERE stream = $1",
                                                 {db::Text(stream_.name)}));
   if (r.size() != 1 || r.GetInt(0, 0) != epoch_) {
-    lease_held_ = false;
+    SetLeaseHeld(false);
     return Status(Code::kAborted, "the lake writer lease was taken over (epoch " + std::to_string(epoch_) + ")",
                   "lease-lost");
   }
@@ -667,7 +693,7 @@ Status LakeWriter::AdvanceFrontier(int64_t batch_end) {
                                           {db::Text(stream_.name), db::Int(batch_end), db::Int(epoch_)});
   if (!r.ok()) return r.status();
   if (r->size() != 1) {
-    lease_held_ = false;
+    SetLeaseHeld(false);
     return Status(Code::kAborted, "the lake writer lease was taken over before the frontier advance", "lease-lost");
   }
   frontier_ = r->GetInt(0, 0);
@@ -886,6 +912,15 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
 void LakeWriter::MaybeCompact(const std::string& name) {
   if (opts_.compact_every <= 0 || ++commits_since_compaction_[name] < opts_.compact_every) return;
   commits_since_compaction_[name] = 0;
+  // Only the lease holder compacts (a writer with the lease bypassed, tests only, never does):
+  // two processes' compactions of one table would race for the same files.
+  if (!lease_held_) {
+    if (!warned_no_lease_compaction_)
+      log::Warn("lake writer: compaction off, this process does not hold the lease",
+                {{"stream", stream_.name}, {"table", name}});
+    warned_no_lease_compaction_ = true;
+    return;
+  }
   const TargetTable* target = nullptr;
   for (const auto& t : TargetTables())
     if (t.name == name) target = &t;
@@ -895,19 +930,32 @@ void LakeWriter::MaybeCompact(const std::string& name) {
     if (!compactor_) {
       compactor_ = std::make_unique<Compactor>(Compactor::Options{
           opts_.lake_root, stream_.name, opts_.compact_target_bytes,
-          std::max<uint64_t>(opts_.compact_target_bytes / 8, uint64_t{1} << 20), /*large_every=*/8});
+          std::max<uint64_t>(opts_.compact_target_bytes / 8, uint64_t{1} << 20), /*large_every=*/8,
+          [lease = compaction_lease_] { return lease->Check(); }});
     }
     compactor_->Request(name);  // never waits for a compaction
     return;
   }
   // A MERGE table (silver, gold) is compacted here, between batches: each batch's MERGE rewrites
   // the files holding its keys, so an OPTIMIZE beside it would keep losing to it, and these
-  // tables hold a row per key, not per event.
+  // tables hold a row per key, not per event. It plans from the latest version (an operator may
+  // have compacted the table since this writer's commit), and the adapter refuses it if another
+  // rewrite of its files still lands first ("lake-rewrite-stale": nothing committed).
   auto table = Table(name);
   if (!table.ok()) return;
   const auto t0 = Clock::now();
-  auto done = (*table)->Optimize(opts_.compact_target_bytes);
+  auto refreshed = (*table)->Refresh();
+  Status ready = refreshed.ok() ? OML_SYNC_POINT(("lakewriter.compaction.after_snapshot." + name).c_str())
+                                : refreshed.status();
+  auto done = ready.ok() ? (*table)->Optimize(opts_.compact_target_bytes) : Result<std::pair<int64_t, int64_t>>(ready);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!done.ok() && done.status().code() == Code::kAborted && done.status().type() == "lake-rewrite-stale") {
+    ++stats_.refused_compactions;
+    Metrics::Get().LakeCompaction(name, "refused", secs);
+    log::Warn("lake writer: compaction refused, a newer commit rewrote files it read; retried after the next commits",
+              {{"stream", stream_.name}, {"table", name}, {"error", done.status().ToString()}});
+    return;
+  }
   if (!done.ok()) {
     Metrics::Get().LakeCompaction(name, "failed", secs);
     log::Warn("lake writer: compaction failed; retried after the next commits",
@@ -923,7 +971,12 @@ void LakeWriter::MaybeCompact(const std::string& name) {
 
 LakeWriterStats LakeWriter::stats() const {
   LakeWriterStats s = stats_;
-  if (compactor_) s.compactions += compactor_->stats().compactions;
+  if (compactor_) {
+    const Compactor::Stats c = compactor_->stats();
+    s.compactions += c.compactions;
+    s.refused_compactions += c.refused;
+    s.compactions_without_lease += c.no_lease;
+  }
   return s;
 }
 

@@ -32,6 +32,9 @@
 //   lakewriter.before_commit.<table>       check done, the table's commit not yet written
 //   lakewriter.after_commit.<table>        that table's commit written (e.g. ...bronze/events)
 //   lakewriter.before_frontier_advance     every touched table committed, frontier not moved
+//   lakewriter.compaction.after_snapshot.<table>  a compaction's snapshot read, its OPTIMIZE not
+//                                          begun (bronze: the compactor's thread, lake/compactor.h;
+//                                          silver and gold: the batch path, after the advance)
 //
 // Roles: connects as oml_lakewriter (sql/0008_lakewriter.sql). The connection must be a real
 // session (not a transaction-pooling proxy): the lease is that session's advisory lock.
@@ -147,7 +150,9 @@ struct LakeWriterOptions {
   // rewrites the whole table. Files per table stay below about 2 x compact_every (the commits
   // made while a compaction runs) + the data since the last large run / the small target + the
   // table's size / the target. Removed files remain until a
-  // VACUUM (an operator's job, deployment.md).
+  // VACUUM (an operator's job, deployment.md). Only a writer that holds the lease compacts (never
+  // with bypass_lease), and no OPTIMIZE lands over another rewrite of the files it read
+  // (DeltaTable::Optimize, "lake-rewrite-stale"; docs/data/delta-tables.md "Compaction").
   int compact_every = 100;
   uint64_t compact_target_bytes = uint64_t{128} << 20;
   // While a batch is applied, read the next one (up to max_rows more rows of the same stable
@@ -168,6 +173,10 @@ struct LakeWriterStats {
   int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
   int64_t dead_letters = 0;       // rows moved to dead_letter
   int64_t compactions = 0;        // OPTIMIZE commits written (by the compactor thread)
+  // OPTIMIZE attempts the adapter refused because a newer rewrite (an operator's OPTIMIZE, say)
+  // had removed files they read ("lake-rewrite-stale"; nothing committed).
+  int64_t refused_compactions = 0;
+  int64_t compactions_without_lease = 0;  // compactor requests dropped: the lease was gone
   int64_t retried_commits = 0;    // commits lost to a compaction and written again at once
   int64_t prefetched_cuts = 0;    // batches whose cut was read while the one before was applied
 };
@@ -239,9 +248,23 @@ class LakeWriter {
   // is applied (LakeWriterOptions::prefetch).
   Status DrainTo(int64_t horizon, const std::atomic<bool>* stop);
   Status EnsureReader();
-  // Counts a commit to `table` and compacts it when compact_every is reached. Failures are
-  // logged, not returned: the next commit tries again.
+  // Counts a commit to `table` and compacts it when compact_every is reached, if this process
+  // holds the lease (never with bypass_lease). Failures are logged, not returned: the next
+  // commit tries again.
   void MaybeCompact(const std::string& table);
+  // lease_held_ and, for the compactor's thread, compaction_lease_.
+  void SetLeaseHeld(bool held);
+  // What the compactor's thread checks before each OPTIMIZE (Compactor::Options::lease_check):
+  // epoch is this writer's lease epoch while it believes it holds the lease, else 0 (set by the
+  // writer's thread); Check also reads lake_frontier.lease_epoch on a connection of its own
+  // (compactor thread only), so a lease another process took over stops the compaction even
+  // before this writer notices.
+  struct CompactionLease {
+    std::atomic<int64_t> epoch{0};
+    std::string database_url, stream;
+    std::unique_ptr<db::Conn> conn;  // compactor thread only
+    Status Check();
+  };
   // Sets the lag gauges (common/metrics.h LakeLag) from the outbox.
   Status PublishLag();
   Status Loop(const std::atomic<bool>* stop, bool once);
@@ -268,6 +291,8 @@ class LakeWriter {
   };
   std::map<std::string, KnownTxn> txn_cache_;
   LakeWriterStats stats_;
+  std::shared_ptr<CompactionLease> compaction_lease_;  // shared with compactor_'s lease_check
+  bool warned_no_lease_compaction_ = false;
   std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
 };
 

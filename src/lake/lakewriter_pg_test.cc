@@ -625,5 +625,51 @@ TEST_F(LakeWriterTest, TheLeaseIsASingletonAndPassesOnWhenItsSessionEnds) {
   ExpectDrainedExactlyOnce();
 }
 
+// Only the lease holder's process compacts (issue 18). A writer with the lease bypassed (tests
+// only) never compacts, whatever compact_every says. And a writer whose lease another process
+// took over (a new epoch) while its compactor was between the snapshot and the OPTIMIZE drops
+// that request: no OPTIMIZE is written by a process without the lease.
+TEST_F(LakeWriterTest, OnlyTheLeaseHolderCompacts) {
+  AddEvents("nolease-a");
+  auto optimizes = [&](const char* table) {
+    int64_t n = 0;
+    for (const auto& f : fs::directory_iterator(lake_->path() / table / "_delta_log")) {
+      if (f.path().extension() != ".json") continue;
+      std::ifstream in(f.path());
+      for (std::string line; std::getline(in, line);)
+        if (line.find("\"commitInfo\"") != std::string::npos && line.find("\"operation\":\"OPTIMIZE\"") != std::string::npos) ++n;
+    }
+    return n;
+  };
+  {
+    LakeWriterOptions o = Opts(1);
+    o.bypass_lease = true;
+    o.compact_every = 1;
+    LakeWriter w(o);
+    ASSERT_TRUE(w.RunOnce().ok());
+    EXPECT_EQ(w.stats().batches, static_cast<int64_t>(OutboxSeqs().size()));  // a batch per row
+    EXPECT_EQ(w.stats().compactions, 0);
+  }
+  for (const char* table : {"bronze/events", "silver/claims", "gold/daily_activity"}) EXPECT_EQ(optimizes(table), 0) << table;
+  ExpectDrainedExactlyOnce();
+
+  AddEvents("nolease-b");
+  LakeWriterOptions o = Opts(1000);  // one batch
+  o.compact_every = 1;
+  LakeWriter w(o);
+  oml::testing::HoldFirst hold("lakewriter.compaction.after_snapshot.bronze/events");
+  Status st;
+  std::thread t([&] { st = w.RunOnce(); });  // RunOnce waits for the compactor before it returns
+  hold.WaitUntilHeld();
+  // Another process takes the lease over: a new epoch (its advisory lock is not needed here).
+  ASSERT_TRUE(su_->Exec("UPDATE oml.lake_frontier SET lease_epoch = lease_epoch + 1 WHERE stream = 'default'").ok());
+  hold.Release();
+  t.join();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(w.stats().compactions_without_lease, 1);
+  EXPECT_EQ(optimizes("bronze/events"), 0);  // bronze has bronze files to compact, none was
+  ExpectDrainedExactlyOnce();
+}
+
 }  // namespace
 }  // namespace oml::lake

@@ -33,6 +33,11 @@ extern "C" {
 #define OML_STORAGE_CONFLICT 8          /* a Delta commit lost to a concurrent commit: the table
                                           * has a version newer than the handle's snapshot; nothing
                                           * was committed. Refresh, re-read the txn, decide again. */
+#define OML_STORAGE_STALE_REWRITE 9     /* a rewrite (OPTIMIZE) refused to land over a commit that
+                                          * landed since its snapshot and removed a file it read
+                                          * (another OPTIMIZE or Z-order): nothing was committed;
+                                          * the files it wrote are orphans for VACUUM. Refresh and
+                                          * run it again. */
 
 typedef struct OmlStorageError {
   int32_t code;
@@ -172,7 +177,8 @@ int32_t oml_storage_delta_table_version(const char* table_uri, int64_t* out_vers
  * through it is based on. Commits are conditional on that snapshot: commit N+1 is written with
  * put-if-absent (object_store PutMode::Create; on S3 If-None-Match: *), and delta-rs's own
  * retry-and-rebase is turned off, so if any other commit landed after the snapshot the call
- * fails with OML_STORAGE_CONFLICT and commits nothing. A successful commit advances the handle
+ * fails with OML_STORAGE_CONFLICT and commits nothing (append and MERGE never rebase, so no
+ * commit of theirs can land over one that removed a file they read). A successful commit advances the handle
  * to the version it wrote; a failed one leaves it unchanged. A handle may be shared between
  * threads (calls on one handle are serialized).
  *
@@ -315,10 +321,16 @@ int32_t oml_storage_delta_checkpoint(const OmlStorageDeltaTable* table, int64_t*
 /* OPTIMIZE: bin-packs the snapshot's data files smaller than target_size_bytes (> 0) into files
  * of about that size, in one commit with no txn action (files added with dataChange = false);
  * rows and every txn version stay. Unlike append and merge it rebases over commits that landed
- * since the snapshot (up to 100) unless one of them removed a file it rewrote (a MERGE) or
- * changed metadata or protocol: then OML_STORAGE_CONFLICT, and nothing is committed. The
- * removed files stay on storage until a VACUUM past the retention. *out_files_removed and
- * *out_files_added: the files it replaced and wrote (0 and 0: nothing to compact, no commit). */
+ * since the snapshot (delta-rs tries the put up to 16 times), unless one of them
+ *   - removed a file it rewrote with dataChange = false (another OPTIMIZE, a Z-order: both
+ *     rewrites would hold the same rows): OML_STORAGE_STALE_REWRITE, checked by the adapter
+ *     itself against every commit between its snapshot and the version it would write, since
+ *     delta-rs's conflict checker lets those through;
+ *   - removed a file it rewrote with dataChange = true (a MERGE, a DELETE), or changed the
+ *     metadata or protocol: OML_STORAGE_CONFLICT (delta-rs's checker).
+ * Either way nothing is committed. The removed files stay on storage until a VACUUM past the
+ * retention. *out_files_removed and *out_files_added: the files it replaced and wrote (0 and 0:
+ * nothing to compact, no commit). */
 int32_t oml_storage_delta_optimize(OmlStorageDeltaTable* table, uint64_t target_size_bytes,
                                    int64_t* out_files_removed, int64_t* out_files_added,
                                    OmlStorageError* err);

@@ -49,6 +49,9 @@ use object_store::{
 };
 use url::Url;
 
+mod rewrite_guard;
+use rewrite_guard::RewriteGuard;
+
 // ---------------------------------------------------------------------------------------------
 // Error codes (mirrored in oml_storage.h).
 
@@ -69,6 +72,8 @@ pub const OML_STORAGE_INTERNAL: i32 = 6;
 pub const OML_STORAGE_PANIC: i32 = 7;
 /// A Delta commit lost to a concurrent commit: the table moved past the handle's snapshot.
 pub const OML_STORAGE_CONFLICT: i32 = 8;
+/// A rewrite (OPTIMIZE) refused to land over a commit that removed a file it read.
+pub const OML_STORAGE_STALE_REWRITE: i32 = 9;
 
 #[repr(C)]
 pub struct OmlStorageError {
@@ -2190,9 +2195,6 @@ pub extern "C" fn oml_storage_delta_vacuum(
 /// delta.checkpointInterval of the tables this adapter creates (Delta's default is 100).
 const CHECKPOINT_INTERVAL: &str = "10";
 
-/// Commits an OPTIMIZE may rebase over before it gives up with OML_STORAGE_CONFLICT.
-const OPTIMIZE_MAX_REBASES: usize = 100;
-
 /// OPTIMIZE (bin-packing compaction) of the handle's table. See oml_storage.h.
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_optimize(
@@ -2215,22 +2217,40 @@ pub extern "C" fn oml_storage_delta_optimize(
         let mut t = lock_table(h);
         // Unlike the adapter's other commits, OPTIMIZE rebases: it carries no txn action and
         // writes its files with dataChange = false, so committing it after appends that landed
-        // since its snapshot loses nothing and doubles nothing. delta-rs's conflict checker still
-        // refuses the rebase (OML_STORAGE_CONFLICT) when a newer commit removed a file this
-        // OPTIMIZE rewrote (a MERGE) or changed the metadata or protocol.
-        let (optimized, metrics) = compaction_runtime()?
-            .block_on(
-                t.clone()
-                    .optimize()
-                    .with_target_size(target)
-                    .with_max_concurrent_tasks(1)
-                    .with_commit_properties(
-                        CommitProperties::default().with_max_retries(OPTIMIZE_MAX_REBASES),
-                    )
-                    .into_future(),
-            )
-            .map_err(map_commit_error)?;
-        *t = optimized;
+        // since its snapshot loses nothing and doubles nothing. delta-rs's conflict checker
+        // refuses the rebase (OML_STORAGE_CONFLICT) over a commit that changed the metadata or
+        // protocol or removed one of its files with dataChange = true (a MERGE), but not over one
+        // that removed them with dataChange = false (another OPTIMIZE or Z-order, delta-rs PR
+        // 3982): both rewrites would then hold the same rows. RewriteGuard refuses that one
+        // (OML_STORAGE_STALE_REWRITE).
+        let read_version = table_version(&t)?;
+        let guard = Arc::new(RewriteGuard::new(t.log_store(), read_version));
+        let mut guarded = DeltaTable::new(guard.clone());
+        guarded.state = t.state.clone();
+        // delta-rs 1.1's OPTIMIZE ignores the commit properties' retry count (it retries a lost
+        // put up to 15 times, rebasing over everything that landed each time): the guard sees
+        // every one of those attempts.
+        let outcome = compaction_runtime()?.block_on(
+            guarded
+                .optimize()
+                .with_target_size(target)
+                .with_max_concurrent_tasks(1)
+                .into_future(),
+        );
+        let (optimized, metrics) = match outcome {
+            Ok(done) => done,
+            Err(e) => {
+                if let Some(why) = guard.refusal() {
+                    return fail(
+                        OML_STORAGE_STALE_REWRITE,
+                        format!("refused, nothing committed: {why}"),
+                    );
+                }
+                return Err(map_commit_error(e));
+            }
+        };
+        // The handle keeps its own log store; only the state moves to the version written.
+        t.state = optimized.state;
         *removed = metrics.num_files_removed as i64;
         *added = metrics.num_files_added as i64;
         Ok(())
