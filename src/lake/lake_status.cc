@@ -1,5 +1,6 @@
 #include "lake/lake_status.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <thread>
@@ -52,21 +53,17 @@ Result<LakeStatus> ReadLakeStatus(db::Conn& c, const OutboxStream& s, const std:
   st.lease_held = f.Get(0, 3) == "t";
   if (st.lease_held) st.lease_holder = st.last_holder;
 
-  // s.table comes from the stream registry (ResolveStream), never from input.
-  OML_ASSIGN_OR_RETURN(
-      db::Rows lag, c.Query("SELECT count(*), extract(epoch FROM now() - min(enqueued_at))::float8 FROM " + s.table +
-                                " WHERE seq > $1",
-                            {db::Int(st.frontier)}));
-  st.lag_rows = lag.GetInt(0, 0);
-  if (!lag.IsNull(0, 1)) st.lag_seconds = std::stod(lag.Get(0, 1));
-
   OML_ASSIGN_OR_RETURN(db::Rows dl, c.Query("SELECT count(*) FROM oml.dead_letter WHERE stream = $1 AND requeued_at IS NULL",
                                             {db::Text(s.name)}));
   st.dead_letters = dl.GetInt(0, 0);
 
+  OML_ASSIGN_OR_RETURN(db::Rows rec, c.Query("SELECT table_name, txn_version FROM oml.lake_table_txn WHERE stream = $1",
+                                             {db::Text(s.name)}));
   for (const auto& target : TargetTables()) {
     TableStatus t;
     t.name = target.name;
+    for (int i = 0; i < rec.size(); ++i)
+      if (rec.Get(i, 0) == target.name) t.recorded_txn = rec.GetInt(i, 1);
     t.uri = TableUri(lake_root, target.name);
     auto table = DeltaTable::Open(t.uri);
     if (!table.ok()) {
@@ -79,6 +76,18 @@ Result<LakeStatus> ReadLakeStatus(db::Conn& c, const OutboxStream& s, const std:
     }
     st.tables.push_back(std::move(t));
   }
+  // Lag: the rows above the frontier, or above the txn of a table behind what it committed (its
+  // lost rows are lag too, until the writer refills them).
+  int64_t lag_from = st.frontier;
+  for (const auto& t : st.tables)
+    if (t.behind()) lag_from = std::min(lag_from, std::max<int64_t>(t.txn_version, 0));
+  // s.table comes from the stream registry (ResolveStream), never from input.
+  OML_ASSIGN_OR_RETURN(
+      db::Rows lag, c.Query("SELECT count(*), extract(epoch FROM now() - min(enqueued_at))::float8 FROM " + s.table +
+                                " WHERE seq > $1",
+                            {db::Int(lag_from)}));
+  st.lag_rows = lag.GetInt(0, 0);
+  if (!lag.IsNull(0, 1)) st.lag_seconds = std::stod(lag.Get(0, 1));
   return st;
 }
 
@@ -104,7 +113,9 @@ nlohmann::json LakeStatus::ToJson() const {
                       {"uri", t.uri},
                       {"exists", t.exists},
                       {"table_version", opt(t.table_version)},
-                      {"txn_version", t.txn_version >= 0 ? json(t.txn_version) : json(nullptr)}});
+                      {"txn_version", t.txn_version >= 0 ? json(t.txn_version) : json(nullptr)},
+                      {"recorded_txn_version", t.recorded_txn >= 0 ? json(t.recorded_txn) : json(nullptr)},
+                      {"behind", t.behind()}});
   }
   return {{"stream", stream},
           {"app_id", app_id},
@@ -155,6 +166,10 @@ std::string LakeStatus::ToText() const {
     }
     o << "txn " << (t.txn_version >= 0 ? std::to_string(t.txn_version) : std::string("none"));
     if (t.table_version) o << ", table version " << *t.table_version;
+    if (t.behind()) {
+      o << ", BEHIND: it committed up to " << t.recorded_txn
+        << " (lost commits or replaced); the lake writer refills it when it next recovers";
+    }
     o << "\n";
   }
   if (lease_held) {

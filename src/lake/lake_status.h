@@ -30,6 +30,11 @@ struct TableStatus {
   bool exists = false;                  // false: no Delta table there (yet)
   std::optional<int64_t> table_version; // the table's latest version
   int64_t txn_version = -1;             // last txn version for the appId; -1: none
+  // What the writer recorded the table must hold (oml.lake_table_txn, sql/0018); -1: nothing.
+  // txn_version below it: the table lost commits (or was replaced), and the rows in between are
+  // lag until the writer's recovery refills them.
+  int64_t recorded_txn = -1;
+  bool behind() const { return txn_version < recorded_txn; }
 };
 
 struct LakeStatus {

@@ -681,22 +681,33 @@ Status LakeWriter::CheckLease() {
   return Status::Ok();
 }
 
-Status LakeWriter::AdvanceFrontier(int64_t batch_end) {
+Status LakeWriter::AdvanceFrontier(int64_t batch_end, const std::vector<std::string>& committed) {
   // greatest(): a frontier never moves back (the guard trigger would refuse it), and a writer
-  // that finds it already further (a concurrent writer, tests only) leaves it there.
-  Result<db::Rows> r = opts_.bypass_lease
-                           ? conn_->Query("UPDATE oml.lake_frontier SET frontier_seq = greatest(frontier_seq, $2), "
-                                          "updated_at = now() WHERE stream = $1 RETURNING frontier_seq",
-                                          {db::Text(stream_.name), db::Int(batch_end)})
-                           : conn_->Query("UPDATE oml.lake_frontier SET frontier_seq = greatest(frontier_seq, $2), "
-                                          "updated_at = now() WHERE stream = $1 AND lease_epoch = $3 RETURNING frontier_seq",
-                                          {db::Text(stream_.name), db::Int(batch_end), db::Int(epoch_)});
+  // that finds it already further (a concurrent writer, tests only) leaves it there. In the same
+  // statement, each table this batch committed to records batch_end as what it must hold
+  // (sql/0018: Recover refills a table whose Delta txn is found below it).
+  std::string tables = "{";
+  for (const auto& t : committed) tables += (tables.size() > 1 ? ",\"" : "\"") + t + "\"";
+  tables += "}";
+  const std::string fence = opts_.bypass_lease ? "" : " AND lease_epoch = $4";
+  std::vector<db::Param> params = {db::Text(stream_.name), db::Int(batch_end), db::Text(tables)};
+  if (!opts_.bypass_lease) params.push_back(db::Int(epoch_));
+  Result<db::Rows> r = conn_->Query(
+      "WITH f AS (UPDATE oml.lake_frontier SET frontier_seq = greatest(frontier_seq, $2), updated_at = now() "
+      "           WHERE stream = $1" + fence + " RETURNING frontier_seq), "
+      "t AS (INSERT INTO oml.lake_table_txn (stream, table_name, txn_version) "
+      "      SELECT $1, u, $2 FROM f, unnest($3::text[]) u "
+      "      ON CONFLICT (stream, table_name) DO UPDATE "
+      "      SET txn_version = greatest(lake_table_txn.txn_version, excluded.txn_version), updated_at = now()) "
+      "SELECT frontier_seq FROM f",
+      params);
   if (!r.ok()) return r.status();
   if (r->size() != 1) {
     SetLeaseHeld(false);
     return Status(Code::kAborted, "the lake writer lease was taken over before the frontier advance", "lease-lost");
   }
   frontier_ = r->GetInt(0, 0);
+  for (const auto& t : committed) recorded_txn_[t] = std::max(recorded_txn_[t], batch_end);
   return Status::Ok();
 }
 
@@ -793,6 +804,14 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
         ++stats_.skipped_tables;
         skipped.push_back(target.name);
         break;
+      }
+      // A table that lost commits (its txn below what it recorded, sql/0018) must be refilled
+      // first: committing this batch over the hole would make it permanent.
+      if (std::max<int64_t>(last.version, 0) < b.start && last.version < RecordedTxn(target.name)) {
+        return Status(Code::kAborted,
+                      target.name + " is behind what it committed (txn " + std::to_string(last.version) +
+                          ", recorded " + std::to_string(RecordedTxn(target.name)) + "): recovery refills it",
+                      "lake-table-behind");
       }
       // Rows at or below the table's txn version are in it already (every commit covers its
       // whole range); only a rebuilt batch after a concurrent writer can start below it.
@@ -893,7 +912,9 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
   // Advance (step 7): every touched table holds the batch now.
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
   lap = Clock::now();
-  OML_RETURN_IF_ERROR(AdvanceFrontier(b.end));
+  std::vector<std::string> committed_names;
+  for (const auto& c : committed) committed_names.push_back(c["table"].get<std::string>());
+  OML_RETURN_IF_ERROR(AdvanceFrontier(b.end, committed_names));
   advance_ms = Lap(&lap);
   ++stats_.batches;
   Metrics::Get().LakeBatch(live_rows, std::chrono::duration<double>(Clock::now() - t0).count());
@@ -985,9 +1006,16 @@ Result<int64_t> LakeWriter::Recover() {
   OML_ASSIGN_OR_RETURN(int64_t f, ReadFrontier(*conn_, stream_));
   frontier_ = f;
   // The newest txn version of any target table, and the bounds its commit recorded.
+  OML_ASSIGN_OR_RETURN(db::Rows rec, conn_->Query("SELECT table_name, txn_version FROM oml.lake_table_txn "
+                                                   "WHERE stream = $1", {db::Text(stream_.name)}));
+  recorded_txn_.clear();
+  for (int i = 0; i < rec.size(); ++i) recorded_txn_[rec.Get(i, 0)] = rec.GetInt(i, 1);
+  // The newest txn version of any target table, and the bounds its commit recorded; and the
+  // lowest point a table that lost commits must be refilled from.
   int64_t end = -1;
   std::string lead;
   std::optional<nlohmann::json> lead_meta;
+  std::optional<int64_t> refill_from;
   for (const auto& target : TargetTables()) {
     OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
     OML_RETURN_IF_ERROR(table->Refresh().status());
@@ -997,6 +1025,29 @@ Result<int64_t> LakeWriter::Recover() {
       lead = target.name;
       lead_meta = last.metadata;
     }
+    const int64_t recorded = RecordedTxn(target.name);
+    if (last.version < recorded && last.version < frontier_) {
+      const int64_t from = std::max<int64_t>(last.version, 0);
+      log::Warn("lake writer: a table is behind what it committed (lost commits, or replaced by an empty table); "
+                "refilling it from the outbox",
+                {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
+                 {"recorded_txn_version", recorded}, {"frontier", frontier_}});
+      Metrics::Get().LakeRetry("refill");
+      refill_from = std::min(refill_from.value_or(from), from);
+    }
+  }
+  // Refill first (before any batch is applied above the hole): (from, frontier] again, in
+  // batches of max_rows, each committed only to the tables whose txn is below its end (the txn
+  // check skips the others), so every row lands in each table exactly once.
+  for (int64_t from = refill_from.value_or(frontier_); from < frontier_;) {
+    OML_ASSIGN_OR_RETURN(Cut cut, CutBatch(*conn_, stream_, from, frontier_, opts_.max_rows));
+    Batch b;
+    b.start = from;
+    b.end = cut.batch_end;
+    b.rows = std::move(cut.rows);
+    OML_RETURN_IF_ERROR(ApplyBatch(b));
+    ++stats_.refilled_batches;
+    from = b.end;
   }
   if (end <= frontier_) return frontier_;
   // A table is ahead of the frontier: a batch committed to it, and the writer stopped before the

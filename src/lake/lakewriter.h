@@ -8,7 +8,10 @@
 //               standby, polling the lock; the lock goes with the holder's session, so a holder
 //               killed with SIGKILL hands over as soon as PostgreSQL sees its socket close.
 //   2. Recover. On start and after any error: read each target table's last txn for the appId
-//               and the bounds its commit recorded; if a table is ahead of the PostgreSQL frontier
+//               and the bounds its commit recorded. A table whose txn is below what it committed
+//               (oml.lake_table_txn, recorded with each frontier advance: its newest commits were
+//               lost, or it was replaced by an empty table) is refilled first, (txn, frontier] in
+//               batches of max_rows, before anything is committed above the hole. If a table is ahead of the PostgreSQL frontier
 //               F, the batch (F, E] (E = the newest txn version) is rebuilt from the outbox by seq
 //               range (ReadRange, never a new cut), applied to the tables behind E, and the
 //               frontier advances to E.
@@ -169,6 +172,7 @@ struct LakeWriterStats {
   int64_t skipped_tables = 0;     // table parts skipped by the txn check
   int64_t conflicts = 0;          // commits lost to another writer (lake-commit-conflict)
   int64_t recovered_batches = 0;  // batches rebuilt from a table ahead of the frontier
+  int64_t refilled_batches = 0;   // batches applied again to a table behind what it committed
   int64_t lease_acquisitions = 0;
   int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
   int64_t dead_letters = 0;       // rows moved to dead_letter
@@ -241,7 +245,14 @@ class LakeWriter {
   Status ApplyParts(const Batch& b, const std::set<int64_t>& dead, std::optional<Poison>* poison);
   // Counts an attempt; past the budget moves the row to dead_letter (true). false: not yet.
   Result<bool> HandlePoison(const Poison& p);
-  Status AdvanceFrontier(int64_t batch_end);
+  // Step 7, and each committed table's recorded txn (sql/0018) in the same statement.
+  Status AdvanceFrontier(int64_t batch_end, const std::vector<std::string>& committed);
+  // What `table` must already hold (lake_table_txn, as of the last Recover and this writer's
+  // advances); -1 if nothing was ever recorded.
+  int64_t RecordedTxn(const std::string& table) const {
+    auto it = recorded_txn_.find(table);
+    return it == recorded_txn_.end() ? -1 : it->second;
+  }
   // One session of work: connect, lease, recover, then drain (once: to once_target_).
   Status Session(const std::atomic<bool>* stop, bool once);
   // Steps 3 to 7 until the frontier reaches `horizon`, the next batch cut on reader_ while one
@@ -281,6 +292,7 @@ class LakeWriter {
   std::optional<int64_t> once_target_;
   std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
   std::map<std::string, int> commits_since_compaction_;  // by table (this process)
+  std::map<std::string, int64_t> recorded_txn_;           // table -> lake_table_txn.txn_version
   // Per table: (table version, this stream's txn version at it) of this writer's last commit or
   // txn read; {-1, -1} until the first. While the handle's snapshot is still at that version,
   // the txn check needs no refresh and no log read (the snapshot's txn lookup replays the log

@@ -73,7 +73,7 @@ TEST_F(LakewriterRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
                    "WHERE n.nspname = 'oml' AND c.relkind IN ('r', 'p', 'v', 'm') "
                    "AND has_table_privilege('oml_lakewriter', c.oid, p)"),
             (std::set<std::string>{"outbox:SELECT", "lake_frontier:SELECT", "dead_letter:SELECT",
-                                   "schema_migrations:SELECT"}));
+                                   "schema_migrations:SELECT", "lake_table_txn:SELECT", "lake_table_txn:INSERT"}));
   EXPECT_EQ(Column("SELECT c.relname || ':' || p FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                    "CROSS JOIN unnest(ARRAY['SELECT','USAGE','UPDATE']) p "
                    "WHERE n.nspname = 'oml' AND c.relkind = 'S' AND has_sequence_privilege('oml_lakewriter', c.oid, p)"),
@@ -87,7 +87,8 @@ TEST_F(LakewriterRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
                    "AND NOT has_table_privilege('oml_lakewriter', c.oid, p)"),
             (std::set<std::string>{"lake_frontier.frontier_seq:UPDATE", "lake_frontier.lease_holder:UPDATE",
                                    "lake_frontier.lease_epoch:UPDATE", "lake_frontier.lease_expires_at:UPDATE",
-                                   "lake_frontier.updated_at:UPDATE"}));
+                                   "lake_frontier.updated_at:UPDATE", "lake_table_txn.txn_version:UPDATE",
+                                   "lake_table_txn.updated_at:UPDATE"}));
   // Functions: current_tenant(), which the outbox's per-tenant policy calls, and the two steps
   // of a dead letter (sql/0010), which journal only materialize-skipped, under the lease.
   EXPECT_EQ(Column("SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
