@@ -34,12 +34,14 @@ def start_moto():
     p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
+    deadline = time.time() + 60
     while True:
         try:
-            requests.get(url, timeout=1)
+            # moto loads its backends on the first request: on a loaded machine that answer can
+            # take seconds (a ReadTimeout, not a ConnectionError), so both are waited out.
+            requests.get(url, timeout=5)
             return p, url
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             if time.time() > deadline or p.poll() is not None:
                 p.kill()
                 raise

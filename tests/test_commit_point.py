@@ -175,11 +175,12 @@ def test_outbox_order_probe_detects_enqueue_outbox_with_the_steps_swapped(deploy
     tenant = d.tenant("acme")
     with d.su() as c:
         src = c.execute("SELECT pg_get_functiondef('oml.enqueue_outbox_json(uuid, text, bigint, json)'::regprocedure)").fetchone()[0]
-        take_xid = "v_xid xid8 := pg_current_xact_id();"
-        draw_seq = "v_seq := nextval('oml.outbox_seq');"
+        # sql/0017's fully qualified body (issue 17)
+        take_xid = "v_xid pg_catalog.xid8 := pg_catalog.pg_current_xact_id();"
+        draw_seq = "v_seq := pg_catalog.nextval('oml.outbox_seq'::pg_catalog.regclass);"
         assert src.count(take_xid) == 1 and src.count(draw_seq) == 1, src  # the shape this test swaps
-        swapped = (src.replace(take_xid, "v_xid xid8;")
-                      .replace(draw_seq, draw_seq + "\n  v_xid := pg_current_xact_id();")
+        swapped = (src.replace(take_xid, "v_xid pg_catalog.xid8;")
+                      .replace(draw_seq, draw_seq + "\n  v_xid := pg_catalog.pg_current_xact_id();")
                       .replace("oml.enqueue_outbox_json(", SWAPPED_ENQUEUE + "(", 1))
         assert SWAPPED_ENQUEUE in swapped
         c.execute(swapped)
