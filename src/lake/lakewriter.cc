@@ -1005,7 +1005,7 @@ Result<int64_t> LakeWriter::Recover() {
   OML_RETURN_IF_ERROR(EnsureConnected());
   OML_ASSIGN_OR_RETURN(int64_t f, ReadFrontier(*conn_, stream_));
   frontier_ = f;
-  // The newest txn version of any target table, and the bounds its commit recorded.
+  // What each table committed (sql/0018), to find the tables that lost commits.
   OML_ASSIGN_OR_RETURN(db::Rows rec, conn_->Query("SELECT table_name, txn_version FROM oml.lake_table_txn "
                                                    "WHERE stream = $1", {db::Text(stream_.name)}));
   recorded_txn_.clear();
