@@ -94,3 +94,22 @@ def test_a_table_replaced_by_an_empty_one_is_refilled_from_the_outbox(served):
     assert bronze_keys(d) == journal_keys(d)
     assert max(bronze_keys(d).values()) == 1
     assert d.run("verify", "--from-lake", check=False).returncode == 0
+
+
+def test_a_commit_file_left_at_zero_bytes_is_refilled_not_built_upon(served):
+    """A torn write of the newest commit (0 bytes on disk) reads as an empty version: the table's
+    txn falls back below what it committed, and the refill restores its rows before any batch
+    commits above it."""
+    d = served
+    d.submit(d.writer, body="first")
+    lakewriter(d)
+    d.submit(d.writer, body="second")
+    lakewriter(d)
+    newest = sorted((d.home / "lake" / BRONZE / "_delta_log").glob("*.json"))[-1]
+    newest.write_bytes(b"")
+    d.submit(d.writer, body="third")
+    lakewriter(d)
+    lakewriter(d)
+    assert bronze_keys(d) == journal_keys(d)
+    assert max(bronze_keys(d).values()) == 1
+    assert d.run("verify", "--from-lake", check=False).returncode == 0
