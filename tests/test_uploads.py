@@ -654,6 +654,14 @@ def test_a_patch_holds_no_transaction_while_it_waits_on_the_object_store(served)
                                  daemon=True)
             t.start()
             wait_stopped(d.server.pid)
+            # A COMMIT sent just before the stop may still be running in PostgreSQL (its backend
+            # has an xid until it ends): let it finish before reading the offset, or a chunk
+            # that did commit would pass for a held one.
+            settle = time.time() + 10
+            with d.su() as c:
+                while c.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
+                                "AND usename <> current_user").fetchone()[0] and time.time() < settle:
+                    time.sleep(0.05)
             if row(d, uid)["upload_offset"] == off:
                 break
             os.kill(d.server.pid, signal.SIGCONT)
