@@ -309,6 +309,10 @@ def test_a_large_body_lives_in_quarantine_and_follows_an_attachments_lifecycle(s
     with d.su() as c:
         assert c.execute("SELECT location FROM oml.artifact_bodies WHERE artifact_id = %s",
                          (large["artifact_id"],)).fetchone()[0] == "none"
+        silver = c.execute("SELECT row_data FROM oml.outbox WHERE target_table = 'silver/claims' ORDER BY seq").fetchall()
+    # Silver's retract names where the body was, and that it is gone (docs/data/delta-tables.md).
+    assert [(r[0]["body_location"], r[0]["state"]) for r in silver] == [(f"bodies:{key}", "promoted"),
+                                                                       (f"none:{key}", "erased")]
     assert d.run("verify").stdout.startswith("OK")
 
 
@@ -433,3 +437,85 @@ def test_a_crashed_accept_leaves_no_copy_in_bodies_after_the_claim_is_erased(dep
         time.sleep(0.2)
     assert events(d, {"artifact.erased"})
     assert objects(d, "oml-quarantine") == {} and objects(d, "oml-bodies") == {}
+
+
+@pytest.mark.parametrize("what", ["attachment", "large-body"])
+def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
+    """Issue 19: two accepts of one held claim (a double click, two servers). Server B's accept is
+    held between its journal insert and its commit (OML_FAULT=journal.after_journal_insert:stop,
+    holding the chain lock); server A's accept copies to the same content-addressed bodies keys
+    and then waits for the lock. B commits and drops the quarantine copies; A loses the state
+    change (409). Before the fix A then deleted the bodies copies on its stale view: B's only
+    copies, so the promoted claim's file was gone (500 "object ... is missing")."""
+    import signal
+    import subprocess
+    import threading
+    from conftest import OML_BIN, free_port
+    from test_uploads import wait_stopped
+    d = served
+    if what == "attachment":
+        data = os.urandom(300_000)
+        art = d.submit(d.writer, body="with a file", attachments=[upload(d, d.writer, data)]).json()
+        assert get_att(d, d.reviewer, art["artifact_id"], 1).content == data
+        digest = None
+    else:
+        body = "".join(f"line {i}: the quick brown fox\n" for i in range(4000))  # ~124 KiB: an object
+        art = d.submit(d.writer, body=body).json()
+        assert d.get(f"/v1/claims/{art['artifact_id']}", d.reviewer).json()["body"] == body
+        digest = art["ciphertext_sha256"]
+    aid = art["artifact_id"]
+    held = dict(objects(d, "oml-quarantine"))
+    assert len(held) == 1
+    pb = free_port()
+    env_b = dict(d.env, OML_LISTEN=f"127.0.0.1:{pb}", OML_METRICS_LISTEN=f"127.0.0.1:{free_port()}",
+                 OML_FAULT="journal.after_journal_insert:stop")
+    b = subprocess.Popen([OML_BIN, "serve"], env=env_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    answers = {}
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                requests.get(f"http://127.0.0.1:{pb}/v1/health", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert time.time() < deadline, "server B did not come up"
+                time.sleep(0.05)
+        tb = threading.Thread(target=lambda: answers.__setitem__("b", requests.post(
+            f"http://127.0.0.1:{pb}/v1/claims/{aid}/verdict", json={"verdict": "accept"}, timeout=60,
+            headers={"Authorization": f"Bearer {d.reviewer}"})), daemon=True)
+        tb.start()
+        wait_stopped(b.pid)
+        ta = threading.Thread(target=lambda: answers.__setitem__("a", verdict(d, d.reviewer, aid, "accept")),
+                              daemon=True)
+        ta.start()
+        # A copied to bodies and now waits for the chain lock B holds.
+        deadline = time.time() + 30
+        with d.su() as c:
+            while c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND wait_event = 'advisory'").fetchone()[0] == 0:
+                assert time.time() < deadline, "server A's accept never waited for the chain lock"
+                time.sleep(0.05)
+        os.kill(b.pid, signal.SIGCONT)
+        tb.join(timeout=60)
+        ta.join(timeout=60)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+        b.terminate()
+        b.wait()
+    assert answers["b"].status_code == 200, answers["b"].text
+    problem(answers["a"], 409, "claim-not-held")
+    # The winner's copies are where the committed state says, whole.
+    assert objects(d, "oml-quarantine") == {}
+    assert objects(d, "oml-bodies") == held
+    if what == "attachment":
+        r = get_att(d, d.writer2, aid, 1)
+        assert r.status_code == 200, r.text
+        assert r.content == data
+    else:
+        r = d.get(f"/v1/claims/{aid}", d.writer2)
+        assert r.status_code == 200, r.text
+        assert r.json()["body"] == body and digest in held
+    with d.su() as c:
+        types = [t for (t,) in c.execute("SELECT event_type FROM oml.journal WHERE tenant_id = %s ORDER BY seq",
+                                         (d.tenant_id,)).fetchall()]
+    assert types.count("claim.promoted") == 1

@@ -215,7 +215,7 @@ def plant_operator(c, op, left, right, result, n):
 ARG_VALUES = {"uuid": "'{tenant}'::pg_catalog.uuid", "text": "'default'::pg_catalog.text",
               "bigint": "1::pg_catalog.int8", "integer": "1::pg_catalog.int4", "bytea": "'\\x00'::pg_catalog.bytea",
               "jsonb": "'{{}}'::pg_catalog.jsonb", "json": "'{{}}'::pg_catalog.json",
-              "interval": "'0 seconds'::pg_catalog.interval"}
+              "interval": "'0 seconds'::pg_catalog.interval", "text[]": "'{{}}'::pg_catalog.text[]"}
 
 
 def invocation(su, oid, tenant):
@@ -417,7 +417,7 @@ def test_shadowing_attack_against_every_definer_and_trigger_function_as_every_ro
     try:
         assert {t[0] for t in tgs if t[4]} >= {"oml.enqueue_outbox_json(uuid,text,bigint,json)",
                                                "oml.lake_dead_letter_commit(text,bigint,bigint,bigint,bytea,bytea,"
-                                               "bytea,bytea,jsonb,text,integer)",
+                                               "bytea,bytea,jsonb,text,integer,text[])",
                                                "oml.rejected_retention_due(interval)", "oml.search_claim_text(text)"}
         assert sum(1 for t in tgs if t[5]) == 6  # the trigger functions
         report = {}
@@ -436,7 +436,7 @@ def test_shadowing_attack_against_every_definer_and_trigger_function_as_every_ro
         lw = report["oml_lakewriter"]
         # The lake writer reaches its definer functions: they refuse the made-up lease epoch (42501,
         # raised by the function itself after compiling its body with the shadows present).
-        assert lw[("oml.lake_dead_letter_commit(text,bigint,bigint,bigint,bytea,bytea,bytea,bytea,jsonb,text,integer)",
+        assert lw[("oml.lake_dead_letter_commit(text,bigint,bigint,bigint,bytea,bytea,bytea,bytea,jsonb,text,integer,text[])",
                    "tenant")] == "42501", lw
         assert lw[("oml.lake_dead_letter_begin(text,bigint,bigint)", "tenant")] == "42501", lw
         with d.su() as c:

@@ -369,6 +369,73 @@ def test_a_requeued_promotion_never_puts_an_older_state_back(served, acts):
     assert d.run("verify", "--from-lake", check=False).returncode == 0
 
 
+def bronze_copies(d, tenant, seq):
+    return sum(1 for r in deltalake_rows(d, BRONZE) if (r["tenant_id"], r["seq"]) == (tenant, seq))
+
+
+def gold_events(d, tenant, event_type):
+    return sum(r["events"] for r in deltalake_rows(d, GOLD) if (r["tenant_id"], r["event_type"]) == (tenant, event_type))
+
+
+def test_a_row_bronze_holds_is_requeued_only_to_the_tables_that_lack_it(served):
+    """Issue 18: gold refuses a row that bronze already committed in the same batch; the dead letter
+    records applied_tables ["bronze/events"] (in its signed event too), and each requeue goes to gold
+    only. Before sql/0019 every requeue appended another bronze copy (three after two requeues)."""
+    d = served
+    r = d.submit(d.writer, body="counted late")
+    assert r.status_code == 201, r.text
+    seq = r.json()["receipt"]["seq"]
+    with d.su() as c:
+        (o1,) = c.execute("SELECT seq FROM oml.outbox WHERE tenant_id = %s AND journal_seq = %s AND "
+                          "target_table = %s", (d.tenant_id, seq, BRONZE)).fetchone()
+    out = lakewriter(d, env={"OML_FAULT": f"lakewriter.gold.count.{o1}"})
+    moved = [ln for ln in log_lines(out.stderr) if ln["msg"] == "lake writer: row dead-lettered"]
+    assert [ln["outbox_seq"] for ln in moved] == [o1]
+    with d.su() as c:
+        (dl1, applied, skipped) = c.execute("SELECT id, applied_tables, skipped_seq FROM oml.dead_letter "
+                                           "WHERE outbox_seq = %s", (o1,)).fetchone()
+        sb = c.execute("SELECT signed_bytes FROM oml.journal WHERE tenant_id = %s AND seq = %s",
+                       (d.tenant_id, skipped)).fetchone()[0]
+    assert applied == [BRONZE]
+    assert json.loads(bytes(sb))["payload"]["applied_tables"] == [BRONZE]
+    listed = [json.loads(x) for x in d.run("dead-letter", "list", "--json").stdout.splitlines()]
+    assert [(x["id"], x["applied_tables"]) for x in listed] == [(dl1, [BRONZE])]
+    assert bronze_copies(d, d.tenant_id, seq) == 1
+    assert gold_events(d, d.tenant_id, "claim.submitted") == 0
+    # Bronze committed the batch in the attempt that the poison row stopped; the attempt that
+    # advanced the frontier skipped it, and still recorded what it holds (sql/0018).
+    with d.su() as c:
+        recorded = dict(c.execute("SELECT table_name, txn_version FROM oml.lake_table_txn").fetchall())
+    assert recorded[BRONZE] == recorded[GOLD] == frontier(d)
+
+    # The first requeue: the new row skips bronze; gold's fault is armed at the new seq, so it is
+    # dead-lettered again, and that dead letter names bronze too (its row skipped it).
+    o2 = json.loads(d.run("dead-letter", "requeue", str(dl1)).stdout)["outbox_seq"]
+    with d.su() as c:
+        assert c.execute("SELECT skip_tables FROM oml.outbox WHERE seq = %s", (o2,)).fetchone()[0] == [BRONZE]
+    lakewriter(d, env={"OML_FAULT": f"lakewriter.gold.count.{o2}"})
+    with d.su() as c:
+        (dl2, applied2) = c.execute("SELECT id, applied_tables FROM oml.dead_letter WHERE outbox_seq = %s",
+                                    (o2,)).fetchone()
+    assert applied2 == [BRONZE]
+    assert bronze_copies(d, d.tenant_id, seq) == 1
+    assert gold_events(d, d.tenant_id, "claim.submitted") == 0
+
+    # The second requeue, with nothing refusing it: gold counts the event once; bronze still once.
+    d.run("dead-letter", "requeue", str(dl2))
+    lakewriter(d)
+    lakewriter(d)
+    assert bronze_copies(d, d.tenant_id, seq) == 1
+    assert gold_events(d, d.tenant_id, "claim.submitted") == 1
+    with d.su() as c:
+        # Every journal event is in bronze once, and counted in gold once.
+        n = c.execute("SELECT count(*) FROM oml.journal").fetchone()[0]
+    bronze = deltalake_rows(d, BRONZE)
+    assert len(bronze) == n == len({(x["tenant_id"], x["seq"]) for x in bronze})
+    assert sum(x["events"] for x in deltalake_rows(d, GOLD)) == n
+    assert d.run("verify", "--from-lake", check=False).returncode == 0
+
+
 def test_the_lakewriter_role_cannot_dead_letter_without_the_lease_or_forge_the_event(served):
     d = served
     bad = poison(d, d.tenant_id, "silver/unknown", {"x": 2})
@@ -389,7 +456,7 @@ def test_the_lakewriter_role_cannot_dead_letter_without_the_lease_or_forge_the_e
         forged = json.dumps({"type": "claim.promoted", "tenant": str(head[0]), "seq": head[1] + 1}).encode()
         try:
             c.execute("SELECT oml.lake_dead_letter_commit('default', %s, %s, %s, %s, sha256(%s), %s, %s, %s::jsonb, "
-                      "'x', 1)", (epoch, bad, head[1] + 1, head[2], forged, forged, b"\0" * 64, "{}"))
+                      "'x', 1, '{}')", (epoch, bad, head[1] + 1, head[2], forged, forged, b"\0" * 64, "{}"))
             raise AssertionError("a forged event was accepted")
         except psycopg.errors.InsufficientPrivilege as e:
             assert "not a materialize-skipped event" in str(e)

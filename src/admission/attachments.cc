@@ -645,13 +645,6 @@ void Attachments::DeleteEverywhere(const std::string& key, const char* what) {
     DeleteLogged(*store, key, std::string(what) + ": an object (its key is destroyed)");
 }
 
-void Attachments::DropBodiesCopies(const std::vector<Attachment>& atts, const std::vector<BodyObject>& bodies) {
-  for (const Attachment& a : atts)
-    if (a.location == "quarantine") DeleteLogged(*bodies_, a.object_key, "failed promotion: a copy in the bodies bucket");
-  for (const BodyObject& b : bodies)
-    if (b.location == "quarantine") DeleteLogged(*bodies_, b.object_key, "failed promotion: a copy in the bodies bucket");
-}
-
 nlohmann::json Attachments::VerdictFlags(const nlohmann::json& body_review, const std::vector<Attachment>& atts) {
   std::set<std::string> flags;
   if (body_review.is_object())

@@ -189,10 +189,6 @@ class Attachments {
   // After artifact.erased committed: deletes each object from both buckets (whatever the row
   // said: a racing promotion, or a copy a failed or crashed promotion left behind).
   void DeleteObjects(const std::vector<Attachment>& atts);
-  // After a promotion whose claim.promoted did not commit: deletes the copies CopyToBodies /
-  // CopyBodyToBodies made (best effort: a crash in between leaves a copy in bodies, whose key
-  // dies with the claim's erasure, which deletes from both buckets).
-  void DropBodiesCopies(const std::vector<Attachment>& atts, const std::vector<BodyObject>& bodies);
 
   // ---- Inline bodies kept as objects (sql/0015) ----
   // True iff a body of `ciphertext_size` bytes of ciphertext is kept as an object.

@@ -480,9 +480,22 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   std::vector<BodyObject> body_objects;  // a large body kept as an object (sql/0015): promoted likewise
   if (act == ReviewAct::kAccept && attachments_ != nullptr) {
     OML_ASSIGN_OR_RETURN(body_objects, attachments_->BodyObjects(c.tenant_id, artifact_id, meta.version));
-    for (const auto& bo : body_objects) OML_RETURN_IF_ERROR(attachments_->CopyBodyToBodies(bo));
+    // Copies into bodies (content-addressed: a concurrent accept of the same claim copies to the
+    // same keys). A copy that fails because a concurrent accept won and dropped the quarantine
+    // copy answers as the act that came second.
+    Status copied = Status::Ok();
+    for (const auto& bo : body_objects)
+      if (copied.ok()) copied = attachments_->CopyBodyToBodies(bo);
+    if (copied.ok() && !atts.empty()) copied = attachments_->CopyToBodies(atts);
+    if (!copied.ok()) {
+      OML_ASSIGN_OR_RETURN(ClaimMeta now, LoadNewest(c, artifact_id));
+      if (now.version != meta.version || now.state != meta.state) {
+        if (Status s = refusal(now); !s.ok()) return s;
+        return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
+      }
+      return copied;
+    }
   }
-  if (act == ReviewAct::kAccept && !atts.empty()) OML_RETURN_IF_ERROR(attachments_->CopyToBodies(atts));
   journal::EventSpec ev = ReviewEvent(act, c.principal, std::move(payload));
   const std::string tenant = c.tenant_id;
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
@@ -515,12 +528,13 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   };
   ev.api_key_hash = c.api_key_hash;  // refused (401) if the key was revoked meanwhile
   auto rc = journal_->Append(c.tenant_id, ev);
-  // Not promoted: nothing may stay in bodies. Not when the outcome is unknown (kUnavailable: the
-  // connection was lost, the COMMIT may have happened); then the copies stay, and an erasure
-  // deletes them from both buckets.
-  if (!rc.ok() && rc.status().code() != Code::kUnavailable && act == ReviewAct::kAccept && attachments_ != nullptr &&
-      (!atts.empty() || !body_objects.empty()))
-    attachments_->DropBodiesCopies(atts, body_objects);
+  // Only the act that won the state change deletes anything (issue 19). An accept that did not
+  // commit leaves its copies in bodies: their keys are the ciphertext digests, so a concurrent
+  // accept of the same claim (a double click) copied to the very same keys, and deleting them
+  // here, on a view read before the winner committed, deleted the winner's only copy (the
+  // winner had already dropped quarantine). A copy left by a promotion that nobody won is
+  // ciphertext no served path names (reads go by the committed location), and the claim's
+  // erasure (or a rejected claim's retention) deletes it from both buckets.
   if (!rc.ok()) {
     if (rc.status().type() != db::kZeroRowsGuard) return rc.status();
     // Lost a race: answer as the act that came second would have been answered.

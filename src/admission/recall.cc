@@ -402,25 +402,17 @@ db::Stmt SearchTextFold(const std::string& tenant, const std::string& artifact_i
   }
   for (const auto& o : open) spans.emplace_back(o.first, fit.size());
   if (spans.empty()) spans.emplace_back(0, 0);  // an empty text is one (empty) row
-  // A text[] literal: every element quoted, '"' and '\' escaped (FitText removed NUL bytes).
-  std::string array = "{";
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (i > 0) array += ',';
-    array += '"';
-    for (size_t k = spans[i].first; k < spans[i].second; ++k) {
-      if (fit[k] == '"' || fit[k] == '\\') array += '\\';
-      array += fit[k];
-    }
-    array += '"';
-  }
-  array += '}';
+  std::vector<std::string> chunks;
+  chunks.reserve(spans.size());
+  for (const auto& [from, to] : spans) chunks.push_back(fit.substr(from, to - from));
+  const std::string array = db::TextArrayLiteral(chunks);  // FitText removed NUL bytes
   static const std::string kSql =
       "WITH i AS (INSERT INTO oml.claim_text (tenant_id, artifact_id, version, part, chunk, tsv) "
       "SELECT a.tenant_id, a.artifact_id, a.version, $4, c.n::integer, to_tsvector('pg_catalog.simple', c.t) "
       "FROM oml.artifacts a, unnest($5::text[]) WITH ORDINALITY AS c(t, n) "
       "WHERE a.tenant_id = $1 AND a.artifact_id = $2 AND a.version = $3 AND a.state = 'promoted' RETURNING 1) "
       "SELECT 1/count(*) FROM i";
-  return {kSql, {db::Text(tenant), db::Text(artifact_id), db::Int(version), db::Text(part), db::Text(std::move(array))},
+  return {kSql, {db::Text(tenant), db::Text(artifact_id), db::Int(version), db::Text(part), db::Text(array)},
           "oml_search_text_insert"};
 }
 

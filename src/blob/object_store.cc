@@ -34,6 +34,9 @@ Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& wha
     case OML_STORAGE_STALE_REWRITE:
       // An OPTIMIZE would have landed over another rewrite of its files: run it again.
       return Status(Code::kAborted, std::move(msg), "lake-rewrite-stale");
+    case OML_STORAGE_DAMAGED_COMMIT:
+      // A commit file of a Delta log is empty or not JSON: never read as an empty version.
+      return Status(Code::kDataLoss, std::move(msg), "lake-commit-damaged");
     case OML_STORAGE_PERMISSION_DENIED:
       // Storage credentials are operator configuration, not the caller's role.
       return Unavailable(std::move(msg), "storage-permission");

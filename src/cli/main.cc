@@ -48,6 +48,7 @@
 #include "lake/dead_letter.h"
 #include "lake/lakewriter.h"
 #include "lake/lake_status.h"
+#include "lake/rebuild.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -566,6 +567,57 @@ Status ShowStatus(const Config& c, const std::string& stream, bool as_json) {
   return Status::Ok();
 }
 
+// `oml lake rebuild --table T` (lake/rebuild.h): empties T and lets the lake writer refill it
+// from the outbox exactly once. Prints one JSON object. With wait > 0, then waits (polling `oml
+// status`) until T holds everything up to the frontier it was emptied at: exit 0, or kUnavailable
+// "lake-rebuild-waiting" when the wait ends first (no writer holds the lease, or it is slow).
+Status LakeRebuild(const Config& c, const std::string& stream, const std::string& table, int64_t wait_s) {
+  OML_ASSIGN_OR_RETURN(lake::OutboxStream s, lake::ResolveStream(stream));
+  OML_ASSIGN_OR_RETURN(std::string url, LakewriterUrl(c));
+  OML_ASSIGN_OR_RETURN(db::Conn conn, db::Conn::Connect(url));
+  OML_ASSIGN_OR_RETURN(lake::RebuildStart r, lake::StartRebuild(conn, s, c.lake_root, table));
+  OML_ASSIGN_OR_RETURN(lake::LakeStatus st, lake::ReadLakeStatus(conn, s, c.lake_root));
+  json out = {{"table", r.table},
+              {"stream", s.name},
+              {"emptied_version", r.truncated_version},
+              {"refill_to", r.frontier},
+              {"lease_held", st.lease_held},
+              {"lease_holder", st.lease_held ? json(st.lease_holder) : json(nullptr)}};
+  if (!st.lease_held) {
+    std::cerr << "oml: no lake writer holds the lease of stream " << s.name
+              << ": start `oml lakewriter` (or run `oml lakewriter --once`) to refill " << table << "\n";
+  }
+  if (wait_s <= 0) {
+    std::cout << out.dump() << "\n";
+    return Status::Ok();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  const std::string uri = lake::TableUri(c.lake_root, table);
+  for (;;) {
+    // Refilled: T holds what its record says (the writer lowers the record to T's txn when T's
+    // own rows end before the frontier). One txn read and one row a second: no table listing.
+    OML_ASSIGN_OR_RETURN(db::Rows rec, conn.Query("SELECT txn_version FROM oml.lake_table_txn WHERE stream = $1 "
+                                                  "AND table_name = $2",
+                                                  {db::Text(s.name), db::Text(table)}));
+    auto t = lake::DeltaTable::Open(uri);
+    if (t.ok() && rec.size() == 1) {
+      OML_ASSIGN_OR_RETURN(lake::LastTxn txn, t->ReadLastTxn(lake::AppIdFor(s.name)));
+      if (std::max<int64_t>(txn.version, 0) >= rec.GetInt(0, 0)) {
+        out["refilled_txn"] = txn.version;
+        std::cout << out.dump() << "\n";
+        return Status::Ok();
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::cout << out.dump() << "\n";
+      return Unavailable(table + " is not refilled yet after " + std::to_string(wait_s) +
+                             " s (a lake writer holding the lease refills it; see `oml status`)",
+                         "lake-rebuild-waiting");
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 // `oml lake tail`: the newest `n` bronze/events rows (by outbox_seq), oldest first, one JSON
 // object a line, without signed_bytes and signature. Reads the whole table (DeltaTable::
 // ReadRowsJsonl): meant for the local profile and small lakes. No database.
@@ -703,6 +755,12 @@ int Main(int argc, char** argv) {
   verify->add_flag("--from-lake", verify_from_lake,
                    "read the chains from the lake's bronze/events (lake_root), nothing from PostgreSQL");
   verify->get_option("--from-lake")->excludes(verify->get_option("--folds"));
+  int64_t verify_lag_grace = 60;
+  verify->add_option("--lag-grace", verify_lag_grace,
+                     "with --from-lake: seconds a published head may be ahead of the lake before the lake's "
+                     "chain counts as short (default 60)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(verify->get_option("--from-lake"));
 
   auto* verify_receipt = app.add_subcommand("verify-receipt", "check a receipt offline with the deployment public key");
   std::string receipt_file, public_key_file;
@@ -744,7 +802,7 @@ int Main(int argc, char** argv) {
   // purpose and only the Delta commit conflict fences them. Hidden from --help.
   lakewriter->add_flag("--test-bypass-lease", lw_bypass_lease)->group("");
 
-  auto* lake_cmd = app.add_subcommand("lake", "read the Delta lake");
+  auto* lake_cmd = app.add_subcommand("lake", "read or rebuild the Delta lake");
   auto* lake_tail = lake_cmd->add_subcommand(
       "tail", "the last rows of bronze/events as JSON lines (signed bytes and signature left out); reads the whole "
               "table: for the local profile and small lakes");
@@ -752,6 +810,17 @@ int Main(int argc, char** argv) {
   std::string tail_tenant;
   lake_tail->add_option("-n,--rows", tail_n, "rows to show (default 10)")->check(CLI::PositiveNumber);
   lake_tail->add_option("--tenant-id", tail_tenant, "only this tenant's rows (tenant uuid)");
+  auto* lake_rebuild = lake_cmd->add_subcommand(
+      "rebuild", "empty a lake table and let the lake writer refill it from the outbox, exactly once, while it runs");
+  std::string rebuild_table, rebuild_stream = lake::kDefaultStream;
+  int64_t rebuild_wait = 0;
+  lake_rebuild->add_option("--table", rebuild_table, "bronze/events, silver/claims or gold/daily_activity")
+      ->required();
+  lake_rebuild->add_option("--stream", rebuild_stream, "outbox stream (default: default)");
+  lake_rebuild->add_option("--wait", rebuild_wait,
+                           "then wait up to this many seconds until the lake writer refilled it (default 0: "
+                           "do not wait)")
+      ->check(CLI::NonNegativeNumber);
   lake_cmd->require_subcommand(1);
 
   auto* dead_letter = app.add_subcommand("dead-letter", "outbox rows the lake writer moved aside (materialize-skipped)");
@@ -864,6 +933,10 @@ int Main(int argc, char** argv) {
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
     return s.ok() ? 0 : Fail(s);
   }
+  if (*lake_rebuild) {
+    Status s = LakeRebuild(cfg, rebuild_stream, rebuild_table, rebuild_wait);
+    return s.ok() ? 0 : Fail(s);
+  }
   if (*lake_tail) {
     Status s = LakeTail(cfg, tail_n, tail_tenant);
     return s.ok() ? 0 : Fail(s);
@@ -928,6 +1001,7 @@ int Main(int argc, char** argv) {
     // Every profile has a heads store: chains are compared with their published signed heads.
     OML_ASSIGN_OR_RETURN(heads_store, blob::OpenObjectStore(cfg.object_store_url));
     vo.heads = heads_store.get();
+    vo.prefix_lag_grace = std::chrono::seconds(verify_lag_grace);
     vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
     return vo;
   };

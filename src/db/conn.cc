@@ -12,6 +12,21 @@
 #include "common/log.h"
 
 namespace oml::db {
+
+std::string TextArrayLiteral(const std::vector<std::string>& elements) {
+  std::string out = "{";
+  for (size_t i = 0; i < elements.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char ch : elements[i]) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
 namespace {
 
 int HexVal(char c) {

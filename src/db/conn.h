@@ -53,6 +53,10 @@ inline Param Text(std::string v) { return Param{std::move(v), false}; }
 inline Param Bytes(std::string raw) { return Param{std::move(raw), true}; }
 inline Param Int(int64_t v) { return Param{std::to_string(v), false}; }
 inline Param Null() { return Param{std::nullopt, false}; }
+// A text[] parameter (use as `$n::text[]`): every element quoted, '"' and '\\' escaped, so any
+// element (commas, braces, spaces, "NULL") arrives as itself. Elements must not hold NUL bytes.
+std::string TextArrayLiteral(const std::vector<std::string>& elements);
+inline Param TextArray(const std::vector<std::string>& elements) { return Text(TextArrayLiteral(elements)); }
 
 // One statement of a pipeline. A statement with a `name` is prepared once per connection (in
 // the same pipeline, the first time it is used) and executed as a prepared statement after

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <ctime>
 #include <map>
@@ -55,6 +56,11 @@ int64_t ParseTime(const std::string& s) {
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   return static_cast<int64_t>(timegm(&tm)) * 1000000 + us;
+}
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // Per-row checks that need no neighbour: hash, and a canonical envelope agreeing with the row.
@@ -487,8 +493,18 @@ class Verifier {
       const SignedHead& published = *published_doc.head;
       std::string what;
       int64_t at = 0;
-      if (head.seq < published.seq && src_.IsPrefix()) {
-        // A prefix of the journal (the lake) may lag its published head: nothing to compare.
+      const int64_t published_us = ParseTime(published.published_at);
+      const int64_t age_us = NowMicros() - published_us;
+      if (head.seq < published.seq && src_.IsPrefix() &&
+          (published_us < 0 || age_us <= std::chrono::microseconds(opts_.prefix_lag_grace).count())) {
+        // A prefix of the journal (the lake) may lag a head published within the grace.
+      } else if (head.seq < published.seq && src_.IsPrefix()) {
+        at = head.seq + 1;
+        what = "the lake's chain ends at seq " + std::to_string(head.seq) + " but its head was published at seq " +
+               std::to_string(published.seq) + " " + std::to_string(age_us / 1000000) +
+               " s ago (" + published.published_at + "): the lake lacks seq " + std::to_string(head.seq + 1) +
+               " to " + std::to_string(published.seq) +
+               " (lost lake commits, or a lake writer that stopped: see `oml status`)";
       } else if (head.seq < published.seq) {
         at = head.seq + 1;
         what = "the chain ends at seq " + std::to_string(head.seq) + " but its published head is at seq " +

@@ -24,8 +24,8 @@
 //
 // Sources (ChainSource): PostgreSQL, or the lake's bronze/events (`oml verify --from-lake`,
 // lake/verify_lake.h), which is a prefix of the journal: there a chain that ends before its
-// published head is the lake writer's lag, not a finding, and there is no chain_heads row (the
-// head is the last row).
+// published head is the lake writer's lag while the head is younger than prefix_lag_grace, and
+// a finding once it is older; there is no chain_heads row (the head is the last row).
 //
 // Key in force: keys come only from key.issued events of the provider chain, each signed by the
 // key it supersedes and checked by the one key-chain rule (CheckKeyIssued, journal/provider.h:
@@ -37,6 +37,7 @@
 // K signed). No clock takes part, so no clock skew needs allowing.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -129,6 +130,10 @@ struct VerifyOptions {
   // The pool the row checks run on (not owned; `oml verify --folds` runs its folds pass on the
   // same one). Null: a pool of `threads` threads for this call.
   WorkPool* checks = nullptr;
+  // A prefix source (the lake): a chain that ends before a head published longer ago than this
+  // is a finding (the lake lacks events it should hold by now: a hole, or a stopped lake
+  // writer); a younger published head is the lake writer's lag. `oml verify --lag-grace`.
+  std::chrono::seconds prefix_lag_grace{60};
   // Called now and then with (done, total): events, or tenants when there are more than 16
   // chains. May be called from several threads, never concurrently.
   std::function<void(int64_t, int64_t)> progress;

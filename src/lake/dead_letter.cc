@@ -22,7 +22,7 @@ std::string PayloadError(const std::string& error) {
 
 Result<DeadLetterResult> DeadLetterRow(db::Conn& conn, const crypto::SigningKey& key, const std::string& stream,
                                        int64_t epoch, const OutboxRow& row, const std::string& error,
-                                       int attempts) {
+                                       int attempts, const std::vector<std::string>& applied_tables) {
   OML_RETURN_IF_ERROR(conn.Exec("BEGIN").status());
   auto rollback = [&](Status st) -> Status {
     (void)conn.Exec("ROLLBACK");
@@ -56,15 +56,16 @@ Result<DeadLetterResult> DeadLetterRow(db::Conn& conn, const crypto::SigningKey&
                {"target_table", head->Get(0, 5)},
                {"journal_seq", head->GetInt(0, 6)},
                {"error", PayloadError(error)},
-               {"attempts", attempts}};
+               {"attempts", attempts},
+               {"applied_tables", applied_tables}};
   auto rc = journal::SignEnvelope(e, key);
   if (!rc.ok()) return rollback(rc.status());
   const nlohmann::json bronze = journal::BronzeRow(e, rc->event_hash, rc->signed_bytes, rc->signature);
   auto id = conn.Query(
-      "SELECT oml.lake_dead_letter_commit($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)",
+      "SELECT oml.lake_dead_letter_commit($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12::text[])",
       {db::Text(stream), db::Int(epoch), db::Int(row.seq), db::Int(e.seq), db::Bytes(e.prev_hash),
        db::Bytes(rc->event_hash), db::Bytes(rc->signed_bytes), db::Bytes(rc->signature), db::Text(bronze.dump()),
-       db::Text(error), db::Int(attempts)});
+       db::Text(error), db::Int(attempts), db::TextArray(applied_tables)});
   if (!id.ok()) return rollback(id.status());
   auto commit = conn.Exec("COMMIT");
   if (!commit.ok()) return commit.status();
@@ -75,13 +76,23 @@ Result<DeadLetterResult> DeadLetterRow(db::Conn& conn, const crypto::SigningKey&
   return out;
 }
 
-Result<std::set<int64_t>> DeadLetteredSeqs(db::Conn& conn, const std::string& stream, int64_t from_exclusive,
-                                           int64_t to_inclusive) {
-  OML_ASSIGN_OR_RETURN(db::Rows r, conn.Query("SELECT outbox_seq FROM oml.dead_letter WHERE stream = $1 AND "
-                                              "outbox_seq > $2 AND outbox_seq <= $3",
-                                              {db::Text(stream), db::Int(from_exclusive), db::Int(to_inclusive)}));
-  std::set<int64_t> out;
-  for (int i = 0; i < r.size(); ++i) out.insert(r.GetInt(i, 0));
+Result<DeadLetters> DeadLetteredSeqs(db::Conn& conn, const std::string& stream, int64_t from_exclusive,
+                                     int64_t to_inclusive) {
+  OML_ASSIGN_OR_RETURN(db::Rows r,
+                       conn.Query("SELECT outbox_seq, coalesce(array_to_string(applied_tables, ','), '') "
+                                  "FROM oml.dead_letter WHERE stream = $1 AND outbox_seq > $2 AND outbox_seq <= $3",
+                                  {db::Text(stream), db::Int(from_exclusive), db::Int(to_inclusive)}));
+  DeadLetters out;
+  for (int i = 0; i < r.size(); ++i) {
+    std::vector<std::string>& applied = out[r.GetInt(i, 0)];
+    const std::string& list = r.Get(i, 1);  // comma-separated (table names hold no comma)
+    for (size_t at = 0; !list.empty();) {
+      const size_t comma = list.find(',', at);
+      applied.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+  }
   return out;
 }
 
@@ -94,7 +105,7 @@ Result<std::vector<nlohmann::json>> SelectDeadLetters(db::Conn& conn, const std:
       conn.Query("SELECT id, outbox_seq, tenant_id::text, target_table, journal_seq, error, attempts, skipped_seq, "
                  "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
                  "to_char(requeued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
-                 "requeued_seq, requeued_outbox_seq FROM oml.list_dead_letters($1) WHERE $2 <= 0 OR id = $2",
+                 "requeued_seq, requeued_outbox_seq, array_to_json(applied_tables)::text FROM oml.list_dead_letters($1) WHERE $2 <= 0 OR id = $2",
                  {db::Text(stream), db::Int(id)}));
   std::vector<nlohmann::json> out;
   auto opt_int = [&](int i, int c) -> nlohmann::json { return r.IsNull(i, c) ? nlohmann::json() : nlohmann::json(r.GetInt(i, c)); };
@@ -111,7 +122,8 @@ Result<std::vector<nlohmann::json>> SelectDeadLetters(db::Conn& conn, const std:
                    {"created_at", r.Get(i, 8)},
                    {"requeued_at", opt_text(i, 9)},
                    {"requeued_seq", opt_int(i, 10)},
-                   {"requeued_outbox_seq", opt_int(i, 11)}});
+                   {"requeued_outbox_seq", opt_int(i, 11)},
+                   {"applied_tables", nlohmann::json::parse(r.Get(i, 12))}});
   }
   return out;
 }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,20 +46,26 @@ struct DeadLetterResult {
 // Moves `row` of `stream` to dead_letter with a signed materialize-skipped event on its tenant
 // chain (see above), `error` and `attempts` recorded. `epoch` is the caller's lease epoch: the
 // database refuses (SQLSTATE 42501, kInternal "database-permission-denied", "lease-lost" in the
-// log detail) if the lease moved on, and nothing is written. `key` must be the key
+// log detail) if the lease moved on, and nothing is written. `applied_tables` are the lake tables
+// that already hold the row (LakeWriter::TablesHolding): recorded in the dead letter and the signed
+// payload, and skipped by its requeue (sql/0019). `key` must be the key
 // in force (else kFailedPrecondition "signing-key-not-in-force", nothing written). The
 // connection must not be inside a transaction; on any failure the transaction is rolled back.
 Result<DeadLetterResult> DeadLetterRow(db::Conn& conn, const crypto::SigningKey& key, const std::string& stream,
                                        int64_t epoch, const OutboxRow& row, const std::string& error,
-                                       int attempts);
+                                       int attempts, const std::vector<std::string>& applied_tables);
 
-// Outbox seqs of `stream` in (from_exclusive, to_inclusive] that are dead-lettered.
-Result<std::set<int64_t>> DeadLetteredSeqs(db::Conn& conn, const std::string& stream, int64_t from_exclusive,
-                                           int64_t to_inclusive);
+// Outbox seqs of `stream` in (from_exclusive, to_inclusive] that are dead-lettered, each with the
+// tables that held it when it was (applied_tables, sql/0019). A batch leaves the row out of every
+// other table; those tables keep it, so a refill or a rebuild of one of them applies it again
+// exactly where it was, and its requeue (which skips them) lands in the others only.
+using DeadLetters = std::map<int64_t, std::vector<std::string>>;
+Result<DeadLetters> DeadLetteredSeqs(db::Conn& conn, const std::string& stream, int64_t from_exclusive,
+                                     int64_t to_inclusive);
 
 // `oml dead-letter list`: every dead letter of `stream` (oldest first) as JSON objects (id,
 // outbox_seq, tenant_id, target_table, journal_seq, error, attempts, skipped_seq, created_at,
-// requeued_at, requeued_seq, requeued_outbox_seq), read through oml.list_dead_letters (conn: the
+// requeued_at, requeued_seq, requeued_outbox_seq, applied_tables), read through oml.list_dead_letters (conn: the
 // application role).
 Result<std::vector<nlohmann::json>> ListDeadLetters(db::Conn& conn, const std::string& stream);
 

@@ -183,6 +183,14 @@ Result<int64_t> TableVersion(const std::string& table_uri) {
   return version;
 }
 
+Result<SetAside> SetAsideDamagedHead(const std::string& table_uri) {
+  OmlStorageError err{};
+  SetAside out;
+  int32_t rc = oml_storage_delta_set_aside_damaged_head(table_uri.c_str(), &out.count, &out.lowest_version, &err);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "damaged commits of " + table_uri);
+  return out;
+}
+
 // ---- DeltaTable ---------------------------------------------------------------------------
 
 namespace {
@@ -195,12 +203,27 @@ std::string ColumnsJson(const std::vector<std::string>& cols) {
   return nlohmann::json(cols).dump();
 }
 
+// A heap string the adapter returned, copied and freed ("" for NULL).
+std::string TakeAdapterString(char* s) {
+  std::string out = s != nullptr ? std::string(s) : std::string();
+  oml_storage_free_string(s);
+  return out;
+}
+
 }  // namespace
 
 Result<DeltaTable> DeltaTable::Open(const std::string& table_uri) {
   OmlStorageError err{};
   OmlStorageDeltaTable* handle = nullptr;
   int32_t rc = oml_storage_delta_open(table_uri.c_str(), &handle, &err);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "open Delta table " + table_uri);
+  return DeltaTable(handle, table_uri);
+}
+
+Result<DeltaTable> DeltaTable::OpenUnchecked(const std::string& table_uri) {
+  OmlStorageError err{};
+  OmlStorageDeltaTable* handle = nullptr;
+  int32_t rc = oml_storage_delta_open_unchecked(table_uri.c_str(), &handle, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "open Delta table " + table_uri);
   return DeltaTable(handle, table_uri);
 }
@@ -309,6 +332,18 @@ Result<int64_t> DeltaTable::Merge(const std::string& rows_jsonl, const MergeSpec
   return version;
 }
 
+Result<int64_t> DeltaTable::Truncate(const TxnCommit& commit) {
+  OmlStorageError err{};
+  int64_t version = -1;
+  const std::string metadata = MetadataJson(commit);
+  int32_t rc = oml_storage_delta_truncate(handle_, commit.app_id.c_str(), commit.version, metadata.c_str(), &version,
+                                          &err);
+  if (rc != OML_STORAGE_OK) {
+    return FromStorageError(rc, err, "truncate " + uri_ + " (txn " + std::to_string(commit.version) + ")");
+  }
+  return version;
+}
+
 Result<RowCheck> DeltaTable::CheckRows(const std::string& rows_jsonl) const {
   OmlStorageError err{};
   int64_t bad = -1;
@@ -324,9 +359,20 @@ Result<std::string> DeltaTable::ReadRowsJsonl() const {
   char* rows = nullptr;
   int32_t rc = oml_storage_delta_read_rows(handle_, &rows, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "read rows of " + uri_);
-  std::string out = rows != nullptr ? std::string(rows) : std::string();
-  oml_storage_free_string(rows);
-  return out;
+  return TakeAdapterString(rows);
+}
+
+Result<std::vector<std::string>> DeltaTable::MissingFiles() const {
+  OmlStorageError err{};
+  char* out = nullptr;
+  int32_t rc = oml_storage_delta_missing_files(handle_, &out, &err);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "data files of " + uri_);
+  const std::string text = TakeAdapterString(out);
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) return Internal("missing files of " + uri_ + " are not the adapter's JSON: " + text);
+  std::vector<std::string> files;
+  for (const auto& p : parsed) files.push_back(p.get<std::string>());
+  return files;
 }
 
 Result<nlohmann::json> DeltaTable::Schema() const {
@@ -334,8 +380,7 @@ Result<nlohmann::json> DeltaTable::Schema() const {
   char* out = nullptr;
   int32_t rc = oml_storage_delta_schema(handle_, &out, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "schema of " + uri_);
-  std::string text = out != nullptr ? std::string(out) : std::string();
-  oml_storage_free_string(out);
+  const std::string text = TakeAdapterString(out);
   nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object() || !parsed["columns"].is_array())
     return Internal("schema of " + uri_ + " is not the adapter's JSON: " + text);

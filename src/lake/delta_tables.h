@@ -45,6 +45,19 @@ Result<std::vector<ArrowColumnSpec>> LakeTableColumns(const std::string& name);
 // Version of the Delta table at uri (0 right after creation). kNotFound if no table is there.
 Result<int64_t> TableVersion(const std::string& table_uri);
 
+// What SetAsideDamagedHead moved out of a table's log.
+struct SetAside {
+  int64_t count = 0;            // commit files moved to _oml_damaged/
+  int64_t lowest_version = -1;  // the lowest of them; -1 if none
+};
+
+// Moves the damaged commits at the head of the log of the table at uri (empty, or not a Delta
+// commit: what an OS crash before the commit was durable leaves) to <table>/_oml_damaged/, so the
+// table reads as of its last intact commit (oml_storage_delta_set_aside_damaged_head). kDataLoss
+// "lake-commit-damaged" if a damaged commit remains below an intact one: the table must be rebuilt.
+// Only the lake writer that holds the lease calls it (recovery), before it refills the table.
+Result<SetAside> SetAsideDamagedHead(const std::string& table_uri);
+
 // ---- The lake writer's table operations (rust/oml-storage, see oml_storage.h) ---------------
 
 // The txn action and commit metadata that go into a commit, in the same commit as its rows.
@@ -105,6 +118,9 @@ class DeltaTable {
   // Opens the table at table_uri (local path, file:// or s3://) at its latest version.
   // kNotFound if no Delta table is there.
   static Result<DeltaTable> Open(const std::string& table_uri);
+  // Open without refusing damaged commits (an empty commit reads as an empty version): only for
+  // `oml lake rebuild`, which empties the table and checkpoints it (lake/rebuild.h).
+  static Result<DeltaTable> OpenUnchecked(const std::string& table_uri);
 
   DeltaTable(DeltaTable&& other) noexcept;
   DeltaTable& operator=(DeltaTable&& other) noexcept;
@@ -128,6 +144,15 @@ class DeltaTable {
   // its columns must be the snapshot's, in order, or kInvalidArgument and nothing is committed.
   // The batch is moved out (empty afterwards) whatever the result.
   Result<int64_t> AppendBatch(ArrowBatch* rows, const TxnCommit& commit);
+  // The data files the snapshot names that the store lacks (paths relative to the table),
+  // from one listing of the table. Empty when the table is whole.
+  Result<std::vector<std::string>> MissingFiles() const;
+
+  // Empties the table in one commit (every data file of the snapshot removed) with the txn
+  // action and metadata; conditional on the snapshot like every commit ("lake-commit-conflict":
+  // nothing committed). Returns the version written. `oml lake rebuild` (lake/rebuild.h).
+  Result<int64_t> Truncate(const TxnCommit& commit);
+
   // MERGE (see MergeSpec) in one commit with the txn action and metadata. Rows apply as if one
   // at a time in their given order: of two rows with one key, the later wins (key and update
   // columns from the last row, other columns from the first, as sequential application would

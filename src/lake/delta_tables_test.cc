@@ -313,6 +313,60 @@ TEST_F(DeltaAdapterTest, AppendCommitsRowsTxnAndMetadataTogether) {
   EXPECT_EQ(Rows(t).size(), 3u);
 }
 
+// Issue 18: a local table's commit returns only after its data files and its commit file are on
+// disk, with the directory entries that name them (rust/oml-storage/src/durable_local.rs): each
+// data file is fsynced with its directory and the table's parent, the commit file with
+// _delta_log, the table directory and its parent.
+TEST_F(DeltaAdapterTest, ALocalCommitIsFsyncedBeforeItReturns) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  const uint64_t before = oml_storage_durable_syncs();
+  auto v = t.Append(Row("a", 1, "promoted", "/x", 3) + Row("b", 1, "promoted", "/y", 5), Txn(0, 5));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const int64_t adds = CountActions(LogActions(dir, *v), "add");
+  ASSERT_GE(adds, 1);
+  EXPECT_EQ(oml_storage_durable_syncs() - before, static_cast<uint64_t>(3 * adds + 4));
+}
+
+// `oml lake rebuild` (lake/rebuild.h): one commit removes every file and moves the stream's txn
+// back to 0, read back as 0 by a refreshed handle and a fresh one; it never lands over a commit
+// it did not see.
+TEST_F(DeltaAdapterTest, TruncateEmptiesTheTableAndMovesTheTxnBack) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  DeltaTable other = OpenOrDie(dir);
+  ASSERT_TRUE(t.Append(Row("a", 1, "promoted", "/x", 3), Txn(0, 5)).ok());
+  ASSERT_TRUE(t.Append(Row("b", 1, "promoted", "/y", 7), Txn(5, 9)).ok());
+  // A stale handle cannot empty the table over commits it did not see.
+  auto stale = other.Truncate(Txn(0, 0));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().type(), "lake-commit-conflict") << stale.status().ToString();
+  ASSERT_TRUE(other.Refresh().ok());
+  auto v = other.Truncate(Txn(0, 0));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 3);
+  EXPECT_TRUE(Rows(other).empty());
+  EXPECT_EQ(CountActions(LogActions(dir, 3), "remove"), 2);
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    DeltaTable reopened = OpenOrDie(dir);
+    DeltaTable& h = fresh ? reopened : t;
+    if (!fresh) {
+      ASSERT_EQ(*h.Refresh(), 3);  // the incremental refresh reads the txn moved back too
+    }
+    auto last = h.ReadLastTxn(kApp);
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    EXPECT_EQ(last->version, 0) << "fresh " << fresh;
+    EXPECT_EQ(last->commit_version, 3) << "fresh " << fresh;
+    EXPECT_TRUE(Rows(h).empty());
+  }
+  // An empty table commits too: the txn moves back even with no file to remove.
+  DeltaTable e = OpenOrDie(MakeTable("empty"));
+  ASSERT_TRUE(e.Append(Row("a", 1, "promoted", "/x", 3), Txn(0, 5)).ok());
+  ASSERT_EQ(*e.Truncate(Txn(0, 0)), 2);
+  ASSERT_EQ(*e.Truncate(Txn(0, 0)), 3);
+  EXPECT_EQ(e.ReadLastTxn(kApp)->version, 0);
+}
+
 TEST_F(DeltaAdapterTest, StaleSnapshotCommitIsAConflictAndCommitsNothing) {
   const fs::path dir = MakeTable("t");
   DeltaTable first = OpenOrDie(dir);

@@ -26,7 +26,8 @@ Result<LakeStatus> ReadLakeStatus(db::Conn& c, const OutboxStream& s, const std:
   st.app_id = AppIdFor(s.name);
 
   // The probe first: the frontier read after it is then at least the frontier the probe saw.
-  OML_ASSIGN_OR_RETURN(HorizonProbe probe, ProbeHorizon(c, s));
+  // Without an xid: monitors poll status (outbox_cut.h, ProbeHorizonWithoutXid).
+  OML_ASSIGN_OR_RETURN(HorizonProbe probe, ProbeHorizonWithoutXid(c, s));
   st.candidate = probe.candidate;
   auto deadline = std::chrono::steady_clock::now() + stable_wait;
   for (;;) {
@@ -67,12 +68,18 @@ Result<LakeStatus> ReadLakeStatus(db::Conn& c, const OutboxStream& s, const std:
     t.uri = TableUri(lake_root, target.name);
     auto table = DeltaTable::Open(t.uri);
     if (!table.ok()) {
-      if (table.status().code() != Code::kNotFound) return table.status();
+      if (table.status().type() == "lake-commit-damaged") {
+        t.exists = true;
+        t.unreadable = table.status().message();
+      } else if (table.status().code() != Code::kNotFound) {
+        return table.status();
+      }
     } else {
       t.exists = true;
       OML_ASSIGN_OR_RETURN(t.table_version, table->SnapshotVersion());
       OML_ASSIGN_OR_RETURN(LastTxn txn, table->ReadLastTxn(st.app_id));
       t.txn_version = txn.version;
+      OML_ASSIGN_OR_RETURN(t.missing_files, table->MissingFiles());
     }
     st.tables.push_back(std::move(t));
   }
@@ -115,7 +122,9 @@ nlohmann::json LakeStatus::ToJson() const {
                       {"table_version", opt(t.table_version)},
                       {"txn_version", t.txn_version >= 0 ? json(t.txn_version) : json(nullptr)},
                       {"recorded_txn_version", t.recorded_txn >= 0 ? json(t.recorded_txn) : json(nullptr)},
-                      {"behind", t.behind()}});
+                      {"behind", t.behind()},
+                      {"missing_files", t.missing_files},
+                      {"unreadable", t.unreadable.empty() ? json(nullptr) : json(t.unreadable)}});
   }
   return {{"stream", stream},
           {"app_id", app_id},
@@ -164,11 +173,20 @@ std::string LakeStatus::ToText() const {
       o << "missing (" << t.uri << "; run `oml init`)\n";
       continue;
     }
+    if (!t.unreadable.empty()) {
+      o << "UNREADABLE: " << t.unreadable << " (the lake writer sets a damaged newest commit aside; else run "
+        << "`oml lake rebuild --table " << t.name << "`)\n";
+      continue;
+    }
     o << "txn " << (t.txn_version >= 0 ? std::to_string(t.txn_version) : std::string("none"));
     if (t.table_version) o << ", table version " << *t.table_version;
     if (t.behind()) {
       o << ", BEHIND: it committed up to " << t.recorded_txn
         << " (lost commits or replaced); the lake writer refills it when it next recovers";
+    }
+    if (!t.missing_files.empty()) {
+      o << ", DAMAGED: " << t.missing_files.size() << " data file(s) missing (" << t.missing_files.front()
+        << (t.missing_files.size() > 1 ? ", ..." : "") << "): run `oml lake rebuild --table " << t.name << "`";
     }
     o << "\n";
   }

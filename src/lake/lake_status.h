@@ -6,10 +6,12 @@
 // (HorizonHolders), each target table's txn version for the stream's appId, the lease and the
 // dead letters not yet requeued.
 //
-// Roles: runs as oml_lakewriter (sql/0008_lakewriter.sql) or a superuser. Reads only, except that
-// the probe takes one xid (X) in its own short transaction, as the writer's own probe does.
+// Roles: runs as oml_lakewriter (sql/0008_lakewriter.sql) or a superuser. Reads only, and takes
+// no xid (ProbeHorizonWithoutXid): monitors may poll it. Each call lists every table once
+// (TableStatus::missing_files): on S3, one LIST request per 1,000 objects of a table.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -34,7 +36,13 @@ struct TableStatus {
   // txn_version below it: the table lost commits (or was replaced), and the rows in between are
   // lag until the writer's recovery refills them.
   int64_t recorded_txn = -1;
-  bool behind() const { return txn_version < recorded_txn; }
+  // Data files the table's newest version names that the store lacks (every read of the table
+  // fails on them; `oml lake rebuild` repairs it), and why the table could not be read at all
+  // (a damaged commit, "lake-commit-damaged: ..."); empty: neither.
+  std::vector<std::string> missing_files;
+  std::string unreadable;
+  // A txn of -1 (no commit of the stream) holds what 0 holds: nothing.
+  bool behind() const { return std::max<int64_t>(txn_version, 0) < recorded_txn; }
 };
 
 struct LakeStatus {

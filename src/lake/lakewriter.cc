@@ -256,6 +256,15 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
   std::map<std::tuple<std::string, std::string, std::string, std::string>, Count> counts;
   for (const OutboxRow* row : rows) {
     if (row->target_table != kBronze || row->seq <= above_seq) continue;
+#ifdef OML_SYNC_POINTS
+    // Tests make gold alone refuse one row that bronze accepted (tests/test_lake_tables.py):
+    // OML_FAULT=lakewriter.gold.count.<outbox seq>.
+    if (!OML_SYNC_POINT(("lakewriter.gold.count." + std::to_string(row->seq)).c_str()).ok()) {
+      if (bad_seq != nullptr) *bad_seq = row->seq;
+      return InvalidArgument("outbox seq " + std::to_string(row->seq) + ": refused by gold/daily_activity (injected)",
+                             "invalid-outbox-row");
+    }
+#endif
     // Fast path: the four members as plain strings, found by the byte scan.
     {
       std::vector<Member> members;
@@ -686,11 +695,8 @@ Status LakeWriter::AdvanceFrontier(int64_t batch_end, const std::vector<std::str
   // that finds it already further (a concurrent writer, tests only) leaves it there. In the same
   // statement, each table this batch committed to records batch_end as what it must hold
   // (sql/0018: Recover refills a table whose Delta txn is found below it).
-  std::string tables = "{";
-  for (const auto& t : committed) tables += (tables.size() > 1 ? ",\"" : "\"") + t + "\"";
-  tables += "}";
   const std::string fence = opts_.bypass_lease ? "" : " AND lease_epoch = $4";
-  std::vector<db::Param> params = {db::Text(stream_.name), db::Int(batch_end), db::Text(tables)};
+  std::vector<db::Param> params = {db::Text(stream_.name), db::Int(batch_end), db::TextArray(committed)};
   if (!opts_.bypass_lease) params.push_back(db::Int(epoch_));
   Result<db::Rows> r = conn_->Query(
       "WITH f AS (UPDATE oml.lake_frontier SET frontier_seq = greatest(frontier_seq, $2), updated_at = now() "
@@ -713,23 +719,24 @@ Status LakeWriter::AdvanceFrontier(int64_t batch_end, const std::vector<std::str
 
 Status LakeWriter::ApplyBatch(const Batch& b) {
   // Rows dead-lettered earlier (by this writer or a previous one) are not part of any batch.
-  OML_ASSIGN_OR_RETURN(std::set<int64_t> dead, DeadLetteredSeqs(*conn_, stream_.name, b.start, b.end));
+  OML_ASSIGN_OR_RETURN(DeadLetters dead, DeadLetteredSeqs(*conn_, stream_.name, b.start, b.end));
   for (;;) {
     std::optional<Poison> poison;
     OML_RETURN_IF_ERROR(ApplyParts(b, dead, &poison));
     if (!poison) return Status::Ok();
-    OML_ASSIGN_OR_RETURN(bool moved, HandlePoison(*poison));
+    std::vector<std::string> applied;
+    OML_ASSIGN_OR_RETURN(bool moved, HandlePoison(*poison, &applied));
     if (!moved) {
       return Status(Code::kAborted, "outbox seq " + std::to_string(poison->row->seq) + " refused (attempt " +
                                         std::to_string(refusals_[poison->row->seq]) + " of " +
                                         std::to_string(opts_.dead_letter_after) + "): " + poison->error,
                     kRowRefused);
     }
-    dead.insert(poison->row->seq);  // and apply the batch again without it
+    dead[poison->row->seq] = std::move(applied);  // and apply the batch again without it
   }
 }
 
-Result<bool> LakeWriter::HandlePoison(const Poison& p) {
+Result<bool> LakeWriter::HandlePoison(const Poison& p, std::vector<std::string>* applied) {
   const int attempts = ++refusals_[p.row->seq];
   ++stats_.refused_rows;
   log::Warn("lake writer: a row is refused", {{"stream", stream_.name}, {"outbox_seq", p.row->seq},
@@ -743,8 +750,9 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p) {
   }
   if (opts_.bypass_lease) return FailedPrecondition("dead letters need the lease", "lease-bypassed");
   OML_RETURN_IF_ERROR(CheckLease());
-  OML_ASSIGN_OR_RETURN(DeadLetterResult dl,
-                       DeadLetterRow(*conn_, *opts_.signing_key, stream_.name, epoch_, *p.row, p.error, attempts));
+  OML_ASSIGN_OR_RETURN(*applied, TablesHolding(*p.row));
+  OML_ASSIGN_OR_RETURN(DeadLetterResult dl, DeadLetterRow(*conn_, *opts_.signing_key, stream_.name, epoch_, *p.row,
+                                                          p.error, attempts, *applied));
   refusals_.erase(p.row->seq);
   ++stats_.dead_letters;
   Metrics::Get().LakeDeadLetter();
@@ -754,7 +762,23 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p) {
   return true;
 }
 
-Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std::optional<Poison>* poison) {
+Result<std::vector<std::string>> LakeWriter::TablesHolding(const OutboxRow& row) {
+  std::vector<std::string> out = row.skip_tables;  // a requeued row: those hold it already
+  for (const auto& t : TargetTables()) {
+    const bool feeds = t.derived ? row.target_table == kBronze : row.target_table == t.name;
+    if (!feeds || row.Skips(t.name)) continue;
+    // Read now, not from txn_cache_: the poison may have been found before this table was reached.
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(t.name));
+    OML_ASSIGN_OR_RETURN(const int64_t at, table->Refresh());
+    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    txn_cache_[t.name] = KnownTxn{at, last.version};
+    if (last.version >= MustHold(t.name)) SawTxn(t.name, last.version);
+    if (last.version >= row.seq) out.push_back(t.name);
+  }
+  return out;
+}
+
+Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::optional<Poison>* poison) {
   const auto t0 = Clock::now();
   // Where the batch's time went, for the log line: snapshot refreshes, txn checks, row
   // conversion (and gold's counts), lease checks, Delta commits, the frontier advance.
@@ -765,7 +789,8 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
   std::map<std::string, std::vector<const OutboxRow*>> parts;
   int64_t live_rows = 0;
   for (const auto& row : b.rows) {
-    if (dead.count(row.seq)) continue;
+    // A dead-lettered row stays only in the tables that held it (none: it is left out).
+    if (auto d = dead.find(row.seq); d != dead.end() && d->second.empty()) continue;
     ++live_rows;
     if (FindOutboxTarget(row.target_table) == nullptr) {
       *poison = Poison{&row, "unknown-target-table: outbox seq " + std::to_string(row.seq) +
@@ -777,7 +802,21 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
   nlohmann::json committed = nlohmann::json::array(), skipped = nlohmann::json::array();
   int64_t rows_written = 0;
   for (const auto& target : TargetTables()) {
-    const auto& source = parts[target.derived ? std::string(kBronze) : target.name];
+    const auto& all = parts[target.derived ? std::string(kBronze) : target.name];
+    // A requeued row is not applied to the tables that already hold it, nor a dead-lettered row
+    // to the tables that did not (sql/0019).
+    auto skipped_here = [&](const OutboxRow* r) {
+      if (r->Skips(target.name)) return true;
+      auto d = dead.find(r->seq);
+      return d != dead.end() && std::find(d->second.begin(), d->second.end(), target.name) == d->second.end();
+    };
+    std::vector<const OutboxRow*> kept;
+    const bool skips = std::any_of(all.begin(), all.end(), skipped_here);
+    if (skips) {
+      for (const OutboxRow* r : all)
+        if (!skipped_here(r)) kept.push_back(r);
+    }
+    const auto& source = skips ? kept : all;
     if (source.empty()) continue;
     OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
     // Check (step 5) and commit (step 6). A commit lost to one that carries no txn of this appId
@@ -807,10 +846,12 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
       }
       // A table that lost commits (its txn below what it recorded, sql/0018) must be refilled
       // first: committing this batch over the hole would make it permanent.
-      if (std::max<int64_t>(last.version, 0) < b.start && last.version < RecordedTxn(target.name)) {
+      // (Not during a refill: that is what refills it, in order.)
+      if (!refilling_ && std::max<int64_t>(last.version, 0) < b.start &&
+          std::max<int64_t>(last.version, 0) < MustHold(target.name)) {
         return Status(Code::kAborted,
                       target.name + " is behind what it committed (txn " + std::to_string(last.version) +
-                          ", recorded " + std::to_string(RecordedTxn(target.name)) + "): recovery refills it",
+                          ", it held " + std::to_string(MustHold(target.name)) + "): recovery refills it",
                       "lake-table-behind");
       }
       // Rows at or below the table's txn version are in it already (every commit covers its
@@ -898,6 +939,7 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
       }
       const double commit_secs = std::chrono::duration<double>(Clock::now() - c0).count();
       txn_cache_[target.name] = KnownTxn{*version, b.end};
+      SawTxn(target.name, b.end);
       commit_ms += Lap(&lap);
       Metrics::Get().LakeCommit(target.name, n, commit_secs);
       ++stats_.commits;
@@ -912,8 +954,12 @@ Status LakeWriter::ApplyParts(const Batch& b, const std::set<int64_t>& dead, std
   // Advance (step 7): every touched table holds the batch now.
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
   lap = Clock::now();
+  // What each table holds now (sql/0018): the tables this attempt committed to, and those it
+  // skipped because their txn already covers the batch (an earlier attempt committed to them
+  // before a poison row stopped it, or a writer before a crash).
   std::vector<std::string> committed_names;
   for (const auto& c : committed) committed_names.push_back(c["table"].get<std::string>());
+  for (const auto& name : skipped) committed_names.push_back(name.get<std::string>());
   OML_RETURN_IF_ERROR(AdvanceFrontier(b.end, committed_names));
   advance_ms = Lap(&lap);
   ++stats_.batches;
@@ -1001,6 +1047,50 @@ LakeWriterStats LakeWriter::stats() const {
   return s;
 }
 
+Status LakeWriter::CheckTables() {
+  for (const auto& target : TargetTables()) {
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
+    OML_ASSIGN_OR_RETURN(const int64_t now, table->Refresh());
+    // The txn is read whenever the version moved since the last check (another path may have
+    // refreshed the snapshot meanwhile: the snapshot's own version says nothing).
+    auto checked = checked_version_.find(target.name);
+    if (checked != checked_version_.end() && checked->second == now) continue;
+    checked_version_[target.name] = now;
+    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    txn_cache_[target.name] = KnownTxn{now, last.version};
+    const int64_t held = MustHold(target.name);
+    if (std::max<int64_t>(last.version, 0) < held) {
+      return Status(Code::kAborted,
+                    target.name + " moved back to txn " + std::to_string(last.version) + " (it held " +
+                        std::to_string(held) + "; emptied by `oml lake rebuild`, or replaced): recovery refills it",
+                    "lake-table-behind");
+    }
+    SawTxn(target.name, last.version);
+  }
+  return Status::Ok();
+}
+
+Result<DeltaTable*> LakeWriter::RecoverTable(const std::string& name) {
+  auto refreshed = [&]() -> Result<DeltaTable*> {
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(name));
+    OML_RETURN_IF_ERROR(table->Refresh().status());
+    return table;
+  };
+  auto table = refreshed();
+  if (table.ok() || table.status().type() != "lake-commit-damaged") return table;
+  // The newest commits are damaged (an OS crash before they were durable): move them out of the
+  // log; the refill below then restores their rows (their batches are recorded in lake_table_txn).
+  const std::string uri = TableUri(opts_.lake_root, name);
+  OML_ASSIGN_OR_RETURN(SetAside aside, SetAsideDamagedHead(uri));
+  log::Error("lake writer: damaged commits set aside (moved to _oml_damaged/); the table is refilled",
+             {{"stream", stream_.name}, {"table", name}, {"commits", aside.count},
+              {"from_version", aside.lowest_version}, {"error", table.status().message()}});
+  Metrics::Get().LakeRetry("damaged-commit");
+  tables_.erase(name);
+  txn_cache_.erase(name);
+  return refreshed();
+}
+
 Result<int64_t> LakeWriter::Recover() {
   OML_RETURN_IF_ERROR(EnsureConnected());
   OML_ASSIGN_OR_RETURN(int64_t f, ReadFrontier(*conn_, stream_));
@@ -1016,17 +1106,21 @@ Result<int64_t> LakeWriter::Recover() {
   std::string lead;
   std::optional<nlohmann::json> lead_meta;
   std::optional<int64_t> refill_from;
+  std::vector<std::string> behind;
   for (const auto& target : TargetTables()) {
-    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
-    OML_RETURN_IF_ERROR(table->Refresh().status());
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, RecoverTable(target.name));
     OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    OML_ASSIGN_OR_RETURN(const int64_t at, table->SnapshotVersion());
+    txn_cache_[target.name] = KnownTxn{at, last.version};
+    checked_version_[target.name] = at;
     if (last.version > end) {
       end = last.version;
       lead = target.name;
       lead_meta = last.metadata;
     }
-    const int64_t recorded = RecordedTxn(target.name);
-    if (last.version < recorded && last.version < frontier_) {
+    const int64_t recorded = MustHold(target.name);
+    if (std::max<int64_t>(last.version, 0) < recorded && last.version < frontier_) {
+      behind.push_back(target.name);
       const int64_t from = std::max<int64_t>(last.version, 0);
       log::Warn("lake writer: a table is behind what it committed (lost commits, or replaced by an empty table); "
                 "refilling it from the outbox",
@@ -1036,6 +1130,14 @@ Result<int64_t> LakeWriter::Recover() {
       refill_from = std::min(refill_from.value_or(from), from);
     }
   }
+  behind_from_ = refill_from;
+  auto lag_at = Clock::now();
+  if (refill_from) OML_RETURN_IF_ERROR(PublishLag());  // /metrics shows the hole while it is refilled
+  refilling_ = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&refilling_};
   // Refill first (before any batch is applied above the hole): (from, frontier] again, in
   // batches of max_rows, each committed only to the tables whose txn is below its end (the txn
   // check skips the others), so every row lands in each table exactly once.
@@ -1048,6 +1150,31 @@ Result<int64_t> LakeWriter::Recover() {
     OML_RETURN_IF_ERROR(ApplyBatch(b));
     ++stats_.refilled_batches;
     from = b.end;
+    if (behind_from_) behind_from_ = from;
+    if (Clock::now() - lag_at >= std::chrono::seconds(1)) {
+      OML_RETURN_IF_ERROR(PublishLag());
+      lag_at = Clock::now();
+    }
+  }
+  refilling_ = false;
+  behind_from_.reset();
+  // Each refilled table now holds every row up to the frontier. One whose own rows ended before
+  // the last refill batch kept a txn below its record (a rebuild records the frontier; a lost
+  // batch its end): record the txn it holds, so it is not found behind again.
+  for (const auto& name : behind) {
+    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(name));
+    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    const int64_t holds = std::max<int64_t>(last.version, 0);
+    txn_seen_[name] = last.version;  // it holds every row up to the frontier: its txn is all it must
+    if (holds >= RecordedTxn(name)) continue;
+    OML_ASSIGN_OR_RETURN(db::Rows u, conn_->Query("UPDATE oml.lake_table_txn SET txn_version = $3, updated_at = now() "
+                                                  "WHERE stream = $1 AND table_name = $2 AND txn_version = $4 "
+                                                  "RETURNING 1",
+                                                  {db::Text(stream_.name), db::Text(name), db::Int(holds),
+                                                   db::Int(RecordedTxn(name))}));
+    if (u.size() == 1) recorded_txn_[name] = holds;
+    log::Info("lake writer: a refilled table holds every row up to the frontier; its record follows its txn",
+              {{"stream", stream_.name}, {"table", name}, {"txn_version", last.version}, {"frontier", frontier_}});
   }
   if (end <= frontier_) return frontier_;
   // A table is ahead of the frontier: a batch committed to it, and the writer stopped before the
@@ -1073,15 +1200,18 @@ Result<int64_t> LakeWriter::Recover() {
 }
 
 Status LakeWriter::PublishLag() {
-  // One index probe: the oldest row past the frontier, and the sequence's last value.
+  // Lag counts from the frontier, or from the txn of a table behind what it committed (its lost
+  // rows are lag until the refill restored them; as `oml status` counts it).
+  const int64_t from = std::min(frontier_, behind_from_.value_or(frontier_));
+  // One index probe: the oldest row past that point, and the sequence's last value.
   OML_ASSIGN_OR_RETURN(
       db::Rows r, conn_->Query("SELECT coalesce(pg_sequence_last_value($2::regclass), 0), "
                                "(SELECT extract(epoch FROM now() - enqueued_at)::float8 FROM " + stream_.table +
                                    " WHERE seq > $1 ORDER BY seq LIMIT 1)",
-                               {db::Int(frontier_), db::Text(stream_.sequence)}));
+                               {db::Int(from), db::Text(stream_.sequence)}));
   const int64_t last = r.GetInt(0, 0);
   const double age = r.IsNull(0, 1) ? 0.0 : std::stod(r.Get(0, 1));
-  Metrics::Get().LakeLag(frontier_, std::max<int64_t>(0, last - frontier_), std::max(0.0, age));
+  Metrics::Get().LakeLag(frontier_, std::max<int64_t>(0, last - from), std::max(0.0, age));
   return Status::Ok();
 }
 
@@ -1161,10 +1291,15 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
   // The horizon rule of outbox_cut.h, polled without blocking; an idle writer takes no xid.
   HorizonTracker tracker(stream_, frontier_);
   auto lag_at = Clock::now() - std::chrono::seconds(1);
+  auto checked_at = Clock::now();
   while (!Stopped(stop)) {
     if (Clock::now() - lag_at >= std::chrono::seconds(1)) {
       OML_RETURN_IF_ERROR(PublishLag());
       lag_at = Clock::now();
+    }
+    if (opts_.table_check_every.count() > 0 && Clock::now() - checked_at >= opts_.table_check_every) {
+      OML_RETURN_IF_ERROR(CheckTables());
+      checked_at = Clock::now();
     }
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {

@@ -59,6 +59,7 @@
 #include "crypto/crypto.h"
 #include "db/conn.h"
 #include "lake/compactor.h"
+#include "lake/dead_letter.h"
 #include "lake/delta_tables.h"
 #include "lake/outbox_cut.h"
 
@@ -129,6 +130,10 @@ struct LakeWriterOptions {
   std::chrono::milliseconds standby_poll{500};       // lease poll while standby
   std::chrono::milliseconds once_horizon_wait{60000};  // --once: wait this long for a stable horizon
   std::chrono::milliseconds max_backoff{10000};      // after repeated errors
+  // While idle (service mode): how often every table is refreshed to find one emptied by
+  // `oml lake rebuild` (lake/rebuild.h), replaced, or damaged; such a table sends the writer to
+  // recovery, which refills it. 0: never (a table is then noticed at its next commit).
+  std::chrono::milliseconds table_check_every{5000};
   // --once: give up after this many consecutive failed attempts (a retryable error each).
   int once_max_attempts = 5;
   // TEST ONLY (`oml lakewriter --test-bypass-lease`): do not take the lease, and advance the
@@ -240,11 +245,21 @@ class LakeWriter {
   // Steps 4 to 7 for one batch (a new cut or a rebuilt one), leaving out dead-lettered rows;
   // a poison row is counted, and past the budget dead-lettered and the batch applied without it.
   Status ApplyBatch(const Batch& b);
+  // While idle: every table refreshed; kAborted "lake-table-behind" if one moved back below what
+  // this writer knows it holds (emptied by a rebuild, replaced), or its log is damaged.
+  Status CheckTables();
+  // Table(name), refreshed; damaged commits at the head of its log are set aside first
+  // (SetAsideDamagedHead), under the lease, by recovery only.
+  Result<DeltaTable*> RecoverTable(const std::string& name);
+  // The tables that already hold `row` (a dead letter's applied_tables, sql/0019): the tables it
+  // feeds whose Delta txn of this stream is at or past its seq, and those its requeue skipped.
+  Result<std::vector<std::string>> TablesHolding(const OutboxRow& row);
   // One attempt at steps 4 to 7 without the rows in `dead`. A poison row stops it before the
   // commit of its table (earlier tables may have committed): *poison is set and OK returned.
-  Status ApplyParts(const Batch& b, const std::set<int64_t>& dead, std::optional<Poison>* poison);
-  // Counts an attempt; past the budget moves the row to dead_letter (true). false: not yet.
-  Result<bool> HandlePoison(const Poison& p);
+  Status ApplyParts(const Batch& b, const DeadLetters& dead, std::optional<Poison>* poison);
+  // Counts an attempt; past the budget moves the row to dead_letter (true), *applied then the
+  // tables that hold it (TablesHolding). false: not yet.
+  Result<bool> HandlePoison(const Poison& p, std::vector<std::string>* applied);
   // Step 7, and each committed table's recorded txn (sql/0018) in the same statement.
   Status AdvanceFrontier(int64_t batch_end, const std::vector<std::string>& committed);
   // What `table` must already hold (lake_table_txn, as of the last Recover and this writer's
@@ -293,6 +308,26 @@ class LakeWriter {
   std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
   std::map<std::string, int> commits_since_compaction_;  // by table (this process)
   std::map<std::string, int64_t> recorded_txn_;           // table -> lake_table_txn.txn_version
+  // While a refill runs: the point the behind tables are refilled up to (lag counts from it).
+  std::optional<int64_t> behind_from_;
+  // True while Recover refills (its batches are ordered from the lowest behind txn up, and a
+  // table is committed to only above its own txn): ApplyParts' lake-table-behind check is off.
+  bool refilling_ = false;
+  // Per table: the highest txn of this stream this process knew the table to hold (its own
+  // commits, its reads). A txn found below it means the table lost rows (emptied by `oml lake
+  // rebuild`, replaced), whatever lake_table_txn says.
+  std::map<std::string, int64_t> txn_seen_;
+  // Per table: the version CheckTables last read the txn at.
+  std::map<std::string, int64_t> checked_version_;
+  // What `table` must hold: its record (sql/0018) or what this process saw it hold.
+  int64_t MustHold(const std::string& table) const {
+    auto it = txn_seen_.find(table);
+    return std::max(RecordedTxn(table), it == txn_seen_.end() ? int64_t{-1} : it->second);
+  }
+  void SawTxn(const std::string& table, int64_t txn) {
+    auto [it, fresh] = txn_seen_.emplace(table, txn);
+    if (!fresh) it->second = std::max(it->second, txn);
+  }
   // Per table: (table version, this stream's txn version at it) of this writer's last commit or
   // txn read; {-1, -1} until the first. While the handle's snapshot is still at that version,
   // the txn check needs no refresh and no log read (the snapshot's txn lookup replays the log

@@ -26,12 +26,20 @@ OutboxRow RowAt(const db::Rows& r, int i) {
   o.journal_seq = r.GetInt(i, 4);
   o.row_data = r.Get(i, 5);
   o.enqueued_at = r.Get(i, 6);
+  for (size_t at = 0; !r.Get(i, 7).empty();) {  // comma-separated (table names hold no comma)
+    const std::string& list = r.Get(i, 7);
+    const size_t comma = list.find(',', at);
+    o.skip_tables.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
   return o;
 }
 
 // `table` comes from the stream registry, never from input.
 std::string SelectRows(const OutboxStream& s) {
-  return "SELECT seq, tenant_id::text, xid::text, target_table, journal_seq, row_data::text, enqueued_at::text FROM " +
+  return "SELECT seq, tenant_id::text, xid::text, target_table, journal_seq, row_data::text, enqueued_at::text, "
+         "coalesce(array_to_string(skip_tables, ','), '') FROM " +
          s.table + " WHERE seq > $1 AND seq <= $2 ORDER BY seq";
 }
 
@@ -75,6 +83,27 @@ Result<HorizonProbe> ProbeHorizon(db::Conn& c, const OutboxStream& s) {
   // autocommit transactions, so X's has ended when its result arrives.
   OML_ASSIGN_OR_RETURN(int64_t l, LastSeq(c, s));
   return FenceAfter(c, l);
+}
+
+Result<HorizonProbe> ProbeHorizonWithoutXid(db::Conn& c, const OutboxStream& s) {
+  OML_RETURN_IF_ERROR(RequireIdle(c, "the horizon probe"));
+  OML_ASSIGN_OR_RETURN(int64_t l, LastSeq(c, s));
+  // Round trip 2 (after L): every xid assigned before this statement either ended or still holds
+  // the ExclusiveLock on itself (pg_locks, which every role reads whole). The snapshot's xip lists
+  // those below its xmax; those at or above xmax (assigned after the newest completed xid) are
+  // mapped from pg_locks' 32-bit xid to xid8 by their distance above xmax (below 2^31: they are
+  // younger than xmax). X is xmax, or one past the newest of those.
+  static const char* kSql =
+      "WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric AS xmax8), "
+      "ahead AS (SELECT (l.transactionid::text::numeric - (s.xmax8 % 4294967296) + 4294967296) % 4294967296 AS d "
+      "            FROM pg_locks l, s WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' "
+      "             AND l.granted) "
+      "SELECT (s.xmax8 + coalesce((SELECT max(d) + 1 FROM ahead WHERE d < 2147483648), 0))::text FROM s";
+  OML_ASSIGN_OR_RETURN(db::Rows x, c.Query(kSql));
+  HorizonProbe p;
+  p.candidate = l;
+  p.fence_xid = ParseXid(x.Get(0, 0));
+  return p;
 }
 
 Result<bool> IsStable(db::Conn& c, const HorizonProbe& probe) {
@@ -147,13 +176,20 @@ Result<int64_t> ReadFrontier(db::Conn& c, const OutboxStream& s) {
 }
 
 Result<std::vector<HorizonHolder>> HorizonHolders(db::Conn& c, const HorizonProbe& probe) {
-  // xip lists every running xid below the snapshot's xmax; X has ended, so xmax > X and every
-  // running xid < X is listed. pg_stat_activity and pg_prepared_xacts show 32-bit xids: match
-  // on the low 32 bits of the xid8 (an xid below X is less than 2^31 transactions old).
+  // Every running xid holds the ExclusiveLock on itself (pg_locks, read whole by every role),
+  // also one at or above the snapshot's xmax, which xip would not list (X of
+  // ProbeHorizonWithoutXid can be above xmax). pg_locks, pg_stat_activity and pg_prepared_xacts
+  // show 32-bit xids: each is mapped to the xid8 nearest the snapshot's xmax (a running xid is
+  // less than 2^31 transactions from it), and matched on the low 32 bits.
   static const char* kSql =
-      "WITH held AS ("
-      "  SELECT x, (x::text::numeric % 4294967296)::text AS x32"
-      "    FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE x < $1::xid8) "
+      "WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric AS xmax8), "
+      "running AS (SELECT DISTINCT l.transactionid::text AS x32, "
+      "       (l.transactionid::text::numeric - (s.xmax8 % 4294967296) + 4294967296) % 4294967296 AS d, s.xmax8 "
+      "  FROM pg_locks l, s WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted), "
+      "held AS ("
+      "  SELECT (CASE WHEN d < 2147483648 THEN xmax8 + d ELSE xmax8 + d - 4294967296 END)::text::xid8 AS x, x32"
+      "    FROM running WHERE (CASE WHEN d < 2147483648 THEN xmax8 + d ELSE xmax8 + d - 4294967296 END) "
+      "                       < $1::text::numeric) "
       "SELECT h.x, age(a.backend_xid)::bigint, a.pid, ''::text, coalesce(a.usename::text, ''),"
       "       coalesce(a.application_name, ''), coalesce(a.state, ''),"
       "       extract(epoch FROM now() - a.xact_start)::float8, a.xact_start::text, a.query_start::text"

@@ -28,6 +28,7 @@
 // db::Conn is used by one thread at a time.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -68,6 +69,11 @@ struct OutboxRow {
   int64_t journal_seq = 0;   // seq of the journal event on the tenant's chain
   std::string row_data;      // the jsonb document, as PostgreSQL prints it
   std::string enqueued_at;   // timestamptz text
+  // A requeued row only (sql/0019): tables that already hold it, which it must not be applied to.
+  std::vector<std::string> skip_tables;
+  bool Skips(const std::string& table) const {
+    return !skip_tables.empty() && std::find(skip_tables.begin(), skip_tables.end(), table) != skip_tables.end();
+  }
 };
 
 // Steps 1 and 2 of the rule: L and X.
@@ -80,6 +86,13 @@ struct HorizonProbe {
 // REQUIRES: `c` is not inside a transaction (kFailedPrecondition "transaction-open" otherwise:
 // X's transaction must end, or it would hold the horizon back itself).
 Result<HorizonProbe> ProbeHorizon(db::Conn& c, const OutboxStream& s);
+
+// ProbeHorizon for readers that must not take an xid (`oml status`, polled by monitors: an xid
+// per call would burn xids and push the cluster toward anti-wraparound vacuums). X is not a new
+// xid but one past every xid assigned before the probe's second round trip: the snapshot's xmax,
+// or one past the newest running xid at or above it (pg_locks). IsStable and HorizonHolders take
+// the result as they take ProbeHorizon's. REQUIRES: as ProbeHorizon.
+Result<HorizonProbe> ProbeHorizonWithoutXid(db::Conn& c, const OutboxStream& s);
 
 // Step 3: true iff pg_snapshot_xmin(pg_current_snapshot()) >= probe.fence_xid, i.e. every
 // seq <= probe.candidate is final (committed and visible to any later snapshot, or never
@@ -163,8 +176,8 @@ struct HorizonHolder {
 };
 
 // The running transactions with an xid below probe.fence_xid, oldest first (empty once the probe
-// is stable). Every such xid is listed by pg_snapshot_xip(): X has ended, so the snapshot's xmax
-// is above it. A subtransaction's xid is reported through its top-level backend.
+// is stable), found by the lock each running xid holds on itself (pg_locks), so also those at or
+// above the snapshot's xmax. A subtransaction's xid is reported through its top-level backend.
 Result<std::vector<HorizonHolder>> HorizonHolders(db::Conn& c, const HorizonProbe& probe);
 
 }  // namespace oml::lake

@@ -190,6 +190,51 @@ TEST_F(OutboxCutTest, TheExactCutWaitsForTheSmallerSeq) {
   EXPECT_FALSE(Has(naive.rows, seq5) || Has(naive_next.rows, seq5)) << "the naive rule skipped seq " << seq5;
 }
 
+// `oml status` probes without taking an xid (issue 18): the same counter-example, where T_b's
+// xid is at the snapshot's xmax (T_a, below it, committed), so only pg_locks shows it running.
+TEST_F(OutboxCutTest, TheProbeWithoutAnXidWaitsForTheSmallerSeqAndTakesNoXid) {
+  auto f = StableHorizon(*lw_, stream_, 0, kSettle);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto next_xid = [&]() {
+    auto r = lw_->Query("SELECT pg_snapshot_xmax(pg_current_snapshot())::text");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::stoull(r->Get(0, 0)) : 0;
+  };
+  Session ta(db::testing::AppUrl()), tb(db::testing::AppUrl());
+  ta.Begin(tenant_a_);
+  const uint64_t xid_a = ta.TakeXid();
+  tb.Begin(tenant_b_);
+  const int64_t seq5 = tb.Enqueue("T_b");
+  const uint64_t xid_b = tb.TakeXid();
+  const int64_t seq6 = ta.Enqueue("T_a");
+  ta.Commit();
+  ASSERT_LT(xid_a, xid_b);
+  ASSERT_LT(seq5, seq6);
+  const uint64_t xmax_before = next_xid();
+  ASSERT_LE(xmax_before, xid_b) << "T_b is not above the xmax: the case is not the hard one";
+
+  auto probe = ProbeHorizonWithoutXid(*lw_, stream_);
+  ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+  EXPECT_GE(probe->candidate, seq6);
+  EXPECT_EQ(probe->fence_xid, xid_b + 1);
+  auto stable = IsStable(*lw_, *probe);
+  ASSERT_TRUE(stable.ok());
+  EXPECT_FALSE(*stable);
+  auto holders = HorizonHolders(*lw_, *probe);
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  ASSERT_EQ(holders->size(), 1u);
+  EXPECT_EQ((*holders)[0].xid, xid_b);
+  EXPECT_EQ((*holders)[0].pid, tb.pid());
+  // No xid was taken: the next xid is where it was.
+  EXPECT_EQ(next_xid(), xmax_before);
+
+  tb.Commit();
+  stable = IsStable(*lw_, *probe);
+  ASSERT_TRUE(stable.ok());
+  EXPECT_TRUE(*stable);
+  EXPECT_EQ((*HorizonHolders(*lw_, *probe)).size(), 0u);
+}
+
 TEST_F(OutboxCutTest, ALongTransactionHoldsTheHorizonLosesNothingAndIsNamed) {
   auto f = StableHorizon(*lw_, stream_, 0, kSettle);
   ASSERT_TRUE(f.ok()) << f.status().ToString();

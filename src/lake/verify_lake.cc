@@ -83,6 +83,13 @@ class BronzeChainSource final : public ChainSource {
       return FailedPrecondition("Delta table " + uri_ + " lacks the chain columns " + missing +
                                     ": it is not an oml bronze/events table",
                                 "lake-schema-mismatch");
+    // A data file the log names and the store lacks: every read fails on it. Named, with the fix.
+    OML_ASSIGN_OR_RETURN(std::vector<std::string> lost, table->MissingFiles());
+    if (!lost.empty())
+      return DataLoss(uri_ + " version " + std::to_string(version_) + " names " + std::to_string(lost.size()) +
+                          " data file(s) the store lacks (" + lost.front() +
+                          (lost.size() > 1 ? ", ..." : "") + "): run `oml lake rebuild --table bronze/events`",
+                      "lake-file-missing");
     OML_ASSIGN_OR_RETURN(std::string text, table->ReadRowsJsonl());
     std::istringstream in(text);
     struct Keyed {

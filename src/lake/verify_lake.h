@@ -9,10 +9,10 @@
 // journal/bronze_row.h derives them), and a (tenant_id, seq) stored twice is reported ("seq N is
 // stored more than once"): exactly-once is what the lake writer promises.
 //
-// The lake is a prefix of the journal (the writer's lag): a chain that ends before its published
-// head, and a tenant.created that is the provider chain's last event in the lake with no genesis
-// yet, are not findings. A tail cut off the lake is therefore not detected here; the lake
-// writer's frontier and `oml status` cover it.
+// The lake is a prefix of the journal (the writer's lag): a chain that ends before a head
+// published less than VerifyOptions::prefix_lag_grace ago, and a tenant.created that is the
+// provider chain's last event in the lake with no genesis yet, are not findings. A chain short of
+// an older published head is (the lake lost its tail, or its writer stopped).
 #pragma once
 
 #include <cstdint>

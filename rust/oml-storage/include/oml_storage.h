@@ -38,6 +38,12 @@ extern "C" {
                                           * (another OPTIMIZE or Z-order): nothing was committed;
                                           * the files it wrote are orphans for VACUUM. Refresh and
                                           * run it again. */
+#define OML_STORAGE_DAMAGED_COMMIT 10   /* a commit file of the table's log is empty or not JSON
+                                          * lines of single Delta actions (an OS crash before it was
+                                          * durable, an operator's edit): the table is never read
+                                          * as if that version were an empty commit. The message
+                                          * names the version ("lake-commit-damaged: commit N of
+                                          * ..."). See oml_storage_delta_set_aside_damaged_head. */
 
 typedef struct OmlStorageError {
   int32_t code;
@@ -58,6 +64,12 @@ void oml_storage_free_string(char* s);
 void oml_storage_free_buffer(OmlStorageBuffer* buf);
 /* Static version string ("oml-storage X (deltalake-core Y)"); never freed. */
 const char* oml_storage_version(void);
+
+/* Local stores (a path or file:// URL, for objects and Delta tables) fsync every file they
+ * write, and each directory from the file's own up to the store's root (the table's parent
+ * directory for a table), before the write returns. This counts those fsyncs since the process
+ * started (tests prove a commit was made durable with it). */
+uint64_t oml_storage_durable_syncs(void);
 
 /* ---- Object store ------------------------------------------------------------------------ */
 /* Opens a store. url:
@@ -196,10 +208,27 @@ int32_t oml_storage_delta_table_version(const char* table_uri, int64_t* out_vers
  * skipping an already-applied batch is the caller's check (oml_storage_delta_last_txn). */
 typedef struct OmlStorageDeltaTable OmlStorageDeltaTable; /* opaque */
 
+/* Damaged commits at the head of a table's log (each newest commit file, while it is damaged:
+ * empty, or not JSON lines of single actions) are moved out of the log, to
+ * _oml_damaged/<version>.json.<unix ms> under the table, newest first, so the table reads as of the
+ * last intact commit and the next commit rewrites that version. Version 0 and a version with a
+ * checkpoint are never moved. *out_count is how many were moved, *out_lowest_version the lowest
+ * (-1 if none). OML_STORAGE_DAMAGED_COMMIT if a damaged commit remains below an intact one (a
+ * commit built on it: the table must be rebuilt), or at a checkpoint. Only the lake writer that
+ * holds the lease calls this. */
+int32_t oml_storage_delta_set_aside_damaged_head(const char* table_uri, int64_t* out_count,
+                                                 int64_t* out_lowest_version, OmlStorageError* err);
+
 /* Opens the table at table_uri (see above) at its latest version. OML_STORAGE_NOT_FOUND if no
  * Delta table is there. Close *out_table with oml_storage_delta_close. */
 int32_t oml_storage_delta_open(const char* table_uri, OmlStorageDeltaTable** out_table,
                                OmlStorageError* err);
+/* oml_storage_delta_open without refusing damaged commits: deltalake-core's own reading (an
+ * empty commit file is an empty version). Only for `oml lake rebuild`, which empties such a
+ * table and checkpoints it, so the damaged commit falls below the newest checkpoint. A commit
+ * that is not JSON still fails (deltalake-core cannot load the table). */
+int32_t oml_storage_delta_open_unchecked(const char* table_uri, OmlStorageDeltaTable** out_table,
+                                         OmlStorageError* err);
 /* Closes a handle. NULL is a no-op. */
 void oml_storage_delta_close(OmlStorageDeltaTable* table);
 /* The handle's snapshot version. */
@@ -272,6 +301,14 @@ int32_t oml_storage_delta_append_arrow(OmlStorageDeltaTable* table, struct Arrow
                                        int64_t txn_version, const char* metadata_json,
                                        int64_t* out_version, OmlStorageError* err);
 
+/* Empties the table: one commit that removes every data file of the snapshot (dataChange true)
+ * and records the txn (app_id, txn_version) and the metadata, like an append. Conditional on the
+ * snapshot as every commit is (OML_STORAGE_CONFLICT if any commit landed since; nothing
+ * committed). `oml lake rebuild` resets the stream's txn to 0 with it, so the lake writer refills
+ * the table from the outbox exactly once. *out_version is the new table version. */
+int32_t oml_storage_delta_truncate(OmlStorageDeltaTable* table, const char* app_id, int64_t txn_version,
+                                   const char* metadata_json, int64_t* out_version, OmlStorageError* err);
+
 /* MERGE in one commit with the txn action and metadata:
  *   ON every key column equal (key_columns_json: non-empty JSON array of column names; keys
  *   must be non-null in every row),
@@ -301,6 +338,12 @@ int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_js
  * a poison row before committing anything. */
 int32_t oml_storage_delta_check_rows(const OmlStorageDeltaTable* table, const char* rows_jsonl,
                                      size_t rows_len, int64_t* out_bad_line, OmlStorageError* err);
+
+/* The data files the snapshot names (its live add actions) that the store does not hold, as a
+ * JSON array of paths relative to the table (empty: none); *out_json freed with
+ * oml_storage_free_string. One listing of the table. A missing file makes every read of the
+ * table fail: `oml status` reports it, and `oml lake rebuild` repairs the table. */
+int32_t oml_storage_delta_missing_files(const OmlStorageDeltaTable* table, char** out_json, OmlStorageError* err);
 
 /* The handle's snapshot schema as JSON (*out_json, free with oml_storage_free_string):
  * {"columns": [{"name", "type", "nullable"}, ...] in table order, "partition_columns": [...]},

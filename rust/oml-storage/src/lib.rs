@@ -33,11 +33,11 @@ use deltalake::arrow::row::{RowConverter, SortField};
 use deltalake::datafusion::common::Column;
 use deltalake::datafusion::logical_expr::Expr;
 use deltalake::datafusion::prelude::SessionContext;
-use deltalake::kernel::transaction::{CommitProperties, TransactionError};
-use deltalake::kernel::{DataType, StructField, Transaction};
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::{Action, DataType, StructField, Transaction};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::operations::vacuum::VacuumMode;
-use deltalake::protocol::SaveMode;
+use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use futures::TryStreamExt;
@@ -49,6 +49,7 @@ use object_store::{
 };
 use url::Url;
 
+mod durable_local;
 mod rewrite_guard;
 use rewrite_guard::RewriteGuard;
 
@@ -74,6 +75,9 @@ pub const OML_STORAGE_PANIC: i32 = 7;
 pub const OML_STORAGE_CONFLICT: i32 = 8;
 /// A rewrite (OPTIMIZE) refused to land over a commit that removed a file it read.
 pub const OML_STORAGE_STALE_REWRITE: i32 = 9;
+/// A commit file of the table's log is empty or not a Delta commit (an OS crash before it was
+/// durable, an operator's edit): the table is not read as if the version were an empty commit.
+pub const OML_STORAGE_DAMAGED_COMMIT: i32 = 10;
 
 #[repr(C)]
 pub struct OmlStorageError {
@@ -303,6 +307,11 @@ fn open_local(dir: &std::path::Path) -> FfiResult<OmlStorageStore> {
         .map_err(map_os_error)?
         // Remove directories left empty by Delete, so "directories" behave like S3 prefixes.
         .with_automatic_cleanup(true);
+    // Every write fsynced (file and directories up to `dir`) before it returns (durable_local.rs):
+    // an object the caller reported stored (an upload's chunk, a promoted body) survives an OS crash.
+    // LocalFileSystem canonicalized its prefix: so is the directory the fsyncs stop at.
+    let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let fs = durable_local::DurableLocal::new(fs, root);
     Ok(OmlStorageStore {
         store: Arc::new(fs),
         prefix: Path::ROOT,
@@ -404,6 +413,12 @@ fn store_ref<'a>(store: *const OmlStorageStore) -> FfiResult<&'a OmlStorageStore
     }
     // SAFETY: a handle from oml_storage_store_open that has not been closed.
     Ok(unsafe { &*store })
+}
+
+/// fsyncs made by local stores so far (files and directories). See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_durable_syncs() -> u64 {
+    durable_local::sync_count()
 }
 
 /// Opens a store. See oml_storage.h.
@@ -1075,14 +1090,32 @@ fn table_url(uri: &str, create_dir: bool) -> FfiResult<Url> {
     deltalake::ensure_table_uri(&target).map_err(map_delta_error)
 }
 
+/// The builder of a table handle at `url`. A local table's writes go through DurableLocal (each
+/// data file and commit file fsynced, with the directories up to the table's parent, before the
+/// write returns): object_store's LocalFileSystem never fsyncs, and the frontier in PostgreSQL,
+/// which is durable, must never pass a commit an OS crash can still lose (durable_local.rs).
+fn table_builder(
+    url: &Url,
+    opts: &HashMap<String, String>,
+) -> Result<DeltaTableBuilder, DeltaTableError> {
+    let builder = DeltaTableBuilder::from_url(url.clone())?.with_storage_options(opts.clone());
+    if url.scheme() != "file" {
+        return Ok(builder);
+    }
+    let dir = url
+        .to_file_path()
+        .map_err(|_| DeltaTableError::InvalidTableLocation(url.to_string()))?;
+    let stop = dir.parent().map(|p| p.to_path_buf()).unwrap_or(dir);
+    let store = durable_local::DurableLocal::new(LocalFileSystem::new(), stop);
+    Ok(builder.with_storage_backend(Arc::new(store), url.clone()))
+}
+
 /// Loads the table at `url`, or Ok(None) if there is no Delta table there.
 async fn load_table(
     url: &Url,
     opts: &HashMap<String, String>,
 ) -> Result<Option<DeltaTable>, DeltaTableError> {
-    let mut table = DeltaTableBuilder::from_url(url.clone())?
-        .with_storage_options(opts.clone())
-        .build()?;
+    let mut table = table_builder(url, opts)?.build()?;
     if !table.verify_deltatable_existence().await? {
         return Ok(None);
     }
@@ -1162,8 +1195,11 @@ pub extern "C" fn oml_storage_delta_create_table(
         // checkpoint after every commit, so a commit's cost grows with that distance (measured
         // at steady state: 70 ms right after a checkpoint, 267 ms 90 commits later at the
         // default of 100; docs/performance.md "Lake").
+        let handle = table_builder(&url, &opts)
+            .and_then(|b| b.build())
+            .map_err(map_delta_error)?;
         let mut builder = CreateBuilder::new()
-            .with_location(url.to_string())
+            .with_log_store(handle.log_store())
             .with_storage_options(opts.clone())
             .with_columns(fields.clone())
             .with_configuration_property(
@@ -1586,12 +1622,196 @@ async fn find_txn_commit(
     Ok(None)
 }
 
+/// Commit files read at most by one check_commits call (a refresh after a long absence checks
+/// the newest ones; a damaged commit deeper in the log is older than any crash of this writer).
+const MAX_COMMITS_CHECKED: i64 = 100;
+
+/// Fails with OML_STORAGE_DAMAGED_COMMIT if a commit file of `t` in (from_exclusive, to] is empty
+/// or is not JSON lines of Delta actions. deltalake-core reads an empty commit file as a version
+/// with no actions, so a commit an OS crash left at 0 bytes (written, renamed, not yet fsynced)
+/// would silently become an empty version, and the next commit would land above the hole.
+fn check_commits(t: &DeltaTable, uri: &str, from_exclusive: i64, to: i64) -> FfiResult<()> {
+    let store = t.log_store().object_store(None);
+    let from = std::cmp::max(from_exclusive + 1, std::cmp::max(to - MAX_COMMITS_CHECKED + 1, 0));
+    for v in from..=to {
+        if let Some(why) = commit_damage(store.as_ref(), v)? {
+            return fail(
+                OML_STORAGE_DAMAGED_COMMIT,
+                format!("lake-commit-damaged: commit {v} of {uri} {why}"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn commit_path(v: i64) -> Path {
+    Path::from(format!("_delta_log/{v:020}.json"))
+}
+
+/// Why commit `v` (in a store rooted at the table) is damaged; None if it is a commit or absent.
+fn commit_damage(store: &dyn ObjectStore, v: i64) -> FfiResult<Option<String>> {
+    let path = commit_path(v);
+    match block_on(async { store.get(&path).await?.bytes().await })? {
+        Ok(b) => Ok(damaged_commit(&b)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None), // below a checkpoint, cleaned up
+        Err(e) => Err(map_os_error(e)),
+    }
+}
+
+/// The table's log: the newest commit version, and whether a checkpoint exists at each version
+/// (listed, not loaded: a table whose newest commit is not JSON does not load).
+fn list_log(store: &dyn ObjectStore) -> FfiResult<(i64, std::collections::HashSet<i64>)> {
+    let metas: Vec<object_store::ObjectMeta> =
+        block_on(store.list(Some(&Path::from("_delta_log"))).try_collect())?
+            .map_err(map_os_error)?;
+    let mut newest = -1;
+    let mut checkpoints = std::collections::HashSet::new();
+    for m in metas {
+        let name = m.location.filename().unwrap_or("");
+        let digits: String = name.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let Ok(v) = digits.parse::<i64>() else { continue };
+        if digits.len() != 20 {
+            continue;
+        }
+        let rest = &name[20..];
+        if rest == ".json" {
+            newest = newest.max(v);
+        } else if rest.starts_with(".checkpoint") {
+            checkpoints.insert(v);
+        }
+    }
+    Ok((newest, checkpoints))
+}
+
+/// On a load failure: DAMAGED_COMMIT if one of the newest commits is not JSON (deltalake-core
+/// then fails with a parse error that does not name the file); else the load's own error.
+fn load_failure(url: &Url, opts: &HashMap<String, String>, uri: &str, e: DeltaTableError) -> Failure {
+    let scan = || -> FfiResult<Option<Failure>> {
+        let t = table_builder(url, opts).and_then(|b| b.build()).map_err(map_delta_error)?;
+        let store = t.log_store().object_store(None);
+        let (newest, _) = list_log(store.as_ref())?;
+        for v in std::cmp::max(newest - MAX_COMMITS_CHECKED + 1, 0)..=newest {
+            if let Some(why) = commit_damage(store.as_ref(), v)? {
+                return Ok(Some(Failure {
+                    code: OML_STORAGE_DAMAGED_COMMIT,
+                    message: format!("lake-commit-damaged: commit {v} of {uri} {why}"),
+                }));
+            }
+        }
+        Ok(None)
+    };
+    match scan() {
+        Ok(Some(f)) => f,
+        _ => map_delta_error(e),
+    }
+}
+
+/// Sets aside the damaged commits at the head of the log. See oml_storage.h.
+fn set_aside_damaged_head(uri: &str, out_count: &mut i64, out_lowest: &mut i64) -> FfiResult<()> {
+    register_delta_handlers();
+    let url = table_url(uri, false)?;
+    let opts = delta_storage_options(uri);
+    let t = table_builder(&url, &opts).and_then(|b| b.build()).map_err(map_delta_error)?;
+    let store = t.log_store().object_store(None);
+    loop {
+        let (newest, checkpoints) = list_log(store.as_ref())?;
+        if newest < 1 {
+            break; // version 0 creates the table: never set aside
+        }
+        let Some(why) = commit_damage(store.as_ref(), newest)? else { break };
+        if checkpoints.contains(&newest) {
+            return fail(
+                OML_STORAGE_DAMAGED_COMMIT,
+                format!("lake-commit-damaged: commit {newest} of {uri} {why}, and a checkpoint exists at it"),
+            );
+        }
+        let path = commit_path(newest);
+        let bytes = block_on(async { store.get(&path).await?.bytes().await })?.map_err(map_os_error)?;
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let aside = Path::from(format!("_oml_damaged/{newest:020}.json.{millis}"));
+        block_on(store.put(&aside, bytes.into()))?.map_err(map_os_error)?;
+        block_on(store.delete(&path))?.map_err(map_os_error)?;
+        *out_count += 1;
+        *out_lowest = newest;
+    }
+    // A damaged commit below an intact one cannot be set aside (a commit above it built on it).
+    let (newest, _) = list_log(store.as_ref())?;
+    for v in std::cmp::max(newest - MAX_COMMITS_CHECKED + 1, 0)..=newest {
+        if let Some(why) = commit_damage(store.as_ref(), v)? {
+            return fail(
+                OML_STORAGE_DAMAGED_COMMIT,
+                format!("lake-commit-damaged: commit {v} of {uri} {why}, below commit {newest}: rebuild the table"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Sets aside the damaged commits at the head of a table's log. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_set_aside_damaged_head(
+    table_uri: *const c_char,
+    out_count: *mut i64,
+    out_lowest_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let count = out_arg(out_count, "out_count")?;
+        *count = 0;
+        let lowest = out_arg(out_lowest_version, "out_lowest_version")?;
+        *lowest = -1;
+        let uri = cstr_arg(table_uri, "table_uri")?;
+        set_aside_damaged_head(uri, count, lowest)
+    })
+}
+
+/// Why `bytes` is not a Delta commit (None if it is one): empty, or a line that is not a JSON
+/// object with exactly one action.
+fn damaged_commit(bytes: &[u8]) -> Option<String> {
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Some(format!("is empty ({} bytes)", bytes.len()));
+    }
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        match serde_json::from_slice::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(m)) if m.len() == 1 => {}
+            Ok(_) => return Some(format!("line {} is not one Delta action", i + 1)),
+            Err(e) => return Some(format!("line {} is not JSON: {e}", i + 1)),
+        }
+    }
+    None
+}
+
 /// Opens the Delta table at table_uri. See oml_storage.h.
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_open(
     table_uri: *const c_char,
     out_table: *mut *mut OmlStorageDeltaTable,
     err: *mut OmlStorageError,
+) -> i32 {
+    delta_open(table_uri, out_table, err, true)
+}
+
+/// Opens the Delta table at table_uri without refusing damaged commits. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_open_unchecked(
+    table_uri: *const c_char,
+    out_table: *mut *mut OmlStorageDeltaTable,
+    err: *mut OmlStorageError,
+) -> i32 {
+    delta_open(table_uri, out_table, err, false)
+}
+
+fn delta_open(
+    table_uri: *const c_char,
+    out_table: *mut *mut OmlStorageDeltaTable,
+    err: *mut OmlStorageError,
+    checked: bool,
 ) -> i32 {
     ffi_call(err, || {
         let out = out_arg(out_table, "out_table")?;
@@ -1600,9 +1820,16 @@ pub extern "C" fn oml_storage_delta_open(
         register_delta_handlers();
         let url = table_url(uri, false)?;
         let opts = delta_storage_options(uri);
-        let Some(t) = block_on(load_table(&url, &opts))?.map_err(map_delta_error)? else {
+        let Some(t) = block_on(load_table(&url, &opts))?.map_err(|e| load_failure(&url, &opts, uri, e))? else {
             return fail(OML_STORAGE_NOT_FOUND, format!("no Delta table at {uri}"));
         };
+        if checked {
+            // The commits delta-rs replayed on top of the newest checkpoint (at most its interval).
+            let v = table_version(&t)?;
+            let (_, checkpoints) = list_log(t.log_store().object_store(None).as_ref())?;
+            let base = checkpoints.into_iter().filter(|c| *c <= v).max().unwrap_or(-1);
+            check_commits(&t, uri, base, v)?;
+        }
         *out = Box::into_raw(Box::new(OmlStorageDeltaTable {
             uri: uri.to_string(),
             table: Mutex::new(t),
@@ -1648,10 +1875,16 @@ pub extern "C" fn oml_storage_delta_refresh(
         *out = -1;
         let h = delta_ref(table)?;
         let mut t = lock_table(h);
+        let before = table_version(&t)?;
         let mut fresh = t.clone();
-        block_on(fresh.update_state())?.map_err(map_delta_error)?;
+        if let Err(e) = block_on(fresh.update_state())? {
+            let url = table_url(&h.uri, false)?;
+            return Err(load_failure(&url, &delta_storage_options(&h.uri), &h.uri, e));
+        }
+        let after = table_version(&fresh)?;
+        check_commits(&fresh, &h.uri, before, after)?;
         *t = fresh;
-        *out = table_version(&t)?;
+        *out = after;
         Ok(())
     })
 }
@@ -1872,6 +2105,55 @@ pub extern "C" fn oml_storage_delta_check_rows(
     })
 }
 
+/// Empties the table in one commit (every file of the snapshot removed) that records the txn
+/// (app_id, txn_version) and the metadata. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_truncate(
+    table: *mut OmlStorageDeltaTable,
+    app_id: *const c_char,
+    txn_version: i64,
+    metadata_json: *const c_char,
+    out_version: *mut i64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_version, "out_version")?;
+        *out = -1;
+        let h = delta_ref(table)?;
+        let app_id = txn_args(app_id, txn_version)?;
+        let metadata = parse_commit_metadata(opt_cstr_arg(metadata_json, "metadata_json")?)?;
+        let mut t = lock_table(h);
+        // One commit of the snapshot's files as removes (dataChange true: rows go away), the txn
+        // and the metadata. Not DeltaOps' DELETE: that commits nothing on a snapshot without
+        // files (the txn would not move back). max_retries 0 (commit_properties): a commit that
+        // landed since the snapshot makes it a conflict, never a rebase that would keep files it
+        // did not see under the reset txn.
+        let snap = t.snapshot().map_err(map_delta_error)?;
+        let removes: Vec<Action> = snap
+            .log_data()
+            .into_iter()
+            .map(|f| Action::Remove(f.remove_action(true)))
+            .collect();
+        let committed = block_on(
+            CommitBuilder::from(commit_properties(app_id, txn_version, metadata))
+                .with_actions(removes)
+                .build(
+                    Some(snap),
+                    t.log_store(),
+                    DeltaOperation::Delete { predicate: None },
+                )
+                .into_future(),
+        )?
+        .map_err(map_commit_error)?;
+        let version = committed.version();
+        let mut moved = t.clone();
+        block_on(moved.update_incremental(Some(version)))?.map_err(map_delta_error)?;
+        *t = moved;
+        *out = table_version(&t)?;
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_merge(
     table: *mut OmlStorageDeltaTable,
@@ -2060,6 +2342,41 @@ fn type_name(t: &DataType) -> String {
 }
 
 /// The handle's snapshot schema and partition columns. See oml_storage.h.
+/// The data files the snapshot names that the store does not hold. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_delta_missing_files(
+    table: *const OmlStorageDeltaTable,
+    out_json: *mut *mut c_char,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_json, "out_json")?;
+        *out = ptr::null_mut();
+        let h = delta_ref(table)?;
+        let t = lock_table(h);
+        let store = t.log_store().object_store(None);
+        // One listing of the table (files of every version, tombstoned ones too), then a lookup
+        // per live file: no request per file.
+        let listed: std::collections::HashSet<Path> = block_on(
+            store
+                .list(None)
+                .map_ok(|m| m.location)
+                .try_collect::<std::collections::HashSet<Path>>(),
+        )?
+        .map_err(map_os_error)?;
+        let snap = t.snapshot().map_err(map_delta_error)?;
+        let missing: Vec<String> = snap
+            .log_data()
+            .into_iter()
+            .map(|add| add.object_store_path())
+            .filter(|p| !listed.contains(p))
+            .map(|p| p.to_string())
+            .collect();
+        *out = to_c_string(&serde_json::Value::from(missing).to_string());
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_schema(
     table: *const OmlStorageDeltaTable,
