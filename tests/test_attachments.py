@@ -519,3 +519,98 @@ def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
         types = [t for (t,) in c.execute("SELECT event_type FROM oml.journal WHERE tenant_id = %s ORDER BY seq",
                                          (d.tenant_id,)).fetchall()]
     assert types.count("claim.promoted") == 1
+
+
+def make_pdf(pages, shared_stream=None):
+    """A minimal PDF 1.4: each entry of `pages` is a list of lines drawn in Helvetica. With
+    `shared_stream` (bytes, FlateDecode'd here), every page's /Contents is that one stream."""
+    import zlib
+    objs = ["<< /Type /Catalog /Pages 2 0 R >>"]
+    n = len(pages)
+    font = 3 + 2 * n + (1 if shared_stream is not None else 0)
+    shared = 3 + 2 * n
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(n))
+    objs.append(f"<< /Type /Pages /Kids [{kids}] /Count {n} >>")
+    for i, lines in enumerate(pages):
+        contents = shared if shared_stream is not None else 4 + 2 * i
+        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font} 0 R >> >> "
+                    f"/Contents {contents} 0 R >>")
+        text = "BT /F1 12 Tf 14 TL 72 720 Td " + " ".join(f"({ln}) Tj T*" for ln in lines) + " ET"
+        objs.append(f"<< /Length {len(text)} >>\nstream\n{text}\nendstream".encode("latin-1"))
+    if shared_stream is not None:
+        z = zlib.compress(shared_stream, 9)
+        objs.append(f"<< /Length {len(z)} /Filter /FlateDecode >>\nstream\n".encode() + z + b"\nendstream")
+    objs.append("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for i, body in enumerate(objs):
+        offsets.append(len(out))
+        out += f"{i + 1} 0 obj\n".encode() + (body if isinstance(body, bytes) else body.encode("latin-1")) + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    for off in offsets:
+        out += f"{off:010d} 00000 n \n".encode()
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+def test_a_pdf_bomb_hits_its_limits_in_a_child_and_never_stalls_another_tenant(served):
+    """Issue 19: a small PDF whose 30 pages share one ~80 MB content stream took 70 s in the
+    server, behind a process-wide poppler mutex that another tenant's 3-line PDF waited on. Now
+    each PDF is extracted in a child process with CPU, memory and wall-clock limits and a bound per
+    tenant: the bomb's review says not-extracted (limit: cpu), flagged for the reviewer, and the
+    other tenant's small PDF, submitted while the bomb is being extracted, answers within a
+    second with its text reviewed."""
+    import threading
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_PDF_EXTRACT_CPU_S": "2", "OML_PDF_EXTRACT_TIMEOUT_S": "8"})
+    d.tenant("beta")
+    beta = d.api_key("beta", "writer", "bob")
+    stream = b"BT /F1 12 Tf 72 720 Td (bomb bomb bomb bomb) Tj ET\n" * 1_600_000  # ~80 MB
+    bomb = make_pdf([["page"]] * 30, shared_stream=stream)
+    assert len(bomb) < 400_000
+    small = make_pdf([["first line of a small pdf", "second line", "third line"]])
+    bomb_upload = upload(d, d.writer, bomb, **{"content-type": "application/pdf"})
+    small_upload = upload(d, beta, small, **{"content-type": "application/pdf"})
+    answers = {}
+    t = threading.Thread(target=lambda: answers.__setitem__("bomb", d.submit(d.writer, body="a bomb",
+                                                                            attachments=[bomb_upload])))
+    t0 = time.time()
+    t.start()
+    # The bomb's child is running (its CPU clock is ticking) when the other tenant submits.
+    deadline = time.time() + 10
+    while not any("__extract-pdf" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
+                  for p in os.listdir("/proc") if p.isdigit() and os.path.exists(f"/proc/{p}/cmdline")):
+        assert time.time() < deadline, "the bomb's extractor never started"
+        time.sleep(0.02)
+    s0 = time.time()
+    r = d.submit(beta, body="a small pdf", attachments=[small_upload])
+    small_secs = time.time() - s0
+    assert r.status_code == 201, r.text
+    assert small_secs < 1.0, small_secs
+    t.join(timeout=60)
+    assert answers["bomb"].status_code == 201, answers["bomb"].text
+    assert not t.is_alive() and time.time() - t0 < 15
+    attach = {e[2]["upload_id"]: e[2] for e in events_all(d) if e[1] == "submission.attach"}
+    small_review = attach[small_upload]["review"]
+    assert (small_review["method"], small_review["flags"]) == ("pdf", [])
+    bomb_review = attach[bomb_upload]["review"]
+    assert bomb_review["method"] == "pdf-limit"
+    assert bomb_review["flags"] == ["not-extracted"]
+    assert "not-extracted: limit: cpu 2 s" in bomb_review["notes"]
+    # The reviewer sees it on the claim, and a verdict records it ("attachment 1:not-extracted").
+    art = answers["bomb"].json()["artifact_id"]
+    shown = d.get(f"/v1/claims/{art}", d.reviewer).json()
+    assert shown["attachments"][0]["review"]["flags"] == ["not-extracted"], shown
+
+
+def events_all(d):
+    """(seq, type, payload) of every tenant's events, in seq order per tenant."""
+    with d.su() as c:
+        rows = c.execute("SELECT tenant_id, seq, signed_bytes FROM oml.journal ORDER BY tenant_id, seq").fetchall()
+    out = []
+    for _, seq, sb in rows:
+        env = json.loads(bytes(sb))
+        out.append((seq, env["type"], env["payload"]))
+    return out

@@ -147,7 +147,7 @@ Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, co
       return Status(Code::kDataLoss, "upload " + u.upload_id + ": the stored object does not match its digests",
                     "integrity");
     if (whole) {
-      OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, u.media_type, plain));
+      OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, u.media_type, plain, c.tenant_id));
       crypto::Wipe(&r.text);
       a.review = review::ReviewToJson(r);
     } else {
@@ -476,7 +476,7 @@ Result<std::optional<std::string>> Attachments::SearchText(const std::string& te
   if (crypto::Sha256(plain) != a.plaintext_sha256)
     return Status(Code::kDataLoss, "attachment " + std::to_string(a.ordinal) + " does not match its plaintext digest",
                   "integrity");
-  OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, a.media_type, plain));
+  OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, a.media_type, plain, tenant));
   if (r.kind != review::ReviewKind::kTextExtraction) return std::optional<std::string>();
   return std::optional<std::string>(std::move(r.text));
 }

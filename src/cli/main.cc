@@ -383,6 +383,13 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // bucket; the deny-list file and clamd address are checked here, at startup.
   OML_ASSIGN_OR_RETURN(auto bodies, blob::OpenBucket(c, c.bodies_bucket));
   OML_ASSIGN_OR_RETURN(review::Options review_opts, review::OptionsFromConfig(c));
+  // PDFs are extracted in child processes of this binary, never in the server (pdf_sandbox.h).
+  {
+    std::error_code ec;
+    const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return Internal("cannot find this binary (/proc/self/exe) for the PDF extractor: " + ec.message());
+    OML_ASSIGN_OR_RETURN(review_opts.pdf, review::PdfSandboxFromConfig(c, self));
+  }
   admission::AttachmentsOptions attachment_opts;
   attachment_opts.inline_body_max_bytes = c.inline_body_max_bytes;
   attachment_opts.max_serve_bytes = c.attachment_serve_max_bytes;
@@ -1322,4 +1329,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace oml::cli
 
-int main(int argc, char** argv) { return oml::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // The PDF extractor child (review/pdf_sandbox.h): before anything else is set up.
+  if (argc >= 2 && std::string_view(argv[1]) == "__extract-pdf") return oml::review::RunPdfChild(argc, argv);
+  return oml::cli::Main(argc, argv);
+}

@@ -110,6 +110,9 @@ Result<Config> LoadConfig() {
       {"inline_body_max_bytes", "OML_INLINE_BODY_MAX_BYTES", ""},
       {"rejected_retention_s", "OML_REJECTED_RETENTION_S", ""},
       {"attachment_serve_max_bytes", "OML_ATTACHMENT_SERVE_MAX_BYTES", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
+      {"pdf_extract_memory_mb", "OML_PDF_EXTRACT_MEMORY_MB", ""}, {"pdf_extract_cpu_s", "OML_PDF_EXTRACT_CPU_S", ""},
+      {"pdf_extract_timeout_s", "OML_PDF_EXTRACT_TIMEOUT_S", ""}, {"pdf_extract_max", "OML_PDF_EXTRACT_MAX", ""},
+      {"pdf_extract_per_tenant", "OML_PDF_EXTRACT_PER_TENANT", ""},
   };
   const fs::path file = home / "oml.toml";
   if (fs::exists(file)) {
@@ -190,7 +193,9 @@ Result<Config> LoadConfig() {
           up_expiry = c.upload_expiry_s, up_max = static_cast<int64_t>(c.upload_max_bytes), up_complete_ttl = -1,
           clamd_tmo = c.clamd_timeout_ms, review_text = c.review_max_text_bytes,
           inline_max = static_cast<int64_t>(c.inline_body_max_bytes), rejected_ret = c.rejected_retention_s,
-          serve_max = static_cast<int64_t>(c.attachment_serve_max_bytes);
+          serve_max = static_cast<int64_t>(c.attachment_serve_max_bytes), pdf_mem = c.pdf_extract_memory_mb,
+          pdf_cpu = c.pdf_extract_cpu_s, pdf_tmo = c.pdf_extract_timeout_s, pdf_max = c.pdf_extract_max,
+          pdf_tenant = c.pdf_extract_per_tenant;
   for (const Bound& b : {Bound{"http_max_request_bytes", 1024, int64_t(1) << 32, &req_bytes},
                          Bound{"http_max_header_bytes", 1024, 1 << 20, &hdr},
                          Bound{"http_request_timeout_ms", 100, 3600000, &tmo},
@@ -205,7 +210,12 @@ Result<Config> LoadConfig() {
                          Bound{"review_max_text_bytes", 1024, int64_t(1) << 30, &review_text},
                          Bound{"inline_body_max_bytes", 0, int64_t(1) << 30, &inline_max},
                          Bound{"rejected_retention_s", 1, int64_t(10) * 366 * 86400, &rejected_ret},
-                         Bound{"attachment_serve_max_bytes", 64 * 1024, int64_t(1) << 30, &serve_max}}) {
+                         Bound{"attachment_serve_max_bytes", 64 * 1024, int64_t(1) << 30, &serve_max},
+                         Bound{"pdf_extract_memory_mb", 64, 65536, &pdf_mem},
+                         Bound{"pdf_extract_cpu_s", 1, 3600, &pdf_cpu},
+                         Bound{"pdf_extract_timeout_s", 1, 3600, &pdf_tmo},
+                         Bound{"pdf_extract_max", 1, 256, &pdf_max},
+                         Bound{"pdf_extract_per_tenant", 1, 256, &pdf_tenant}}) {
     if (get(b.key).empty()) continue;
     OML_RETURN_IF_ERROR(ParseInt(b.key, get(b.key), b.out));
     if (*b.out < b.lo || *b.out > b.hi)
@@ -227,6 +237,13 @@ Result<Config> LoadConfig() {
   c.inline_body_max_bytes = uint64_t(inline_max);
   c.rejected_retention_s = rejected_ret;
   c.attachment_serve_max_bytes = uint64_t(serve_max);
+  c.pdf_extract_memory_mb = pdf_mem;
+  c.pdf_extract_cpu_s = pdf_cpu;
+  c.pdf_extract_timeout_s = pdf_tmo;
+  c.pdf_extract_max = pdf_max;
+  c.pdf_extract_per_tenant = pdf_tenant;
+  if (c.pdf_extract_per_tenant > c.pdf_extract_max)
+    return InvalidArgument("setting pdf_extract_per_tenant: must be at most pdf_extract_max");
   c.deny_list_file = get("deny_list_file");
   c.clamd_address = get("clamd_address");
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");

@@ -48,6 +48,12 @@
 //   clamd_address            OML_CLAMD_ADDRESS            "" (no ClamAV scan; review/clamd.h)
 //   clamd_timeout_ms         OML_CLAMD_TIMEOUT_MS         30000 (1..3600000, per socket operation)
 //   review_max_text_bytes    OML_REVIEW_MAX_TEXT_BYTES    8388608 (1024..1 GiB, extracted text per item)
+//   pdf_extract_memory_mb    OML_PDF_EXTRACT_MEMORY_MB    1024 (64..65536: address space of one PDF extractor
+//                                                         process, review/pdf_sandbox.h)
+//   pdf_extract_cpu_s        OML_PDF_EXTRACT_CPU_S        10 (1..3600: CPU seconds of one PDF extraction)
+//   pdf_extract_timeout_s    OML_PDF_EXTRACT_TIMEOUT_S    20 (1..3600: wall clock of one, waiting for a slot included)
+//   pdf_extract_max          OML_PDF_EXTRACT_MAX          4 (1..256: PDF extractor processes at once)
+//   pdf_extract_per_tenant   OML_PDF_EXTRACT_PER_TENANT   2 (1..256, at most pdf_extract_max: of one tenant)
 //
 // reduced_durability: `oml serve` acknowledges writes although the database does not run
 // synchronous quorum replication (db/durability.h); the --reduced-durability flag sets it too.
@@ -122,6 +128,11 @@ struct Config {
   std::string clamd_address;   // empty: no ClamAV scan
   int clamd_timeout_ms = 30000;
   uint64_t review_max_text_bytes = 8 << 20;
+  int64_t pdf_extract_memory_mb = 1024;
+  int64_t pdf_extract_cpu_s = 10;
+  int64_t pdf_extract_timeout_s = 20;
+  int64_t pdf_extract_max = 4;
+  int64_t pdf_extract_per_tenant = 2;
 
   std::string ListenHost() const;
   int ListenPort() const;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 namespace oml {
 namespace {
@@ -135,6 +136,34 @@ TEST(BucketNameTest, FollowsTheS3Rules) {
     EXPECT_FALSE(IsValidBucketName(bad)) << bad;
   }
   EXPECT_TRUE(IsValidBucketName("192.168.1"));  // three groups: not an IPv4 address
+}
+
+TEST_F(ConfigTest, PdfExtractorLimitsDefaultComeFromFileOrEnvironmentAndAreBounded) {
+  for (const char* v : {"OML_PDF_EXTRACT_MEMORY_MB", "OML_PDF_EXTRACT_CPU_S", "OML_PDF_EXTRACT_TIMEOUT_S",
+                        "OML_PDF_EXTRACT_MAX", "OML_PDF_EXTRACT_PER_TENANT"})
+    unsetenv(v);
+  auto c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(std::vector<int64_t>({c->pdf_extract_memory_mb, c->pdf_extract_cpu_s, c->pdf_extract_timeout_s,
+                                  c->pdf_extract_max, c->pdf_extract_per_tenant}),
+            std::vector<int64_t>({1024, 10, 20, 4, 2}));
+  WriteToml("pdf_extract_memory_mb = 256\npdf_extract_cpu_s = 3\npdf_extract_timeout_s = 7\npdf_extract_max = 8\n");
+  setenv("OML_PDF_EXTRACT_PER_TENANT", "5", 1);
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(std::vector<int64_t>({c->pdf_extract_memory_mb, c->pdf_extract_cpu_s, c->pdf_extract_timeout_s,
+                                  c->pdf_extract_max, c->pdf_extract_per_tenant}),
+            std::vector<int64_t>({256, 3, 7, 8, 5}));
+  setenv("OML_PDF_EXTRACT_PER_TENANT", "9", 1);
+  c = LoadConfig();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "setting pdf_extract_per_tenant: must be at most pdf_extract_max");
+  unsetenv("OML_PDF_EXTRACT_PER_TENANT");
+  setenv("OML_PDF_EXTRACT_MEMORY_MB", "63", 1);
+  c = LoadConfig();
+  unsetenv("OML_PDF_EXTRACT_MEMORY_MB");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "setting pdf_extract_memory_mb: must be 64..65536");
 }
 
 TEST_F(ConfigTest, ReviewSettingsDefaultComeFromFileOrEnvironmentAndAreBounded) {

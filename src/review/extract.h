@@ -36,6 +36,8 @@ class TextSink {
   bool truncated() const { return truncated_; }
   void MarkTruncated() { truncated_ = true; }
   const std::string& text() const { return out_; }
+  // Bytes that can still be appended before the cap.
+  size_t remaining() const { return out_.size() < max_bytes_ ? max_bytes_ - out_.size() : 0; }
   std::string Take() { return std::move(out_); }
 
  private:
@@ -65,6 +67,7 @@ enum class PdfOutcome {
   kEncrypted,    // needs a password: nothing extracted
   kUnreadable,   // poppler cannot open it (corrupt, truncated, not a PDF)
   kTooLarge,     // above 2 GiB - 1 (poppler takes an int length)
+  kLimit,        // the isolated extractor hit a limit (pdf_sandbox.h): memory, CPU, time, slots
 };
 struct PdfText {
   PdfOutcome outcome = PdfOutcome::kOk;
@@ -74,7 +77,8 @@ struct PdfText {
 };
 // At most kMaxPdfPages pages are read; beyond, the sink is marked truncated.
 inline constexpr int kMaxPdfPages = 10000;
-// Serialized process-wide (poppler's global state is not documented as thread-safe).
+// Serialized process-wide (poppler's global state is not documented as thread-safe): the server
+// never calls it, it runs in a child process per file (pdf_sandbox.h).
 // poppler's own error messages are silenced, never written to stderr.
 PdfText ExtractPdf(std::string_view bytes, TextSink* sink);
 

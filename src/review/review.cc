@@ -23,6 +23,18 @@ Result<Options> OptionsFromConfig(const Config& config) {
   return o;
 }
 
+Result<std::shared_ptr<PdfSandbox>> PdfSandboxFromConfig(const Config& config, const std::string& binary) {
+  if (binary.empty()) return InvalidArgument("the PDF extractor needs the oml binary's path");
+  PdfSandboxOptions p;
+  p.binary = binary;
+  p.memory_bytes = static_cast<uint64_t>(config.pdf_extract_memory_mb) << 20;
+  p.cpu_seconds = static_cast<int>(config.pdf_extract_cpu_s);
+  p.wall = std::chrono::seconds(config.pdf_extract_timeout_s);
+  p.max_concurrent = static_cast<int>(config.pdf_extract_max);
+  p.max_per_tenant = static_cast<int>(config.pdf_extract_per_tenant);
+  return std::make_shared<PdfSandbox>(std::move(p));
+}
+
 const char* ReviewKindName(ReviewKind k) { return k == ReviewKind::kTextExtraction ? "text-extraction" : "opaque"; }
 
 std::vector<std::string> Review::Flags() const {
@@ -32,11 +44,13 @@ std::vector<std::string> Review::Flags() const {
   if (scan.outcome == ScanResult::Outcome::kError) f.push_back("scan-error");
   if (media_type_mismatch) f.push_back("media-type-mismatch");
   if (text_truncated) f.push_back("text-truncated");
-  if (method == "pdf-encrypted" || method == "pdf-unreadable" || method == "pdf-too-large") f.push_back("not-extracted");
+  if (method == "pdf-encrypted" || method == "pdf-unreadable" || method == "pdf-too-large" || method == "pdf-limit")
+    f.push_back("not-extracted");
   return f;
 }
 
-Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes) {
+Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes,
+                             const std::string& tenant) {
   Review r;
   r.size = bytes.size();
   r.sha256_hex = crypto::Hex(crypto::Sha256(bytes));
@@ -54,7 +68,12 @@ Result<Review> ReviewContent(const Options& options, std::string_view declared_m
     r.kind = ReviewKind::kTextExtraction;
     r.method = "empty";
   } else if (IsPdf(r.detected_media_type)) {
-    PdfText pdf = ExtractPdf(bytes, &sink);
+    PdfText pdf;
+    if (options.pdf) {
+      OML_ASSIGN_OR_RETURN(pdf, options.pdf->Extract(bytes, &sink, tenant));
+    } else {
+      pdf = ExtractPdf(bytes, &sink);
+    }
     r.pdf_pages = pdf.pages;
     r.notes = std::move(pdf.notes);
     switch (pdf.outcome) {
@@ -62,6 +81,7 @@ Result<Review> ReviewContent(const Options& options, std::string_view declared_m
       case PdfOutcome::kEncrypted: r.method = "pdf-encrypted"; break;
       case PdfOutcome::kUnreadable: r.method = "pdf-unreadable"; break;
       case PdfOutcome::kTooLarge: r.method = "pdf-too-large"; break;
+      case PdfOutcome::kLimit: r.method = "pdf-limit"; break;
     }
   } else if (IsTextFamily(r.detected_media_type)) {
     r.kind = ReviewKind::kTextExtraction;

@@ -17,13 +17,17 @@
 //   application/pdf, password needed      opaque            pdf-encrypted
 //   application/pdf, poppler cannot open  opaque            pdf-unreadable
 //   application/pdf above 2 GiB - 1       opaque            pdf-too-large
+//   application/pdf, extractor limit hit  opaque            pdf-limit (memory, CPU, time or
+//                                                           no slot: pdf_sandbox.h)
 //   anything else (images, archives, ...) opaque            binary
 //
 // Every kind gets the SHA-256 and size of the bytes and, when clamd is configured, a ClamAV
 // scan of the bytes. Text extraction feeds the deny-list; an opaque review has no text and no
 // hits (the scan is all there is).
 //
-// Thread safety: ReviewContent may run concurrently (PDF extraction is serialized inside).
+// Thread safety: ReviewContent may run concurrently. With Options::pdf set (the server), PDFs are
+// extracted in child processes (pdf_sandbox.h), bounded per tenant; without it (tests, tools),
+// in-process, serialized.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +41,7 @@
 #include "common/status.h"
 #include "review/clamd.h"
 #include "review/deny_list.h"
+#include "review/pdf_sandbox.h"
 
 namespace oml::review {
 
@@ -46,12 +51,17 @@ struct Options {
   int clamd_timeout_ms = 30000;               // per socket operation (clamd.h)
   size_t max_text_bytes = 8 << 20;            // cap of the extracted text (extract.h)
   size_t max_hits = 1000;                     // deny-list hits listed per review
+  // PDF extraction in child processes with limits (pdf_sandbox.h); null: in-process (ExtractPdf).
+  std::shared_ptr<PdfSandbox> pdf;
 };
 
 // From the config keys deny_list_file, clamd_address, clamd_timeout_ms, review_max_text_bytes
 // (common/config.h). Loads and compiles the deny-list file: its errors (kNotFound,
 // kInvalidArgument naming the pattern) are returned here, at startup, not at the first claim.
 Result<Options> OptionsFromConfig(const Config& config);
+// The server's PDF extractor (pdf_sandbox.h) from the pdf_extract_* keys; `binary` is the oml
+// executable that answers `__extract-pdf` (the running one: /proc/self/exe).
+Result<std::shared_ptr<PdfSandbox>> PdfSandboxFromConfig(const Config& config, const std::string& binary);
 
 enum class ReviewKind { kTextExtraction, kOpaque };
 const char* ReviewKindName(ReviewKind k);  // "text-extraction" | "opaque"
@@ -96,7 +106,9 @@ struct Review {
 // Reviews `bytes`, declared as `declared_media_type` ("" when none). The only error is
 // kInternal when libmagic cannot be loaded; everything about the bytes (corrupt PDF, invalid
 // JSON, clamd unreachable) is a field of the Review.
-Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes);
+// `tenant` bounds the concurrent PDF extractions of one tenant (Options::pdf); "" for none.
+Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes,
+                             const std::string& tenant = "");
 
 // The same deny-list gate on text as it stands (e.g. an inline body already known to be text):
 // offsets are into `text` itself, without extract.h's normalization.

@@ -1,0 +1,277 @@
+#include "review/pdf_sandbox.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace oml::review {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Exit codes of the child besides 0.
+constexpr int kChildUsage = 2;
+constexpr int kChildOutOfMemory = 3;
+
+const char* OutcomeName(PdfOutcome o) {
+  switch (o) {
+    case PdfOutcome::kOk: return "ok";
+    case PdfOutcome::kEncrypted: return "encrypted";
+    case PdfOutcome::kUnreadable: return "unreadable";
+    case PdfOutcome::kTooLarge: return "too-large";
+    case PdfOutcome::kLimit: return "limit";
+  }
+  return "unreadable";
+}
+
+PdfOutcome OutcomeOf(const std::string& s) {
+  if (s == "ok") return PdfOutcome::kOk;
+  if (s == "encrypted") return PdfOutcome::kEncrypted;
+  if (s == "too-large") return PdfOutcome::kTooLarge;
+  if (s == "limit") return PdfOutcome::kLimit;
+  return PdfOutcome::kUnreadable;
+}
+
+PdfText Limited(const std::string& which) {
+  PdfText t;
+  t.outcome = PdfOutcome::kLimit;
+  t.notes.push_back("not-extracted: limit: " + which);
+  return t;
+}
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// write() to a pipe whose reader is gone, without the process-wide SIGPIPE: the signal is blocked
+// in this thread for the call, and one it raised is taken off the thread's pending set.
+ssize_t WriteNoSigpipe(int fd, const char* p, size_t n) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  ssize_t w = ::write(fd, p, n);
+  const int saved = errno;
+  if (w < 0 && saved == EPIPE) {
+    const timespec zero{0, 0};
+    sigtimedwait(&pipe_set, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = saved;
+  return w;
+}
+
+// Closes a file descriptor once.
+struct Fd {
+  int fd = -1;
+  ~Fd() { Close(); }
+  void Close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+}  // namespace
+
+bool PdfSandbox::Acquire(const std::string& tenant, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool got = freed_.wait_until(lock, deadline, [&] {
+    return running_ < opts_.max_concurrent && by_tenant_[tenant] < opts_.max_per_tenant;
+  });
+  if (!got) return false;
+  ++running_;
+  ++by_tenant_[tenant];
+  return true;
+}
+
+void PdfSandbox::Release(const std::string& tenant) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    if (--by_tenant_[tenant] <= 0) by_tenant_.erase(tenant);
+  }
+  freed_.notify_all();
+}
+
+Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, const std::string& tenant) {
+  const auto deadline = Clock::now() + opts_.wall;
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    PdfText t;
+    t.outcome = PdfOutcome::kTooLarge;
+    return t;
+  }
+  if (!Acquire(tenant, deadline))
+    return Limited("no extraction slot within " + std::to_string(opts_.wall.count() / 1000) +
+                   " s (this tenant's PDFs are being extracted)");
+  struct Slot {
+    PdfSandbox* s;
+    const std::string& t;
+    ~Slot() { s->Release(t); }
+  } slot{this, tenant};
+
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+  Fd in_r{in[0]}, in_w{in[1]};
+  if (::pipe2(out, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+  Fd out_r{out[0]}, out_w{out[1]};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_r.fd, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_w.fd, 1);
+  const std::string max_text = std::to_string(sink->remaining());
+  const std::string mem = std::to_string(opts_.memory_bytes);
+  const std::string cpu = std::to_string(opts_.cpu_seconds);
+  std::vector<char*> argv = {const_cast<char*>("oml"), const_cast<char*>("__extract-pdf"),
+                             const_cast<char*>(max_text.c_str()), const_cast<char*>(mem.c_str()),
+                             const_cast<char*>(cpu.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, opts_.binary.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return Internal("cannot start the PDF extractor " + opts_.binary + ": " + std::strerror(rc));
+  in_r.Close();
+  out_w.Close();
+  bool killed = false;
+  auto kill_child = [&] {
+    if (!killed) ::kill(pid, SIGKILL);
+    killed = true;
+  };
+  // Write the PDF and read the answer in one poll loop (the child may answer early, e.g. on a
+  // file it refuses, and a full pipe must never block either side).
+  ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
+  size_t sent = 0;
+  std::string answer;
+  bool timed_out = false;
+  char buf[1 << 16];
+  while (out_r.fd >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      kill_child();
+      break;
+    }
+    pollfd fds[2];
+    int n = 0;
+    fds[n++] = {out_r.fd, POLLIN, 0};
+    if (in_w.fd >= 0) fds[n++] = {in_w.fd, POLLOUT, 0};
+    int ready = ::poll(fds, n, static_cast<int>(std::min<long long>(left, 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    if (in_w.fd >= 0 && n == 2 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t w = WriteNoSigpipe(in_w.fd, bytes.data() + sent, std::min<size_t>(bytes.size() - sent, 1 << 16));
+      if (w > 0) sent += static_cast<size_t>(w);
+      if (w < 0 && errno != EAGAIN && errno != EINTR) in_w.Close();  // the child stopped reading
+      if (sent == bytes.size()) in_w.Close();
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t r = ::read(out_r.fd, buf, sizeof buf);
+      if (r > 0) {
+        answer.append(buf, static_cast<size_t>(r));
+        // Header line plus at most the text cap (plus a margin): anything more is not our child.
+        if (answer.size() > sink->remaining() + (1 << 20)) {
+          kill_child();
+          break;
+        }
+      } else if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+        out_r.Close();
+      }
+    }
+  }
+  in_w.Close();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return Limited("time " + std::to_string(opts_.wall.count() / 1000) + " s");
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    if (sig == SIGXCPU || (sig == SIGKILL && !killed)) return Limited("cpu " + std::to_string(opts_.cpu_seconds) + " s");
+    if (killed) return Limited("output larger than the text cap");
+    PdfText t;
+    t.outcome = PdfOutcome::kUnreadable;
+    t.notes.push_back("the PDF extractor died of signal " + std::to_string(sig));
+    return t;
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == kChildOutOfMemory) return Limited("memory " + std::to_string(opts_.memory_bytes >> 20) + " MiB");
+  const size_t nl = answer.find('\n');
+  if (code != 0 || nl == std::string::npos)
+    return Internal("the PDF extractor exited " + std::to_string(code) + " without an answer");
+  auto head = nlohmann::json::parse(answer.substr(0, nl), nullptr, /*allow_exceptions=*/false);
+  if (!head.is_object()) return Internal("the PDF extractor's answer is not JSON: " + answer.substr(0, std::min<size_t>(nl, 200)));
+  PdfText t;
+  t.outcome = OutcomeOf(head.value("outcome", ""));
+  t.pages = head.value("pages", 0);
+  t.pages_extracted = head.value("pages_extracted", 0);
+  if (head.contains("notes") && head["notes"].is_array())
+    for (const auto& note : head["notes"]) t.notes.push_back(note.get<std::string>());
+  // The child's text is already in the normal form, within the cap: appended as is.
+  sink->AppendUtf8(std::string_view(answer).substr(nl + 1));
+  if (head.value("truncated", false)) sink->MarkTruncated();
+  return t;
+}
+
+int RunPdfChild(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: oml __extract-pdf <max_text_bytes> <memory_bytes> <cpu_seconds>\n");
+    return kChildUsage;
+  }
+  const unsigned long long max_text = std::strtoull(argv[2], nullptr, 10);
+  const unsigned long long mem = std::strtoull(argv[3], nullptr, 10);
+  const unsigned long cpu = std::strtoul(argv[4], nullptr, 10);
+  // The limits first, before a byte of the file is read.
+  rlimit as{static_cast<rlim_t>(mem), static_cast<rlim_t>(mem)};
+  // Soft limit: SIGXCPU (the parent names the CPU limit); the hard one a second later: SIGKILL.
+  rlimit cpu_limit{static_cast<rlim_t>(cpu), static_cast<rlim_t>(cpu + 1)};
+  if (::setrlimit(RLIMIT_AS, &as) != 0 || ::setrlimit(RLIMIT_CPU, &cpu_limit) != 0) {
+    std::perror("setrlimit");
+    return kChildUsage;
+  }
+  try {
+    std::string pdf;
+    char buf[1 << 16];
+    for (;;) {
+      ssize_t r = ::read(0, buf, sizeof buf);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      pdf.append(buf, static_cast<size_t>(r));
+    }
+    TextSink sink(static_cast<size_t>(max_text));
+    PdfText t = ExtractPdf(pdf, &sink);
+    nlohmann::json head = {{"outcome", OutcomeName(t.outcome)},
+                           {"pages", t.pages},
+                           {"pages_extracted", t.pages_extracted},
+                           {"notes", t.notes},
+                           {"truncated", sink.truncated()}};
+    std::string line = head.dump() + "\n";
+    if (!WriteAll(1, line.data(), line.size()) || !WriteAll(1, sink.text().data(), sink.text().size())) return 1;
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return kChildOutOfMemory;
+  }
+}
+
+}  // namespace oml::review

@@ -1,0 +1,76 @@
+// PDF text extraction isolated from the server (issue 19, "One small PDF stalls every tenant").
+//
+// poppler runs in a child process per extraction, never in the server: a 204 KB PDF whose 30
+// pages share one 81 MB content stream took 70 s in-process, behind a process-wide mutex that
+// every other tenant's PDF waited on. Here each extraction is `<oml> __extract-pdf` (the server's
+// own binary, RunPdfChild below), spawned with:
+//   - an address-space limit (RLIMIT_AS) and a CPU-time limit (RLIMIT_CPU), set by the child on
+//     itself before it reads a byte;
+//   - a wall-clock deadline enforced by the parent (SIGKILL at the deadline);
+//   - no lock shared with any other extraction (each child has its own poppler);
+//   - a per-tenant bound on concurrent extractions and a bound for the whole process: an
+//     extraction waits for a slot until its deadline, so one tenant's bombs queue behind each
+//     other and never take another tenant's slots.
+// A file that hits a limit gets an honest result: PdfOutcome::kLimit with the limit named
+// ("not-extracted: limit: cpu 10 s"), which the review flags ("not-extracted") for the reviewer;
+// never a silent empty text.
+//
+// Protocol: the parent writes the PDF to the child's stdin and closes it; the child writes one
+// JSON line {"outcome", "pages", "pages_extracted", "notes", "truncated"} and then the extracted
+// text (already in extract.h's normal form, at most max_text_bytes) to stdout, and exits 0.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "review/extract.h"
+
+namespace oml::review {
+
+struct PdfSandboxOptions {
+  std::string binary;                     // the executable that answers `__extract-pdf` (oml)
+  uint64_t memory_bytes = 1ull << 30;     // RLIMIT_AS of the child
+  int cpu_seconds = 10;                   // RLIMIT_CPU of the child
+  std::chrono::milliseconds wall{20000};  // from the request, the slot wait included
+  int max_concurrent = 4;                 // children at once, all tenants
+  int max_per_tenant = 2;                 // children at once for one tenant
+};
+
+class PdfSandbox {
+ public:
+  explicit PdfSandbox(PdfSandboxOptions o) : opts_(std::move(o)) {}
+  PdfSandbox(const PdfSandbox&) = delete;
+  PdfSandbox& operator=(const PdfSandbox&) = delete;
+
+  // The text of `bytes` into `sink`, as ExtractPdf would give it, from a child process. A limit
+  // hit (memory, CPU, wall clock, or no slot before the deadline) is PdfOutcome::kLimit with the
+  // limit in notes; a child that fails otherwise (crash) is kUnreadable with a note. Errors of
+  // the sandbox itself (cannot spawn) are returned.
+  Result<PdfText> Extract(std::string_view bytes, TextSink* sink, const std::string& tenant);
+
+  const PdfSandboxOptions& options() const { return opts_; }
+
+ private:
+  // Takes a slot for `tenant` before `deadline`; false if none came free in time.
+  bool Acquire(const std::string& tenant, std::chrono::steady_clock::time_point deadline);
+  void Release(const std::string& tenant);
+
+  PdfSandboxOptions opts_;
+  std::mutex mu_;
+  std::condition_variable freed_;
+  int running_ = 0;
+  std::map<std::string, int> by_tenant_;
+};
+
+// The child: `oml __extract-pdf <max_text_bytes> <memory_bytes> <cpu_seconds>`. Sets its limits,
+// reads the PDF from stdin, extracts (ExtractPdf), writes the answer to stdout. Returns the exit
+// code. Called from main() before anything else is set up.
+int RunPdfChild(int argc, char** argv);
+
+}  // namespace oml::review
