@@ -370,18 +370,20 @@ def restart(d, env=None):
     d.serve(env=env or {})
 
 
-def test_ranges_are_capped_and_only_a_gapless_read_of_every_byte_counts_as_served(deployment):
-    """A Range never makes a response larger than attachment_serve_max_bytes (the part served is
-    named by Content-Range), and a reviewer's range reads count as a serve only once they covered
-    the file from byte 0 to its end without a gap: one byte per file is not a review."""
-    d = serve_with(deployment, {"OML_ATTACHMENT_SERVE_MAX_BYTES": "65536"})
+def test_any_size_is_served_whole_and_only_a_gapless_read_of_every_byte_counts_as_served(served):
+    """No size needs Range any more (issue 19: responses are streamed; the 64 MiB
+    attachment_serve_max_bytes cap is gone), a range is served whole, and a reviewer's range
+    reads count as a serve only once they covered the file from byte 0 to its end without a gap:
+    one byte per file is not a review."""
+    d = served
     data = bytes(range(256)) * 800  # 204,800 bytes
     small = b"small enough to read whole"
     art = d.submit(d.writer, attachments=[upload(d, d.writer, data), upload(d, d.writer, small)]).json()["artifact_id"]
-    problem(get_att(d, d.writer, art, 1), 409, "range-required")
+    g = get_att(d, d.writer, art, 1)
+    assert (g.status_code, g.content) == (200, data)
+    assert g.headers["Repr-Digest"] == "sha-256=:" + base64.b64encode(hashlib.sha256(data).digest()).decode() + ":"
     g = get_att(d, d.writer, art, 1, Range="bytes=0-")
-    assert (g.status_code, g.headers["Content-Range"], len(g.content)) == (206, f"bytes 0-65535/{len(data)}", 65536)
-    assert g.content == data[:65536]
+    assert (g.status_code, g.headers["Content-Range"], g.content) == (206, f"bytes 0-204799/{len(data)}", data)
     g = get_att(d, d.writer, art, 1, Range="bytes=150000-")  # starts mid-file: decrypted from its segment
     assert (g.headers["Content-Range"], g.content) == (f"bytes 150000-204799/{len(data)}", data[150000:])
     # The reviewer: the last byte of each file, then a gap: no serve of file 1 is recorded.
@@ -391,15 +393,87 @@ def test_ranges_are_capped_and_only_a_gapless_read_of_every_byte_counts_as_serve
     assert get_att(d, d.reviewer, art, 1, Range="bytes=200-300").status_code == 206  # a gap at 100..199
     assert [e[2]["item"] for e in events(d, {"review.served"})] == [2]
     assert "not served: 1" in problem(verdict(d, d.reviewer, art, "accept"), 409, "attachments-not-served")["detail"]
-    # Reading on from the covered prefix, in capped ranges, serves it at the last byte.
+    # Reading on from the covered prefix, in ranges of 65536, serves it at the last byte.
     off = 100
     while off < len(data):
-        g = get_att(d, d.reviewer, art, 1, Range=f"bytes={off}-")
-        assert g.status_code == 206 and g.content == data[off:off + len(g.content)]
+        g = get_att(d, d.reviewer, art, 1, Range=f"bytes={off}-{off + 65535}")
+        assert g.status_code == 206 and g.content == data[off:off + 65536]
         off += len(g.content)
         served = [e[2]["item"] for e in events(d, {"review.served"})]
         assert served == ([2, 1] if off == len(data) else [2])
     assert verdict(d, d.reviewer, art, "accept").status_code == 200
+    # In any order: 0-99, 200-end, 100-199 cover every byte: served at the third read.
+    art = d.submit(d.writer, attachments=[upload(d, d.writer, data)]).json()["artifact_id"]
+    for rng, served_after in (("0-99", False), ("200-", False), ("100-199", True)):
+        assert get_att(d, d.reviewer, art, 1, Range=f"bytes={rng}").status_code == 206
+        served = [e for e in events(d, {"review.served"}) if e[2].get("artifact_id") == art]
+        assert len(served) == (1 if served_after else 0), rng
+    assert verdict(d, d.reviewer, art, "accept").status_code == 200
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def test_idle_readers_hold_one_piece_each_and_a_large_file_reads_back_exact(served):
+    """Issue 19: each GET of a 64 MiB attachment held ~76 MiB until the client read it; 24
+    sockets that never read took the server from 105 MiB to 1.9 GiB. Responses are streamed: 24
+    idle readers of a 64 MiB file grow VmHWM by at most 64 MiB, and they are cut at the request
+    deadline. A 1 GiB file reads back exact, with its Repr-Digest."""
+    import socket
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_HTTP_REQUEST_TIMEOUT_MS": "5000"})
+    data = os.urandom(64 << 20)
+    uid = new_upload(d, d.writer, data)
+    assert upload_all(d, d.writer, uid, data, chunk=6 << 20) == len(data)
+    art = d.submit(d.writer, body="big", attachments=[uid]).json()["artifact_id"]
+    del data
+    before = vm_hwm_kib(d.server.pid)
+    idle = []
+    for _ in range(24):
+        s = socket.create_connection(("127.0.0.1", d.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(f"GET /v1/claims/{art}/attachments/1 HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {d.writer}\r\n\r\n".encode())
+        idle.append(s)
+    time.sleep(2)  # every response started and filled its socket buffers
+    grown_mib = (vm_hwm_kib(d.server.pid) - before) / 1024
+    assert grown_mib <= 64, grown_mib
+    # Cut at the request deadline: each idle socket is closed by the server.
+    time.sleep(6)
+    for s in idle:
+        s.settimeout(5)
+        total = 0
+        try:
+            while True:
+                b = s.recv(1 << 20)
+                if not b:
+                    break
+                total += len(b)
+        except (ConnectionResetError, socket.timeout):
+            pass
+        assert total < (64 << 20), total
+        s.close()
+    # A large file reads back exact, streamed.
+    big = os.urandom(1 << 30)
+    uid = new_upload(d, d.writer, big)
+    assert upload_all(d, d.writer, uid, big, chunk=6 << 20) == len(big)
+    art = d.submit(d.writer, body="bigger", attachments=[uid]).json()["artifact_id"]
+    h = hashlib.sha256()
+    n = 0
+    with requests.get(f"{d.base}/v1/claims/{art}/attachments/1", stream=True, timeout=120,
+                      headers={"Authorization": f"Bearer {d.writer}"}) as r:
+        assert r.status_code == 200
+        assert r.headers["Content-Length"] == str(len(big))
+        for chunk in r.iter_content(1 << 20):
+            h.update(chunk)
+            n += len(chunk)
+        digest = r.headers["Repr-Digest"]
+    assert n == len(big)
+    assert h.digest() == hashlib.sha256(big).digest()
+    assert digest == "sha-256=:" + base64.b64encode(h.digest()).decode() + ":"
 
 
 def test_a_served_row_without_its_signed_event_does_not_count(served):
@@ -614,3 +688,28 @@ def events_all(d):
         env = json.loads(bytes(sb))
         out.append((seq, env["type"], env["payload"]))
     return out
+
+
+def test_keys_created_without_a_principal_each_have_their_own(served):
+    """Issue 19: `oml key create --role writer` without --principal gave every such key the
+    principal "writer", so two default keys shared own work (one read the other's held
+    attachment) and two default reviewer keys shared "served". Now each key is its own principal,
+    "<role>:<key id>"."""
+    d = served
+
+    def key(role):
+        r = d.run("key", "create", "--tenant", "acme", "--role", role)
+        key_id = r.stderr.split("key id ")[1].split(",")[0]
+        return r.stdout.strip(), key_id
+
+    (w1, w1_id), (w2, _) = key("writer"), key("writer")
+    (r1, _), (r2, r2_id) = key("reviewer"), key("reviewer")
+    created = {e[2]["key_id"]: e[2]["principal"] for e in events(d, {"api_key.created"})}
+    assert created[w1_id] == f"writer:{w1_id}" and created[r2_id] == f"reviewer:{r2_id}"
+    data = b"held file of the first default writer"
+    art = d.submit(w1, body="mine", attachments=[upload(d, w1, data)]).json()["artifact_id"]
+    assert get_att(d, w1, art, 1).content == data
+    problem(get_att(d, w2, art, 1), 404, "claim-not-found")
+    assert get_att(d, r1, art, 1).content == data  # served to r1 only
+    assert "not served: 1" in problem(verdict(d, r2, art, "accept"), 409, "attachments-not-served")["detail"]
+    assert verdict(d, r1, art, "accept").status_code == 200

@@ -316,6 +316,124 @@ Result<crypto::SecureBytes> Attachments::Dek(const std::string& tenant, const At
   return kek_->UnwrapFrom(r.Get(0, 0), r.GetBytes(0, 1), uploads::UploadDekAad(tenant, a.upload_id));
 }
 
+namespace {
+
+// Plaintext bytes per piece of a streamed attachment: with the ciphertext read for it, what one
+// response holds in memory whatever the file's size (issue 19).
+constexpr uint64_t kServePiece = 256 * 1024;
+
+// Reads [first, first + want) of an attachment's plaintext piece by piece: ciphertext ranges of
+// `store` from the segment that holds `first`, each segment authenticated as it is decrypted. A
+// whole read (`whole`) also checks, at its end, that the object is exactly its ciphertext size and
+// the plaintext its digest. Not thread-safe: one caller at a time (the HTTP server calls Next
+// once per piece, in order).
+class AttachmentReader {
+ public:
+  static Result<std::shared_ptr<AttachmentReader>> Open(blob::ObjectStore* store, blob::ObjectStore* bodies,
+                                                        const Attachment& a, std::string_view dek,
+                                                        const std::string& aad, uint64_t first, uint64_t want,
+                                                        bool whole) {
+    auto r = std::shared_ptr<AttachmentReader>(new AttachmentReader());
+    r->a_ = a;
+    r->first_ = first;
+    r->want_ = want;
+    r->whole_ = whole;
+    r->store_ = store;
+    // A promotion racing this read may have moved the object from quarantine to bodies since
+    // the row was read: look there once before calling the object missing.
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> header, store->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
+    if (!header && a.location == "quarantine") {
+      r->store_ = bodies;
+      OML_ASSIGN_OR_RETURN(header, bodies->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
+    }
+    if (!header) return Status(Code::kDataLoss, "object " + a.object_key + " is missing", "integrity");
+    uint32_t segment = 0;
+    OML_ASSIGN_OR_RETURN(r->dec_, crypto::AeadStreamDecryptor::CreateAt(dek, aad, *header, 0, &segment));
+    const uint64_t first_segment = whole ? 0 : first / segment;
+    if (first_segment > 0) {  // the segment size is in the header: only now can the start be placed
+      OML_ASSIGN_OR_RETURN(r->dec_, crypto::AeadStreamDecryptor::CreateAt(dek, aad, *header, first_segment));
+    }
+    r->pos_ = first_segment * segment;
+    r->at_ = crypto::kAeadHeaderSize + first_segment * (uint64_t{segment} + crypto::kAeadTagSize);
+    return r;
+  }
+
+  // The next piece of the range ("" once it was all returned). kDataLoss "integrity" if the
+  // object is missing, shorter than the range, fails a tag, or (whole) does not match its digests.
+  Result<std::string> Next() {
+    while (sent_ < want_) {
+      if (!pending_.empty()) return Take();
+      if (ended_) {
+        if (sent_ < want_)
+          return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " is shorter than its size",
+                        "integrity");
+        break;
+      }
+      OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store_->GetRange(a_.object_key, at_, kServePiece));
+      if (!ct) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
+      std::string pt;
+      if (!ct->empty()) {
+        at_ += ct->size();
+        OML_ASSIGN_OR_RETURN(pt, dec_->Update(*ct));
+      }
+      if (ct->size() < kServePiece) {  // the object's end: only the last segment's tag can tell
+        OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
+        pt += tail;
+        ended_ = true;
+      }
+      Keep(pt);
+    }
+    if (whole_ && !checked_) {
+      checked_ = true;
+      if (!ended_) {  // the range ended with the file's last byte; its tag closes the stream
+        OML_ASSIGN_OR_RETURN(std::optional<std::string> rest, store_->GetRange(a_.object_key, at_, kServePiece));
+        if (rest && !rest->empty()) {
+          at_ += rest->size();
+          OML_ASSIGN_OR_RETURN(std::string pt, dec_->Update(*rest));
+          hash_.Update(pt);
+        }
+        OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
+        hash_.Update(tail);
+      }
+      if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256)
+        return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " does not match its digests",
+                      "integrity");
+    }
+    return std::string();
+  }
+
+ private:
+  AttachmentReader() = default;
+
+  // Keeps the part of `pt` (plaintext at pos_) inside the range; hashes all of it (whole reads).
+  void Keep(const std::string& pt) {
+    if (whole_) hash_.Update(pt);
+    const uint64_t b = pos_, e = pos_ + pt.size();
+    pos_ = e;
+    const uint64_t lo = std::max(b, first_ + sent_ + pending_.size()), hi = std::min(e, first_ + want_);
+    if (lo < hi) pending_.append(pt, lo - b, hi - lo);
+  }
+
+  std::string Take() {
+    std::string out = std::move(pending_);
+    pending_.clear();
+    sent_ += out.size();
+    return out;
+  }
+
+  Attachment a_;
+  blob::ObjectStore* store_ = nullptr;
+  std::unique_ptr<crypto::AeadStreamDecryptor> dec_;
+  uploads::RunningSha256 hash_;
+  uint64_t first_ = 0, want_ = 0, sent_ = 0;
+  uint64_t pos_ = 0;  // plaintext offset of the next byte the decryptor returns
+  uint64_t at_ = 0;   // ciphertext offset of the next read
+  std::string pending_;
+  bool whole_ = false, ended_ = false, checked_ = false;
+};
+
+}  // namespace
+
 Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m, int ordinal,
                                             std::optional<ByteRange> range) {
   OML_ASSIGN_OR_RETURN(std::vector<Attachment> atts, List(c.tenant_id, m.artifact_id, m.version));
@@ -341,86 +459,41 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
                     "range-not-satisfiable");
     first = range->first;
     last = std::min(range->last, size - 1);
-    // One response holds at most max_serve_bytes: a longer range is shortened (RFC 9110 §14.2
-    // lets a server answer a part of it; Content-Range says which).
-    if (last - first >= opts_.max_serve_bytes) last = first + opts_.max_serve_bytes - 1;
-  } else if (size > opts_.max_serve_bytes) {
-    return FailedPrecondition("attachment " + std::to_string(ordinal) + " is " + std::to_string(size) +
-                                  " bytes; above " + std::to_string(opts_.max_serve_bytes) + " read it with Range",
-                              "range-required");
   }
+  const uint64_t want = size == 0 ? 0 : last - first + 1;
   OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek, Dek(c.tenant_id, a));
   const std::string aad = uploads::AttachmentAad(c.tenant_id, a.upload_id);
-  // A promotion racing this read may have moved the object from quarantine to bodies since
-  // the row was read: look there once before calling the object missing.
-  blob::ObjectStore* store = StoreOf(a);
-  OML_ASSIGN_OR_RETURN(std::optional<std::string> header, store->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
-  if (!header && a.location == "quarantine") {
-    store = bodies_;
-    OML_ASSIGN_OR_RETURN(header, store->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
+  auto open = [&]() {
+    return AttachmentReader::Open(StoreOf(a), bodies_, a, dek.view(), aad, first, want, /*whole=*/!range);
+  };
+  // What is journalled is journalled before a byte leaves: a reviewer's serve of a held claim
+  // (review.served, or the range progress that leads to it) is recorded only after the bytes were
+  // decrypted and checked, in a first pass that keeps nothing; the bytes are then read again as
+  // they are sent. Any other read is one pass, each segment authenticated before it is sent (and
+  // a whole read's digests checked at its end: a failure then cuts the response short).
+  if (ReviewerOfHeld(c, m)) {
+    OML_ASSIGN_OR_RETURN(auto check, open());
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(std::string piece, check->Next());
+      if (piece.empty()) break;
+      crypto::Wipe(&piece);
+    }
+    // A whole read serves the file; ranges serve it once they have covered it from byte 0 to its
+    // end without a gap (review_progress, sql/0015), so one byte per file never counts as a review.
+    if (!range) {
+      OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
+    } else {
+      OML_ASSIGN_OR_RETURN(uint64_t upto, AdvanceProgress(c, m, ordinal, first, first + want));
+      if (upto >= size) OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
+    }
   }
-  if (!header) return Status(Code::kDataLoss, "object " + a.object_key + " is missing", "integrity");
-  // A range starts decrypting at the segment that holds its first byte (random access); a whole
-  // read starts at 0 and checks the plaintext digest.
-  uint32_t segment = 0;
-  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, 0, &segment));
-  const uint64_t first_segment = range ? first / segment : 0;
-  if (first_segment > 0) {  // the segment size is in the header: only now can the start be placed
-    OML_ASSIGN_OR_RETURN(dec, crypto::AeadStreamDecryptor::CreateAt(dek.view(), aad, *header, first_segment));
-  }
+  OML_ASSIGN_OR_RETURN(auto reader, open());
   ServedAttachment out;
   out.meta = a;
   out.first = first;
+  out.length = want;
   out.partial = range.has_value();
-  const uint64_t want = size == 0 ? 0 : last - first + 1;
-  uint64_t pos = first_segment * segment;  // plaintext offset of the next byte the decryptor returns
-  auto take = [&](const std::string& pt) {
-    const uint64_t b = pos, e = pos + pt.size();
-    pos = e;
-    if (e <= first || out.bytes.size() >= want) return;
-    const uint64_t from = std::max(b, first) - b;
-    const uint64_t n = std::min<uint64_t>(e - b - from, want - out.bytes.size());
-    out.bytes.append(pt, from, n);
-  };
-  uploads::RunningSha256 pt_hash;
-  uint64_t at = crypto::kAeadHeaderSize + first_segment * (uint64_t{segment} + crypto::kAeadTagSize);
-  // Reads ciphertext in ranges until the range's plaintext is whole (a range stops early; its
-  // segments were authenticated as they were decrypted).
-  while (out.bytes.size() < want || !range) {
-    OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store->GetRange(a.object_key, at, kReadChunk));
-    if (!ct) return Status(Code::kDataLoss, "object " + a.object_key + " is missing", "integrity");
-    if (ct->empty()) break;
-    at += ct->size();
-    OML_ASSIGN_OR_RETURN(std::string pt, dec->Update(*ct));
-    if (!range) pt_hash.Update(pt);
-    take(pt);
-    if (ct->size() < kReadChunk) break;
-  }
-  if (!range) {
-    OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
-    pt_hash.Update(tail);
-    take(tail);
-    if (at != static_cast<uint64_t>(a.ciphertext_size) || pt_hash.Digest() != a.plaintext_sha256)
-      return Status(Code::kDataLoss, "attachment " + std::to_string(ordinal) + " does not match its digests",
-                    "integrity");
-  } else if (out.bytes.size() < want) {
-    // The object ended before the range did: only the last segment's tag can tell, so finish.
-    OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
-    take(tail);
-    if (out.bytes.size() < want)
-      return Status(Code::kDataLoss, "attachment " + std::to_string(ordinal) + " is shorter than its size",
-                    "integrity");
-  }
-  // Journalled once the bytes are decrypted and checked, before any leaves: a serve that failed
-  // is not recorded, and no reviewer gets bytes whose serve was not journalled. A whole read
-  // serves the file; ranges serve it once they have covered it from byte 0 to its end without a
-  // gap (review_progress, sql/0015), so one byte per file never counts as a review.
-  if (!range) {
-    OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
-  } else if (ReviewerOfHeld(c, m)) {
-    OML_ASSIGN_OR_RETURN(uint64_t upto, AdvanceProgress(c, m, ordinal, first, first + out.bytes.size()));
-    if (upto >= size) OML_RETURN_IF_ERROR(RecordServed(c, m, ordinal, a.plaintext_sha256, a.ciphertext_sha256));
-  }
+  out.next = [reader]() { return reader->Next(); };
   return out;
 }
 
@@ -436,20 +509,20 @@ Result<uint64_t> Attachments::AdvanceProgress(const Caller& c, const ClaimMeta& 
   auto params = key;
   params.push_back(db::Int(static_cast<int64_t>(from)));
   params.push_back(db::Int(static_cast<int64_t>(to)));
-  // Extends the covered prefix [0, served_upto) when this range starts inside or right after it.
+  // Adds [from, to) to the ranges covered so far, in any order (sql/0020: adjacent and
+  // overlapping ranges merge), and returns the prefix [0, served_upto) they cover from byte 0.
   OML_ASSIGN_OR_RETURN(
       db::Rows r,
       conn->Scoped(c.tenant_id,
-                   {"WITH u AS (UPDATE oml.review_progress SET served_upto = greatest(served_upto, $7) "
-                    "WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3 AND item = $4 AND reviewer = $5 "
-                    "AND served_upto >= $6 RETURNING served_upto), "
-                    "i AS (INSERT INTO oml.review_progress (tenant_id, artifact_id, version, item, reviewer, served_upto) "
-                    "SELECT $1, $2, $3, $4, $5, $7 WHERE $6 = 0 AND NOT EXISTS (SELECT 1 FROM u) "
+                   {"INSERT INTO oml.review_progress AS p (tenant_id, artifact_id, version, item, reviewer, served_upto, "
+                    "covered) VALUES ($1, $2, $3, $4, $5, CASE WHEN $6 = 0 THEN $7 ELSE 0 END, "
+                    "int8multirange(int8range($6, $7))) "
                     "ON CONFLICT (tenant_id, artifact_id, version, item, reviewer) DO UPDATE "
-                    "SET served_upto = greatest(oml.review_progress.served_upto, EXCLUDED.served_upto) "
-                    "RETURNING served_upto) "
-                    "SELECT served_upto FROM u UNION ALL SELECT served_upto FROM i",
-                    params, "oml_review_progress"}));
+                    "SET covered = p.covered + EXCLUDED.covered, "
+                    "served_upto = coalesce((SELECT upper(x) FROM unnest(p.covered + EXCLUDED.covered) x "
+                    "WHERE lower(x) = 0), 0) "
+                    "RETURNING served_upto",
+                    params, "oml_review_progress_ranges"}));
   return r.size() == 0 ? uint64_t{0} : static_cast<uint64_t>(r.GetInt(0, 0));
 }
 

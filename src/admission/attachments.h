@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,9 +86,13 @@ struct ByteRange {
 
 struct ServedAttachment {
   Attachment meta;
-  std::string bytes;   // the plaintext of [first, first + bytes.size())
   uint64_t first = 0;
+  uint64_t length = 0;   // the plaintext of [first, first + length) is served
   bool partial = false;  // a range was asked for (206)
+  // The bytes, piece by piece ("" at the end), read from the object store and decrypted as they
+  // are asked for: constant memory whatever the file's size. kDataLoss "integrity" if the object
+  // fails a tag, ends early, or (a whole read) does not match its digests at its end.
+  std::function<Result<std::string>()> next;
 };
 
 // An inline body kept as an object (sql/0015): bodies whose ciphertext is above
@@ -103,9 +108,6 @@ struct AttachmentsOptions {
   // Largest attachment reviewed whole (decrypted into memory for extraction); a larger one is
   // reviewed as opaque (method "too-large", flag "not-extracted") from its first 64 KiB.
   uint64_t max_review_bytes = uint64_t{64} << 20;
-  // Largest response without a Range header; a larger attachment answers kFailedPrecondition
-  // "range-required" (409) and is read with Range requests.
-  uint64_t max_serve_bytes = uint64_t{64} << 20;
   // The one placement rule for inline bodies (sql/0015): a body whose ciphertext is at most this
   // many bytes stays in artifact_bodies; a larger one becomes an object with an attachment's
   // lifecycle (quarantine, bodies on promotion, deleted after erasure).
@@ -150,15 +152,15 @@ class Attachments {
   Status RecordServed(const Caller& c, const ClaimMeta& m, int item, const std::string& plaintext_sha256,
                       const std::string& ciphertext_sha256);
 
-  // Attachment `ordinal` of m, decrypted, for c (who may read m: the caller checked). Records the
-  // serve (RecordServed) after the bytes were read and checked, before returning them: a whole
-  // read serves the file; range reads serve it once they covered [0, size) without a gap
-  // (review_progress). A range decrypts from the segment holding its first byte and holds at
-  // most max_serve_bytes (a longer one is shortened: the 206 says which part it is). Whole: the plaintext digest is checked (kDataLoss "integrity").
-  // A range: every segment it touches is authenticated; the whole-file digest is not (that
-  // would read the whole file). kNotFound "attachment-not-found" for an unknown ordinal;
-  // kGone "erased" once erased; kFailedPrecondition "range-required" for a whole read above
-  // max_serve_bytes; kInvalidArgument "range-not-satisfiable" (416) for a range past the end.
+  // Attachment `ordinal` of m, for c (who may read m: the caller checked): the whole file or one
+  // range, streamed (ServedAttachment::next), of any size. A reviewer's or admin's read of a held
+  // claim records the serve (RecordServed) before a byte is returned, after a first pass that
+  // decrypted and checked the bytes without keeping them: a whole read serves the file; range
+  // reads serve it once they covered [0, size) without a gap (review_progress). A range decrypts
+  // from the segment holding its first byte, every segment it touches authenticated; a whole
+  // read's digests are checked at its end. kNotFound "attachment-not-found" for an unknown
+  // ordinal; kGone "erased" once erased; kInvalidArgument "range-not-satisfiable" (416) for a
+  // range past the end.
   Result<ServedAttachment> Serve(const Caller& c, const ClaimMeta& m, int ordinal, std::optional<ByteRange> range);
 
   // OK iff c.principal was served every attachment of m (none: OK); else kFailedPrecondition
@@ -220,8 +222,8 @@ class Attachments {
  private:
   // A reviewer or admin reading a held claim: what review.served records.
   static bool ReviewerOfHeld(const Caller& c, const ClaimMeta& m);
-  // Records that [from, to) of `item` was served to c (review_progress); returns the end of the
-  // prefix [0, end) served without a gap so far.
+  // Records that [from, to) of `item` was served to c (review_progress.covered, any order);
+  // returns the end of the prefix [0, end) the ranges served so far cover without a gap.
   Result<uint64_t> AdvanceProgress(const Caller& c, const ClaimMeta& m, int item, uint64_t from, uint64_t to);
   blob::ObjectStore* StoreOf(const Attachment& a) const;
   blob::ObjectStore* StoreAt(const std::string& location) const;

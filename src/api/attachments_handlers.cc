@@ -71,13 +71,14 @@ void AttachmentResponse(const admission::ServedAttachment& s, http::Response& re
   if (!s.meta.filename.empty()) disp += "; filename*=UTF-8''" + Rfc8187(s.meta.filename);
   res.SetHeader("Content-Disposition", disp);
   if (s.partial) {
-    const uint64_t last = s.first + s.bytes.size() - 1;
+    const uint64_t last = s.first + s.length - 1;
     res.SetHeader("Content-Range", "bytes " + std::to_string(s.first) + "-" + std::to_string(last) + "/" +
                                        std::to_string(s.meta.size));
-  } else {
-    res.SetHeader("Repr-Digest", "sha-256=:" + crypto::Base64(s.meta.plaintext_sha256) + ":");
   }
-  res.body = s.bytes;
+  // The representation's digest, from the journal: known before a byte is read (RFC 9530).
+  res.SetHeader("Repr-Digest", "sha-256=:" + crypto::Base64(s.meta.plaintext_sha256) + ":");
+  res.stream = s.next;
+  res.stream_length = s.length;
 }
 
 nlohmann::json AttachmentJson(const admission::Attachment& a) {

@@ -1,12 +1,14 @@
 // GET /v1/claims/{id}/attachments/{n}: one attachment of a claim, decrypted (admission/
 // attachments.h), with single byte ranges (RFC 9110 §14). Helpers of server.cc's handler.
 //
-//   200  the whole attachment; Repr-Digest: sha-256=:<base64>: (RFC 9530) of its plaintext,
-//        which the server checked while decrypting; Accept-Ranges: bytes
+//   200  the whole attachment, of any size, streamed (constant memory per response: read from the
+//        object store and decrypted piece by piece as the client reads); Repr-Digest:
+//        sha-256=:<base64>: (RFC 9530) of its plaintext, from the journal; Accept-Ranges: bytes.
+//        Each segment is authenticated before it is sent and the digest checked at the end: a
+//        failure cuts the response short of its Content-Length
 //   206  Range: bytes=a-b | a- | -n (one range): Content-Range: bytes a-b/size; every AES-GCM
 //        segment the range touches is authenticated, the whole-file digest is not re-checked
 //   416  a range past the end, or a header that is not one byte range (Content-Range: bytes */size)
-//   409  range-required: a whole read above the serve limit (read it in ranges)
 // Content-Type is the media type declared at upload; Content-Disposition names the upload's
 // filename (attachment; filename*=UTF-8''...).
 #pragma once

@@ -368,9 +368,78 @@ class Session : public std::enable_shared_from_this<Session> {
     Write(std::move(r), /*close=*/true, /*dispatched=*/false);
   }
 
+  // Sends a streamed answer (Response::stream): the header, then each piece as the worker pool
+  // produces it, one at a time.
+  void WriteStream(Response r, bool close, bool dispatched) {
+    auto res = std::make_shared<bhttp::response<bhttp::empty_body>>(static_cast<bhttp::status>(r.status),
+                                                                      version_ == 10 ? 10 : 11);
+    if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) res->set(k, v);
+    res->content_length(r.stream_length);
+    res->keep_alive(!close);
+    srv_->observe(method_, route_ ? route_->name : "unmatched", r.status,
+                  std::chrono::duration<double>(Clock::now() - started_).count());
+    auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
+    ArmWriteTimer();
+    auto stream = std::make_shared<std::function<Result<std::string>()>>(std::move(r.stream));
+    const uint64_t length = r.stream_length;
+    const bool head = method_ == "HEAD";
+    bhttp::async_write_header(socket_, *sr, [self = shared_from_this(), res, sr, stream, length, close, dispatched,
+                                             head](beast::error_code ec, size_t) {
+      self->timer_.cancel();
+      if (ec) return self->EndStream(dispatched, /*ok=*/false, close);
+      if (head || length == 0) return self->EndStream(dispatched, /*ok=*/true, close);
+      self->NextPiece(stream, length, 0, close, dispatched);
+    });
+  }
+
+  // Produces the next piece on a worker, then writes it on this connection's executor.
+  void NextPiece(std::shared_ptr<std::function<Result<std::string>()>> stream, uint64_t length, uint64_t sent,
+                 bool close, bool dispatched) {
+    asio::post(srv_->workers, [self = shared_from_this(), stream, length, sent, close, dispatched] {
+      Result<std::string> piece = (*stream)();
+      asio::post(self->socket_.get_executor(), [self, stream, length, sent, close, dispatched,
+                                                piece = std::make_shared<Result<std::string>>(std::move(piece))] {
+        if (!piece->ok() || (*piece)->empty() || sent + (*piece)->size() > length) {
+          if (!piece->ok())
+            log::Warn("a streamed response ended early", {{"path", self->path_}, {"error", piece->status().ToString()}});
+          // Whole only if every byte was sent and the stream says it has ended.
+          return self->EndStream(dispatched, piece->ok() && (*piece)->empty() && sent == length, close);
+        }
+        self->ArmWriteTimer();
+        auto bytes = std::make_shared<std::string>(std::move(**piece));
+        asio::async_write(self->socket_, asio::buffer(*bytes),
+                          [self, stream, length, sent, close, dispatched, bytes](beast::error_code ec, size_t n) {
+                            self->timer_.cancel();
+                            if (ec) return self->EndStream(dispatched, /*ok=*/false, close);
+                            self->NextPiece(stream, length, sent + n, close, dispatched);
+                          });
+      });
+    });
+  }
+
+  // After a streamed answer: as after Write, or a close when it did not end whole.
+  void EndStream(bool dispatched, bool ok, bool close) {
+    if (dispatched) srv_->in_flight.fetch_sub(1);
+    if (!ok) return Close();
+    if (close) return LingeringClose();
+    ReadHeader();
+  }
+
+  // A client that does not read its answer within write_timeout is cut.
+  void ArmWriteTimer() {
+    timer_.expires_after(srv_->limits.write_timeout);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->timer_.expiry() > Clock::now()) return;
+      beast::error_code ignored;
+      self->socket_.close(ignored);
+    });
+  }
+
   // Sends one answer. `dispatched`: it answers a request handed to a handler (in_flight).
   // After an answer that closes the connection, the close lingers (LingeringClose).
   void Write(Response r, bool close, bool dispatched) {
+    if (r.stream) return WriteStream(std::move(r), close, dispatched);
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status),
                                                                       version_ == 10 ? 10 : 11);
     if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);

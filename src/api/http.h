@@ -77,6 +77,15 @@ struct Response {
   std::string content_type;
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // A body sent piece by piece instead of `body` (issue 19: a file of any size in constant
+  // memory per response). `stream_length` bytes in all (the Content-Length). `stream` is called
+  // on a worker thread, one piece at a time, the next only after the previous was written to
+  // the socket, so a reader that does not read holds one piece and no worker; each write has
+  // Limits::write_timeout. It returns the next bytes ("" at the end). An error, or a total that
+  // differs from stream_length, after the header was sent closes the connection: the client
+  // sees a body shorter than Content-Length, never a wrong one passed off as whole.
+  std::function<Result<std::string>()> stream;
+  uint64_t stream_length = 0;
 
   void SetHeader(std::string name, std::string value) { headers.emplace_back(std::move(name), std::move(value)); }
 };

@@ -392,7 +392,6 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   }
   admission::AttachmentsOptions attachment_opts;
   attachment_opts.inline_body_max_bytes = c.inline_body_max_bytes;
-  attachment_opts.max_serve_bytes = c.attachment_serve_max_bytes;
   admission::Attachments attachments(rt->pool.get(), rt->journal.get(), kek.get(), &uploads, quarantine.get(),
                                      bodies.get(), std::move(review_opts), attachment_opts);
   claims.set_attachments(&attachments);
@@ -739,7 +738,9 @@ int Main(int argc, char** argv) {
   std::string key_tenant, key_role, key_principal;
   key_create->add_option("--tenant", key_tenant, "tenant name or id")->required();
   key_create->add_option("--role", key_role, "writer | reviewer | admin")->required();
-  key_create->add_option("--principal", key_principal, "principal name (default: <role>)");
+  key_create->add_option("--principal", key_principal,
+                         "principal name (default: <role>:<key id>, the key's own: keys share own work and served "
+                         "files only through a principal given to both)");
   auto* key_revoke = key->add_subcommand("revoke", "journal api_key.revoked; writes with the token fail at once, reads within 10 s");
   std::string key_id, key_reason;
   key_revoke->add_option("--tenant", key_tenant, "tenant name or id")->required();
@@ -1085,10 +1086,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*key_create) {
-    auto k = journal::CreateApiKey(*R.journal, target->tenant_id, key_principal.empty() ? key_role : key_principal, key_role);
+    auto k = journal::CreateApiKey(*R.journal, target->tenant_id, key_principal, key_role);
     if (!k.ok()) return Fail(k.status());
     std::cout << k->token << "\n";  // stdout carries the token alone, for scripts
-    std::cerr << "key id " << k->key_id << " (api_key.created at seq " << k->receipt.seq << ")\n";
+    std::cerr << "key id " << k->key_id << ", principal " << k->principal << " (api_key.created at seq "
+              << k->receipt.seq << ")\n";
     return 0;
   }
   if (*key_revoke) {

@@ -41,8 +41,8 @@
 //                                                         object in the quarantine bucket, sql/0015)
 //   rejected_retention_s     OML_REJECTED_RETENTION_S     2592000 (1 s..10 years: a rejected claim is erased this long
 //                                                         after its claim.rejected, admission/retention.h)
-//   attachment_serve_max_bytes OML_ATTACHMENT_SERVE_MAX_BYTES 67108864 (64 KiB..1 GiB: most plaintext bytes in
-//                                                         one attachment response; larger files are read in ranges)
+//   attachment_serve_max_bytes OML_ATTACHMENT_SERVE_MAX_BYTES accepted and ignored (attachments are streamed
+//                                                         whatever their size, issue 19)
 //   allow_insecure_key_files OML_ALLOW_INSECURE_KEY_FILES false (booleans as above)
 //   deny_list_file           OML_DENY_LIST_FILE           "" (built-in patterns only; review/deny_list.h)
 //   clamd_address            OML_CLAMD_ADDRESS            "" (no ClamAV scan; review/clamd.h)

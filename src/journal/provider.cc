@@ -203,7 +203,7 @@ Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, c
                             "provider-tenant");
   if (role != "writer" && role != "reviewer" && role != "admin")
     return InvalidArgument("role must be writer, reviewer or admin: '" + role + "'");
-  OML_RETURN_IF_ERROR(admission::CheckPrincipal(principal));
+  if (!principal.empty()) OML_RETURN_IF_ERROR(admission::CheckPrincipal(principal));
   std::string b64 = crypto::Base64(crypto::RandomBytes(32));
   for (auto& ch : b64) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
@@ -211,11 +211,14 @@ Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, c
   out.token = "oml_" + b64;
   const std::string hash = crypto::Sha256(out.token);
   out.key_id = ApiKeyId(hash);
-  EventSpec ev{"api_key.created", "operator", {{"key_id", out.key_id}, {"principal", principal}, {"role", role}},
+  // No principal given: the key is its own ("<role>:<key id>"), so two such keys never share
+  // own work or a reviewer's served files (issue 19).
+  out.principal = principal.empty() ? role + ":" + out.key_id : principal;
+  EventSpec ev{"api_key.created", "operator", {{"key_id", out.key_id}, {"principal", out.principal}, {"role", role}},
                nlohmann::json::object(), nullptr};
   ev.fold = [&](int64_t seq) -> std::vector<db::Stmt> {
     return {{"INSERT INTO oml.api_keys (key_hash, tenant_id, principal, role, created_seq) VALUES ($1, $2, $3, $4, $5)",
-             {db::Bytes(hash), db::Text(tenant_id), db::Text(principal), db::Text(role), db::Int(seq)}}};
+             {db::Bytes(hash), db::Text(tenant_id), db::Text(out.principal), db::Text(role), db::Int(seq)}}};
   };
   OML_ASSIGN_OR_RETURN(out.receipt, journal.Append(tenant_id, ev));
   return out;

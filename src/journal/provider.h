@@ -114,11 +114,14 @@ Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key);
 struct NewApiKey {
   std::string token;   // "oml_" + base64url(32 random bytes): shown once; only SHA-256 is stored
   std::string key_id;  // ApiKeyId(): how events, logs and `oml key revoke` name the key
+  std::string principal;  // as given, or "<role>:<key_id>" when none was: one principal per key
   Receipt receipt;     // of api_key.created
 };
 // kPermissionDenied "provider-tenant" for the provider tenant, which never has API keys (the
 // database refuses them too, sql/0007). kInvalidArgument for a role other than writer/reviewer/admin, or "invalid-field" for a
-// principal that breaks admission::CheckPrincipal (1..200 characters, UTF-8, no controls).
+// principal that breaks admission::CheckPrincipal (1..200 characters, UTF-8, no controls). An
+// empty principal gives the key its own, "<role>:<key id>": the own-work rule and a reviewer's
+// served files follow the principal, so keys never share them unless given one principal.
 Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, const std::string& principal,
                                const std::string& role);
 

@@ -79,8 +79,9 @@ fn generic(source: Box<dyn std::error::Error + Send + Sync + 'static>) -> object
     }
 }
 
-/// Staging files are named `<file>#oml-<pid>-<n>`: like LocalFileSystem's own (`<file>#<n>`), a
-/// name with '#' that listing hides, unique per process and call.
+/// Staging files are named `<file>#<digits>` like LocalFileSystem's own multipart staging files,
+/// the only names its listing hides ('#' and digits only): `9`, the pid and a per-process count,
+/// far above the small numbers LocalFileSystem counts up from; a name taken is skipped.
 static STAGING: AtomicU64 = AtomicU64::new(0);
 
 /// put_opts, synchronously: staging file written and fsynced, then linked (Create: fails with
@@ -94,21 +95,28 @@ fn durable_put(
     shown: &str,
 ) -> Result<PutResult> {
     use std::io::Write;
-    let mut staging = path.as_os_str().to_owned();
-    staging.push(format!(
-        "#oml-{}-{}",
-        std::process::id(),
-        STAGING.fetch_add(1, Ordering::Relaxed)
-    ));
-    let staging = PathBuf::from(staging);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| generic(Box::new(e)))?;
     }
-    let written = (|| -> std::io::Result<std::fs::Metadata> {
-        let mut f = std::fs::OpenOptions::new()
+    let (mut f, staging) = loop {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(
+            "#9{:010}{:010}",
+            std::process::id(),
+            STAGING.fetch_add(1, Ordering::Relaxed)
+        ));
+        let name = PathBuf::from(name);
+        match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&staging)?;
+            .open(&name)
+        {
+            Ok(f) => break (f, name),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(generic(Box::new(e))),
+        }
+    };
+    let written = (|| -> std::io::Result<std::fs::Metadata> {
         for chunk in payload.iter() {
             f.write_all(chunk)?;
         }
