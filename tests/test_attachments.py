@@ -229,10 +229,27 @@ def test_ranges_and_visibility(served):
         assert g.status_code == 206, (rng, g.text)
         assert g.content == data[first:last + 1], rng
         assert g.headers["Content-Range"] == f"bytes {first}-{last}/{len(data)}"
-    for rng in ["bytes=256000-", "bytes=5-1", "bytes=0-1,5-6", "items=0-1", "bytes=-0"]:
+    # Every 416 names the size (RFC 9110 §15.5.17).
+    for rng in ["bytes=256000-", "bytes=5-1", "bytes=-0", "bytes=x-1"]:
         g = get_att(d, d.writer, art, 1, Range=rng)
         problem(g, 416, "range-not-satisfiable")
-    assert get_att(d, d.writer, art, 1, Range="bytes=256000-").headers["Content-Range"] == f"bytes */{len(data)}"
+        assert g.headers["Content-Range"] == f"bytes */{len(data)}", rng
+    # An unknown unit is ignored, and several ranges get the whole file (RFC 9110 §14.2): 200.
+    for rng in ["items=0-1", "bytes=0-1,5-6"]:
+        g = get_att(d, d.writer, art, 1, Range=rng)
+        assert (g.status_code, g.content) == (200, data), rng
+        assert "Content-Range" not in g.headers
+    # HEAD: the header a GET gets, no body; a reviewer's HEAD serves (and journals) nothing.
+    h = requests.head(f"{d.base}/v1/claims/{art}/attachments/1", headers={"Authorization": f"Bearer {d.reviewer}"},
+                      timeout=30)
+    assert (h.status_code, h.headers["Content-Length"], h.content) == (200, str(len(data)), b"")
+    assert h.headers["Repr-Digest"] == "sha-256=:" + base64.b64encode(hashlib.sha256(data).digest()).decode() + ":"
+    h = requests.head(f"{d.base}/v1/claims/{art}/attachments/1", timeout=30,
+                      headers={"Authorization": f"Bearer {d.reviewer}", "Range": "bytes=10-19"})
+    assert (h.status_code, h.headers["Content-Length"], h.headers["Content-Range"]) == (206, "10", f"bytes 10-19/{len(data)}")
+    h = requests.head(f"{d.base}/v1/claims/{art}", headers={"Authorization": f"Bearer {d.reviewer}"}, timeout=30)
+    assert h.status_code == 200 and int(h.headers["Content-Length"]) > 0 and h.content == b""
+    assert events(d, {"review.served"}) == []
     problem(get_att(d, d.writer, art, 2), 404, "attachment-not-found")
     # Held: another writer does not see it; a reviewer does.
     problem(get_att(d, d.writer2, art, 1), 404, "claim-not-found")

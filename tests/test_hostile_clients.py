@@ -312,9 +312,10 @@ def test_a_long_target_is_414_and_trailers_never_become_headers(hostile):
 
 def test_a_method_a_path_does_not_take_is_405_with_allow(hostile):
     d = hostile
-    for method, path, allow in [("TRACE", "/v1/claims", "GET, POST"), ("DELETE", "/v1/chain/head", "GET"),
-                                ("PUT", "/v1/claims/abc", "GET"), ("GET", "/v1/claims/abc/erase", "POST"),
-                                ("OPTIONS", "/v1/events", "GET")]:
+    # HEAD goes wherever GET goes (RFC 9110 §9.3.2), so Allow names it with GET.
+    for method, path, allow in [("TRACE", "/v1/claims", "GET, HEAD, POST"), ("DELETE", "/v1/chain/head", "GET, HEAD"),
+                                ("PUT", "/v1/claims/abc", "GET, HEAD"), ("GET", "/v1/claims/abc/erase", "POST"),
+                                ("OPTIONS", "/v1/events", "GET, HEAD")]:
         r = requests.request(method, d.base + path, timeout=10)
         assert r.status_code == 405, (method, path, r.text)
         assert r.headers["Allow"] == allow

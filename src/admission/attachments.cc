@@ -434,8 +434,8 @@ class AttachmentReader {
 
 }  // namespace
 
-Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m, int ordinal,
-                                            std::optional<ByteRange> range) {
+Result<ServedAttachment> Attachments::Describe(const Caller& c, const ClaimMeta& m, int ordinal,
+                                               std::optional<ByteRange> range) {
   OML_ASSIGN_OR_RETURN(std::vector<Attachment> atts, List(c.tenant_id, m.artifact_id, m.version));
   auto it = std::find_if(atts.begin(), atts.end(), [&](const Attachment& a) { return a.ordinal == ordinal; });
   if (it == atts.end())
@@ -460,7 +460,20 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
     first = range->first;
     last = std::min(range->last, size - 1);
   }
-  const uint64_t want = size == 0 ? 0 : last - first + 1;
+  ServedAttachment out;
+  out.meta = a;
+  out.first = first;
+  out.length = size == 0 ? 0 : last - first + 1;
+  out.partial = range.has_value();
+  out.next = [] { return Result<std::string>(std::string()); };  // nothing is read
+  return out;
+}
+
+Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m, int ordinal,
+                                            std::optional<ByteRange> range) {
+  OML_ASSIGN_OR_RETURN(ServedAttachment out, Describe(c, m, ordinal, range));
+  const Attachment& a = out.meta;
+  const uint64_t size = static_cast<uint64_t>(a.size), first = out.first, want = out.length;
   OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek, Dek(c.tenant_id, a));
   const std::string aad = uploads::AttachmentAad(c.tenant_id, a.upload_id);
   auto open = [&]() {
@@ -488,11 +501,6 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
     }
   }
   OML_ASSIGN_OR_RETURN(auto reader, open());
-  ServedAttachment out;
-  out.meta = a;
-  out.first = first;
-  out.length = want;
-  out.partial = range.has_value();
   out.next = [reader]() { return reader->Next(); };
   return out;
 }

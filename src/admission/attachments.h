@@ -162,6 +162,9 @@ class Attachments {
   // ordinal; kGone "erased" once erased; kInvalidArgument "range-not-satisfiable" (416) for a
   // range past the end.
   Result<ServedAttachment> Serve(const Caller& c, const ClaimMeta& m, int ordinal, std::optional<ByteRange> range);
+  // What Serve would answer (the same errors, first, length, partial), reading and journalling
+  // nothing: for HEAD. `next` returns "" at once.
+  Result<ServedAttachment> Describe(const Caller& c, const ClaimMeta& m, int ordinal, std::optional<ByteRange> range);
 
   // OK iff c.principal was served every attachment of m (none: OK); else kFailedPrecondition
   // "attachments-not-served" naming the ordinals not served.

@@ -1,5 +1,6 @@
 #include "api/attachments_handlers.h"
 
+#include <cctype>
 #include <charconv>
 
 #include "crypto/crypto.h"
@@ -40,13 +41,20 @@ std::string Rfc8187(const std::string& s) {
 }  // namespace
 
 Result<std::optional<admission::ByteRange>> ParseRange(const http::Request& req) {
-  if (req.HeaderCount("range") == 0) return std::optional<admission::ByteRange>();
+  const std::optional<admission::ByteRange> whole;
+  if (req.HeaderCount("range") == 0) return whole;
   if (req.HeaderCount("range") > 1) return BadRange("is sent twice");
   std::string v = *req.Header("range");
   while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
-  if (v.rfind("bytes=", 0) != 0) return BadRange("is not in bytes");
-  const std::string spec = v.substr(6);
-  if (spec.find(',') != std::string::npos) return BadRange("holds several ranges");
+  // RFC 9110 §14.2: a range unit the server does not know is ignored (the whole file, 200); a
+  // request for several ranges may be answered with the whole file, which this server does.
+  const size_t eq = v.find('=');
+  if (eq == std::string::npos) return BadRange("has no range unit");
+  std::string unit = v.substr(0, eq);
+  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (unit != "bytes") return whole;
+  const std::string spec = v.substr(eq + 1);
+  if (spec.find(',') != std::string::npos) return whole;
   const size_t dash = spec.find('-');
   if (dash == std::string::npos) return BadRange("has no '-'");
   const std::string_view a = std::string_view(spec).substr(0, dash), b = std::string_view(spec).substr(dash + 1);

@@ -8,7 +8,9 @@
 //        failure cuts the response short of its Content-Length
 //   206  Range: bytes=a-b | a- | -n (one range): Content-Range: bytes a-b/size; every AES-GCM
 //        segment the range touches is authenticated, the whole-file digest is not re-checked
-//   416  a range past the end, or a header that is not one byte range (Content-Range: bytes */size)
+//   416  a range past the end, or a malformed byte range; always Content-Range: bytes */size. A
+//        range unit other than bytes is ignored and several ranges get the whole file (200).
+//   HEAD the header of the GET's answer; nothing is read or journalled (Attachments::Describe)
 // Content-Type is the media type declared at upload; Content-Disposition names the upload's
 // filename (attachment; filename*=UTF-8''...).
 #pragma once

@@ -225,15 +225,30 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     // Route: the path first (404), then the method (405 with Allow).
+    // HEAD of a path with no HEAD route of its own is its GET route (RFC 9110 §9.3.2): the handler
+    // sees method "HEAD" (and must cause no side effect), the transport sends the header only.
     std::set<std::string> allowed;
+    const Route* get_route = nullptr;
+    std::vector<std::string> get_captures;
     for (const auto& r : srv_->routes) {
       std::smatch m;
       if (!std::regex_match(path_, m, r.re)) continue;
       allowed.insert(r.route.method);
+      if (r.route.method == "GET") {
+        allowed.insert("HEAD");
+        if (get_route == nullptr) {
+          get_route = &r.route;
+          for (size_t i = 1; i < m.size(); ++i) get_captures.push_back(m[i].str());
+        }
+      }
       if (r.route.method != method_) continue;
       route_ = &r.route;
       for (size_t i = 1; i < m.size(); ++i) captures_.push_back(m[i].str());
       break;
+    }
+    if (route_ == nullptr && method_ == "HEAD" && get_route != nullptr) {
+      route_ = get_route;
+      captures_ = std::move(get_captures);
     }
     if (route_ == nullptr) {
       if (allowed.empty()) return Refuse(404, "no-route", "no such route " + method_ + " " + path_);

@@ -356,10 +356,13 @@ struct Server::Impl {
     if (!out.ok()) return Problem(res, req, out.status());
     json j = MetaJson(out->meta);
     if (admission::Attachments* atts = d.claims->attachments()) {
-      // Serving a held claim's body to a reviewer journals review.served (item 0) first.
-      if (Status g = ServeGate(*caller, out->meta); !g.ok()) return Problem(res, req, g);
-      Status served = atts->RecordServed(*caller, out->meta, 0, out->meta.plaintext_sha256, out->meta.ciphertext_sha256);
-      if (!served.ok()) return Problem(res, req, served);
+      // Serving a held claim's body to a reviewer journals review.served (item 0) first. A HEAD
+      // serves nothing: it journals nothing.
+      if (req.method != "HEAD") {
+        if (Status g = ServeGate(*caller, out->meta); !g.ok()) return Problem(res, req, g);
+        Status served = atts->RecordServed(*caller, out->meta, 0, out->meta.plaintext_sha256, out->meta.ciphertext_sha256);
+        if (!served.ok()) return Problem(res, req, served);
+      }
       auto list = atts->List(caller->tenant_id, out->meta.artifact_id, out->meta.version);
       if (!list.ok()) return Problem(res, req, list.status());
       j["attachments"] = json::array();
@@ -367,6 +370,15 @@ struct Server::Impl {
     }
     j["body"] = out->body;
     Json(res, 200, j);
+  }
+
+  // Every 416 names the file's size (RFC 9110 §15.5.17): Content-Range: bytes */<size>.
+  static void SetUnsatisfiedRange(admission::Attachments& atts, const admission::Caller& c,
+                                  const admission::ClaimMeta& m, int ordinal, http::Response& res) {
+    auto list = atts.List(c.tenant_id, m.artifact_id, m.version);
+    if (list.ok())
+      for (const auto& a : *list)
+        if (a.ordinal == ordinal) res.SetHeader("Content-Range", "bytes */" + std::to_string(a.size));
   }
 
   // A serve that journals review.served (a reviewer or admin reading a held claim) is a write:
@@ -387,20 +399,29 @@ struct Server::Impl {
     if (atts == nullptr || ordinal < 1 || ordinal > admission::kMaxAttachments)
       return Problem(res, req, NotFound("no attachment " + req.captures[1], "attachment-not-found"));
     auto range = ParseRange(req);
-    if (!range.ok()) return Problem(res, req, range.status());
     auto claim = d.claims->Fetch(*caller, req.captures[0]);  // visibility (404) and erasure (410)
     if (!claim.ok()) return Problem(res, req, claim.status());
+    if (!range.ok()) {
+      Problem(res, req, range.status());
+      return SetUnsatisfiedRange(*atts, *caller, claim->meta, ordinal, res);
+    }
     crypto::Wipe(&claim->body);
+    // A HEAD serves nothing: the header of the answer a GET would get, nothing read or journalled.
+    if (req.method == "HEAD") {
+      auto head = atts->Describe(*caller, claim->meta, ordinal, *range);
+      if (!head.ok()) {
+        Problem(res, req, head.status());
+        if (head.status().type() == "range-not-satisfiable") SetUnsatisfiedRange(*atts, *caller, claim->meta, ordinal, res);
+        return;
+      }
+      AttachmentResponse(*head, res);
+      return;
+    }
     if (Status g = ServeGate(*caller, claim->meta); !g.ok()) return Problem(res, req, g);
     auto served = atts->Serve(*caller, claim->meta, ordinal, *range);
     if (!served.ok()) {
       Problem(res, req, served.status());
-      if (served.status().type() == "range-not-satisfiable") {
-        auto list = atts->List(caller->tenant_id, claim->meta.artifact_id, claim->meta.version);
-        if (list.ok())
-          for (const auto& a : *list)
-            if (a.ordinal == ordinal) res.SetHeader("Content-Range", "bytes */" + std::to_string(a.size));
-      }
+      if (served.status().type() == "range-not-satisfiable") SetUnsatisfiedRange(*atts, *caller, claim->meta, ordinal, res);
       return;
     }
     AttachmentResponse(*served, res);
