@@ -537,67 +537,79 @@ def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
     holding the chain lock); server A's accept copies to the same content-addressed bodies keys
     and then waits for the lock. B commits and drops the quarantine copies; A loses the state
     change (409). Before the fix A then deleted the bodies copies on its stale view: B's only
-    copies, so the promoted claim's file was gone (500 "object ... is missing")."""
+    copies, so the promoted claim's file was gone (500 "object ... is missing").
+    SIGSTOP lands a moment after the point: when B's COMMIT slipped through before it (the claim
+    is promoted already), the attempt is made again on a new claim."""
     import signal
     import subprocess
     import threading
     from conftest import OML_BIN, free_port
     from test_uploads import wait_stopped
     d = served
-    if what == "attachment":
-        data = os.urandom(300_000)
-        art = d.submit(d.writer, body="with a file", attachments=[upload(d, d.writer, data)]).json()
-        assert get_att(d, d.reviewer, art["artifact_id"], 1).content == data
-        digest = None
+    for attempt in range(5):
+        if what == "attachment":
+            data = os.urandom(300_000)
+            art = d.submit(d.writer, body=f"with a file {attempt}", attachments=[upload(d, d.writer, data)]).json()
+            assert get_att(d, d.reviewer, art["artifact_id"], 1).content == data
+        else:
+            body = f"attempt {attempt}\n" + "".join(f"line {i}: the quick brown fox\n" for i in range(4000))
+            art = d.submit(d.writer, body=body).json()  # ~124 KiB: an object
+            assert d.get(f"/v1/claims/{art['artifact_id']}", d.reviewer).json()["body"] == body
+        aid = art["artifact_id"]
+        held = {k: v for k, v in objects(d, "oml-quarantine").items()}
+        assert len(held) == 1
+        bodies_before = dict(objects(d, "oml-bodies"))
+        pb = free_port()
+        env_b = dict(d.env, OML_LISTEN=f"127.0.0.1:{pb}", OML_METRICS_LISTEN=f"127.0.0.1:{free_port()}",
+                     OML_FAULT="journal.after_journal_insert:stop")
+        b = subprocess.Popen([OML_BIN, "serve"], env=env_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        answers = {}
+        reproduced = False
+        try:
+            deadline = time.time() + 30
+            while True:
+                try:
+                    requests.get(f"http://127.0.0.1:{pb}/v1/health", timeout=1)
+                    break
+                except requests.ConnectionError:
+                    assert time.time() < deadline, "server B did not come up"
+                    time.sleep(0.05)
+            tb = threading.Thread(target=lambda: answers.__setitem__("b", requests.post(
+                f"http://127.0.0.1:{pb}/v1/claims/{aid}/verdict", json={"verdict": "accept"}, timeout=60,
+                headers={"Authorization": f"Bearer {d.reviewer}"})), daemon=True)
+            tb.start()
+            wait_stopped(b.pid)
+            with d.su() as c:
+                state = c.execute("SELECT state FROM oml.artifacts WHERE artifact_id = %s", (aid,)).fetchone()[0]
+            if state == "held":
+                reproduced = True
+                ta = threading.Thread(target=lambda: answers.__setitem__("a", verdict(d, d.reviewer, aid, "accept")),
+                                      daemon=True)
+                ta.start()
+                # A copied to bodies and now waits for the chain lock B holds.
+                deadline = time.time() + 30
+                with d.su() as c:
+                    while c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                    "AND wait_event = 'advisory'").fetchone()[0] == 0:
+                        assert time.time() < deadline, f"server A's accept never waited for the chain lock: {answers}"
+                        time.sleep(0.05)
+            os.kill(b.pid, signal.SIGCONT)
+            tb.join(timeout=60)
+            if reproduced:
+                ta.join(timeout=60)
+        finally:
+            os.kill(b.pid, signal.SIGCONT)
+            b.terminate()
+            b.wait()
+        if reproduced:
+            break
     else:
-        body = "".join(f"line {i}: the quick brown fox\n" for i in range(4000))  # ~124 KiB: an object
-        art = d.submit(d.writer, body=body).json()
-        assert d.get(f"/v1/claims/{art['artifact_id']}", d.reviewer).json()["body"] == body
-        digest = art["ciphertext_sha256"]
-    aid = art["artifact_id"]
-    held = dict(objects(d, "oml-quarantine"))
-    assert len(held) == 1
-    pb = free_port()
-    env_b = dict(d.env, OML_LISTEN=f"127.0.0.1:{pb}", OML_METRICS_LISTEN=f"127.0.0.1:{free_port()}",
-                 OML_FAULT="journal.after_journal_insert:stop")
-    b = subprocess.Popen([OML_BIN, "serve"], env=env_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    answers = {}
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                requests.get(f"http://127.0.0.1:{pb}/v1/health", timeout=1)
-                break
-            except requests.ConnectionError:
-                assert time.time() < deadline, "server B did not come up"
-                time.sleep(0.05)
-        tb = threading.Thread(target=lambda: answers.__setitem__("b", requests.post(
-            f"http://127.0.0.1:{pb}/v1/claims/{aid}/verdict", json={"verdict": "accept"}, timeout=60,
-            headers={"Authorization": f"Bearer {d.reviewer}"})), daemon=True)
-        tb.start()
-        wait_stopped(b.pid)
-        ta = threading.Thread(target=lambda: answers.__setitem__("a", verdict(d, d.reviewer, aid, "accept")),
-                              daemon=True)
-        ta.start()
-        # A copied to bodies and now waits for the chain lock B holds.
-        deadline = time.time() + 30
-        with d.su() as c:
-            while c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                            "AND wait_event = 'advisory'").fetchone()[0] == 0:
-                assert time.time() < deadline, "server A's accept never waited for the chain lock"
-                time.sleep(0.05)
-        os.kill(b.pid, signal.SIGCONT)
-        tb.join(timeout=60)
-        ta.join(timeout=60)
-    finally:
-        os.kill(b.pid, signal.SIGCONT)
-        b.terminate()
-        b.wait()
+        raise AssertionError("server B's accept committed before its stop in every attempt")
     assert answers["b"].status_code == 200, answers["b"].text
     problem(answers["a"], 409, "claim-not-held")
     # The winner's copies are where the committed state says, whole.
     assert objects(d, "oml-quarantine") == {}
-    assert objects(d, "oml-bodies") == held
+    assert objects(d, "oml-bodies") == {**bodies_before, **held}
     if what == "attachment":
         r = get_att(d, d.writer2, aid, 1)
         assert r.status_code == 200, r.text
@@ -605,12 +617,12 @@ def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
     else:
         r = d.get(f"/v1/claims/{aid}", d.writer2)
         assert r.status_code == 200, r.text
-        assert r.json()["body"] == body and digest in held
+        assert r.json()["body"] == body
     with d.su() as c:
-        types = [t for (t,) in c.execute("SELECT event_type FROM oml.journal WHERE tenant_id = %s ORDER BY seq",
-                                         (d.tenant_id,)).fetchall()]
-    assert types.count("claim.promoted") == 1
-
+        n = c.execute("SELECT count(*) FROM oml.journal j WHERE tenant_id = %s AND event_type = 'claim.promoted' "
+                      "AND convert_from(signed_bytes, 'UTF8')::jsonb->'payload'->>'artifact_id' = %s",
+                      (d.tenant_id, aid)).fetchone()[0]
+    assert n == 1
 
 def make_pdf(pages, shared_stream=None):
     """A minimal PDF 1.4: each entry of `pages` is a list of lines drawn in Helvetica. With
@@ -670,11 +682,27 @@ def test_a_pdf_bomb_hits_its_limits_in_a_child_and_never_stalls_another_tenant(s
     t0 = time.time()
     t.start()
     # The bomb's child is running (its CPU clock is ticking) when the other tenant submits.
+    def extractors():
+        out = []
+        for p in os.listdir("/proc"):
+            try:
+                if p.isdigit() and b"__extract-pdf" in open(f"/proc/{p}/cmdline", "rb").read():
+                    out.append(int(p))
+            except OSError:
+                pass
+        return out
     deadline = time.time() + 10
-    while not any("__extract-pdf" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
-                  for p in os.listdir("/proc") if p.isdigit() and os.path.exists(f"/proc/{p}/cmdline")):
+    while not extractors():
         assert time.time() < deadline, "the bomb's extractor never started"
         time.sleep(0.02)
+    # The child holds none of the server's sockets and no environment (no secrets, no tokens).
+    child = extractors()[0]
+    try:
+        links = [os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")]
+        assert not [x for x in links if x.startswith("socket:")], links
+        assert open(f"/proc/{child}/environ", "rb").read() == b""
+    except FileNotFoundError:
+        pass  # it ended meanwhile
     s0 = time.time()
     r = d.submit(beta, body="a small pdf", attachments=[small_upload])
     small_secs = time.time() - s0

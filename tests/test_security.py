@@ -186,7 +186,7 @@ def test_api_keys_are_journalled_listed_and_revoked(served):
     d = served
     created = d.run("key", "create", "--tenant", "acme", "--role", "writer", "--principal", "carol")
     token = created.stdout.strip()
-    key_id = re.search(r"key id (ak_[0-9a-f]{16}) \(api_key.created at seq (\d+)\)", created.stderr)
+    key_id = re.search(r"key id (ak_[0-9a-f]{16}), principal carol \(api_key.created at seq (\d+)\)", created.stderr)
     assert key_id, created.stderr
     key_id, created_seq = key_id.group(1), int(key_id.group(2))
     assert created_seq == 6  # genesis, the fixture's four keys, this one

@@ -339,6 +339,7 @@ class AttachmentReader {
     r->want_ = want;
     r->whole_ = whole;
     r->store_ = store;
+    r->bodies_ = bodies;
     // A promotion racing this read may have moved the object from quarantine to bodies since
     // the row was read: look there once before calling the object missing.
     OML_ASSIGN_OR_RETURN(std::optional<std::string> header, store->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
@@ -359,50 +360,65 @@ class AttachmentReader {
   }
 
   // The next piece of the range ("" once it was all returned). kDataLoss "integrity" if the
-  // object is missing, shorter than the range, fails a tag, or (whole) does not match its digests.
+  // object is missing, shorter than the range, fails a tag, or (whole) does not match its digests;
+  // a whole read's digests are checked before its last piece is returned, so a mismatch cuts the
+  // response short of its length.
   Result<std::string> Next() {
     while (sent_ < want_) {
-      if (!pending_.empty()) return Take();
-      if (ended_) {
-        if (sent_ < want_)
-          return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " is shorter than its size",
-                        "integrity");
-        break;
+      if (!pending_.empty()) {
+        if (whole_ && sent_ + pending_.size() == want_) OML_RETURN_IF_ERROR(CheckWhole());
+        return Take();
       }
-      OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store_->GetRange(a_.object_key, at_, kServePiece));
-      if (!ct) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
-      std::string pt;
-      if (!ct->empty()) {
-        at_ += ct->size();
-        OML_ASSIGN_OR_RETURN(pt, dec_->Update(*ct));
-      }
-      if (ct->size() < kServePiece) {  // the object's end: only the last segment's tag can tell
-        OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
-        pt += tail;
-        ended_ = true;
-      }
+      if (ended_)
+        return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " is shorter than its size",
+                      "integrity");
+      OML_ASSIGN_OR_RETURN(std::string pt, Read());
       Keep(pt);
     }
-    if (whole_ && !checked_) {
-      checked_ = true;
-      if (!ended_) {  // the range ended with the file's last byte; its tag closes the stream
-        OML_ASSIGN_OR_RETURN(std::optional<std::string> rest, store_->GetRange(a_.object_key, at_, kServePiece));
-        if (rest && !rest->empty()) {
-          at_ += rest->size();
-          OML_ASSIGN_OR_RETURN(std::string pt, dec_->Update(*rest));
-          hash_.Update(pt);
-        }
-        OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
-        hash_.Update(tail);
-      }
-      if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256)
-        return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " does not match its digests",
-                      "integrity");
-    }
+    if (whole_) OML_RETURN_IF_ERROR(CheckWhole());  // an empty file
     return std::string();
   }
 
  private:
+  // The plaintext of the next ciphertext range (Finish's too at the object's end).
+  Result<std::string> Read() {
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store_->GetRange(a_.object_key, at_, kServePiece));
+    if (!ct && store_ != bodies_ && a_.location == "quarantine") {
+      // Promoted while it was being read: the same bytes are in bodies now.
+      store_ = bodies_;
+      OML_ASSIGN_OR_RETURN(ct, store_->GetRange(a_.object_key, at_, kServePiece));
+    }
+    if (!ct) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
+    std::string pt;
+    if (!ct->empty()) {
+      at_ += ct->size();
+      OML_ASSIGN_OR_RETURN(pt, dec_->Update(*ct));
+    }
+    if (ct->size() < kServePiece) {  // the object's end: only the last segment's tag can tell
+      OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
+      pt += tail;
+      ended_ = true;
+    }
+    return pt;
+  }
+
+  // A whole read: the object read to its end is its ciphertext size, its plaintext its digest.
+  Status CheckWhole() {
+    if (checked_) return Status::Ok();
+    checked_ = true;
+    while (!ended_) {  // the range ended with the file's last byte; the last tag closes the stream
+      OML_ASSIGN_OR_RETURN(std::string pt, Read());
+      hash_.Update(pt);
+      if (!pt.empty())
+        return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " is longer than its size",
+                      "integrity");
+    }
+    if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256)
+      return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " does not match its digests",
+                    "integrity");
+    return Status::Ok();
+  }
+
   AttachmentReader() = default;
 
   // Keeps the part of `pt` (plaintext at pos_) inside the range; hashes all of it (whole reads).
@@ -423,6 +439,7 @@ class AttachmentReader {
 
   Attachment a_;
   blob::ObjectStore* store_ = nullptr;
+  blob::ObjectStore* bodies_ = nullptr;
   std::unique_ptr<crypto::AeadStreamDecryptor> dec_;
   uploads::RunningSha256 hash_;
   uint64_t first_ = 0, want_ = 0, sent_ = 0;
@@ -523,8 +540,8 @@ Result<uint64_t> Attachments::AdvanceProgress(const Caller& c, const ClaimMeta& 
       db::Rows r,
       conn->Scoped(c.tenant_id,
                    {"INSERT INTO oml.review_progress AS p (tenant_id, artifact_id, version, item, reviewer, served_upto, "
-                    "covered) VALUES ($1, $2, $3, $4, $5, CASE WHEN $6 = 0 THEN $7 ELSE 0 END, "
-                    "int8multirange(int8range($6, $7))) "
+                    "covered) VALUES ($1, $2, $3, $4, $5, CASE WHEN $6::int8 = 0 THEN $7::int8 ELSE 0 END, "
+                    "int8multirange(int8range($6::int8, $7::int8))) "
                     "ON CONFLICT (tenant_id, artifact_id, version, item, reviewer) DO UPDATE "
                     "SET covered = p.covered + EXCLUDED.covered, "
                     "served_upto = coalesce((SELECT upper(x) FROM unnest(p.covered + EXCLUDED.covered) x "

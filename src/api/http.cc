@@ -412,7 +412,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void NextPiece(std::shared_ptr<std::function<Result<std::string>()>> stream, uint64_t length, uint64_t sent,
                  bool close, bool dispatched) {
     asio::post(srv_->workers, [self = shared_from_this(), stream, length, sent, close, dispatched] {
-      Result<std::string> piece = (*stream)();
+      // An exception must not escape into the pool (asio would terminate the process).
+      Result<std::string> piece = Status(Code::kInternal, "the response stream threw");
+      try {
+        piece = (*stream)();
+      } catch (const std::exception& e) {
+        piece = Status(Code::kInternal, std::string("the response stream threw: ") + e.what());
+      }
       asio::post(self->socket_.get_executor(), [self, stream, length, sent, close, dispatched,
                                                 piece = std::make_shared<Result<std::string>>(std::move(piece))] {
         if (!piece->ok() || (*piece)->empty() || sent + (*piece)->size() > length) {

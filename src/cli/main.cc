@@ -384,12 +384,9 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   OML_ASSIGN_OR_RETURN(auto bodies, blob::OpenBucket(c, c.bodies_bucket));
   OML_ASSIGN_OR_RETURN(review::Options review_opts, review::OptionsFromConfig(c));
   // PDFs are extracted in child processes of this binary, never in the server (pdf_sandbox.h).
-  {
-    std::error_code ec;
-    const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-    if (ec) return Internal("cannot find this binary (/proc/self/exe) for the PDF extractor: " + ec.message());
-    OML_ASSIGN_OR_RETURN(review_opts.pdf, review::PdfSandboxFromConfig(c, self));
-  }
+  // "/proc/self/exe" itself, not the path it names now: an in-place upgrade never makes this
+  // server spawn another version's extractor, and a deleted binary is still this one.
+  OML_ASSIGN_OR_RETURN(review_opts.pdf, review::PdfSandboxFromConfig(c, "/proc/self/exe"));
   admission::AttachmentsOptions attachment_opts;
   attachment_opts.inline_body_max_bytes = c.inline_body_max_bytes;
   admission::Attachments attachments(rt->pool.get(), rt->journal.get(), kek.get(), &uploads, quarantine.get(),

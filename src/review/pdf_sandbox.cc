@@ -19,12 +19,13 @@
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
-
 namespace oml::review {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long an extraction waits for a slot before the request is answered 503.
+constexpr std::chrono::milliseconds kSlotWait{500};
 
 // Exit codes of the child besides 0.
 constexpr int kChildUsage = 2;
@@ -126,9 +127,13 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
     t.outcome = PdfOutcome::kTooLarge;
     return t;
   }
-  if (!Acquire(tenant, deadline))
-    return Limited("no extraction slot within " + std::to_string(opts_.wall.count() / 1000) +
-                   " s (this tenant's PDFs are being extracted)");
+  // A slot is waited for briefly only: a request thread never queues behind a tenant's other
+  // extractions (the caller answers 503 and the client retries), and a transient lack of slots
+  // is never signed into a review as a limit.
+  if (!Acquire(tenant, std::min(deadline, Clock::now() + kSlotWait)))
+    return Unavailable("this tenant's PDF extractions are all busy (" + std::to_string(opts_.max_per_tenant) +
+                           " at once, " + std::to_string(opts_.max_concurrent) + " for all tenants); retry",
+                       "pdf-extraction-busy");
   struct Slot {
     PdfSandbox* s;
     const std::string& t;
@@ -140,10 +145,24 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
   Fd in_r{in[0]}, in_w{in[1]};
   if (::pipe2(out, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   Fd out_r{out[0]}, out_w{out[1]};
+  // The child gets its two pipes and stderr, nothing else: every other descriptor of the server
+  // (its listening socket, client connections: asio opens them without close-on-exec) is closed,
+  // its signal mask emptied and signals set to default (the server blocks SIGTERM for its
+  // waiter thread), and its environment empty.
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in_r.fd, 0);
   posix_spawn_file_actions_adddup2(&fa, out_w.fd, 1);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  char* no_env[] = {nullptr};
   const std::string max_text = std::to_string(sink->remaining());
   const std::string mem = std::to_string(opts_.memory_bytes);
   const std::string cpu = std::to_string(opts_.cpu_seconds);
@@ -151,8 +170,9 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
                              const_cast<char*>(max_text.c_str()), const_cast<char*>(mem.c_str()),
                              const_cast<char*>(cpu.c_str()), nullptr};
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, opts_.binary.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, opts_.binary.c_str(), &fa, &attr, argv.data(), no_env);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) return Internal("cannot start the PDF extractor " + opts_.binary + ": " + std::strerror(rc));
   in_r.Close();
   out_w.Close();
@@ -161,6 +181,18 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
     if (!killed) ::kill(pid, SIGKILL);
     killed = true;
   };
+  // Whatever ends this call (an error, an exception), the child is killed and reaped.
+  bool reaped = false;
+  struct Reaper {
+    pid_t pid;
+    bool* reaped;
+    ~Reaper() {
+      if (*reaped) return;
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  } reaper{pid, &reaped};
   // Write the PDF and read the answer in one poll loop (the child may answer early, e.g. on a
   // file it refuses, and a full pipe must never block either side).
   ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
@@ -180,7 +212,10 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
     fds[n++] = {out_r.fd, POLLIN, 0};
     if (in_w.fd >= 0) fds[n++] = {in_w.fd, POLLOUT, 0};
     int ready = ::poll(fds, n, static_cast<int>(std::min<long long>(left, 1000)));
-    if (ready < 0 && errno != EINTR) break;
+    if (ready < 0 && errno != EINTR) {
+      kill_child();
+      break;
+    }
     if (in_w.fd >= 0 && n == 2 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
       ssize_t w = WriteNoSigpipe(in_w.fd, bytes.data() + sent, std::min<size_t>(bytes.size() - sent, 1 << 16));
       if (w > 0) sent += static_cast<size_t>(w);
@@ -202,13 +237,19 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
     }
   }
   in_w.Close();
+  out_r.Close();  // a child still writing gets EPIPE and ends
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  reaped = true;
   if (timed_out) return Limited("time " + std::to_string(opts_.wall.count() / 1000) + " s");
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
-    if (sig == SIGXCPU || (sig == SIGKILL && !killed)) return Limited("cpu " + std::to_string(opts_.cpu_seconds) + " s");
+    if (sig == SIGXCPU) return Limited("cpu " + std::to_string(opts_.cpu_seconds) + " s");
+    // poppler's allocator aborts when an allocation fails: under RLIMIT_AS, the memory limit.
+    if (sig == SIGABRT) return Limited("memory " + std::to_string(opts_.memory_bytes >> 20) + " MiB (the extractor aborted)");
+    if (sig == SIGKILL && !killed)
+      return Limited("cpu " + std::to_string(opts_.cpu_seconds) + " s or memory (killed by the system)");
     if (killed) return Limited("output larger than the text cap");
     PdfText t;
     t.outcome = PdfOutcome::kUnreadable;

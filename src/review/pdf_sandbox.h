@@ -8,9 +8,10 @@
 //     itself before it reads a byte;
 //   - a wall-clock deadline enforced by the parent (SIGKILL at the deadline);
 //   - no lock shared with any other extraction (each child has its own poppler);
-//   - a per-tenant bound on concurrent extractions and a bound for the whole process: an
-//     extraction waits for a slot until its deadline, so one tenant's bombs queue behind each
-//     other and never take another tenant's slots.
+//   - a per-tenant bound on concurrent extractions and a bound for the whole process: one
+//     tenant's PDFs never take another tenant's slots, and a request finding none free (after
+//     half a second) is answered 503 pdf-extraction-busy rather than holding a request thread;
+//   - its own descriptors only (the pipes and stderr), an empty environment, default signals.
 // A file that hits a limit gets an honest result: PdfOutcome::kLimit with the limit named
 // ("not-extracted: limit: cpu 10 s"), which the review flags ("not-extracted") for the reviewer;
 // never a silent empty text.
@@ -49,9 +50,11 @@ class PdfSandbox {
   PdfSandbox& operator=(const PdfSandbox&) = delete;
 
   // The text of `bytes` into `sink`, as ExtractPdf would give it, from a child process. A limit
-  // hit (memory, CPU, wall clock, or no slot before the deadline) is PdfOutcome::kLimit with the
-  // limit in notes; a child that fails otherwise (crash) is kUnreadable with a note. Errors of
-  // the sandbox itself (cannot spawn) are returned.
+  // hit (memory, CPU, wall clock) is PdfOutcome::kLimit with the limit in notes; a child that
+  // fails otherwise (crash) is kUnreadable with a note. No slot free within half a second (the
+  // tenant's or all tenants' extractions busy) is kUnavailable "pdf-extraction-busy": the
+  // request is answered 503 and retried by the client, nothing is signed. Errors of the sandbox
+  // itself (cannot spawn) are returned.
   Result<PdfText> Extract(std::string_view bytes, TextSink* sink, const std::string& tenant);
 
   const PdfSandboxOptions& options() const { return opts_; }
