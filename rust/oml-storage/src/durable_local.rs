@@ -4,8 +4,8 @@
 //! be gone, or present with a data file it names lost, while the frontier in PostgreSQL (which is
 //! durable) already passed it. Here a put writes and fsyncs its staging file before linking or
 //! renaming it into place (a file is never visible before its bytes are durable, so no commit can
-//! land above one a crash could still empty), then fsyncs each directory from the file's own up
-//! to the store's root; a completed multipart upload, a copy and a rename return only after the
+//! land above one a crash could still empty), then fsyncs the file's directory, and the parent of
+//! every directory the put created (up to the store's root); a completed multipart upload, a copy and a rename return only after the
 //! file and those directories were fsynced. So a Delta commit file, written after the data files
 //! it names, is durable only after they are; and the lake writer advances the frontier only after
 //! the commit call returned.
@@ -95,7 +95,18 @@ fn durable_put(
     shown: &str,
 ) -> Result<PutResult> {
     use std::io::Write;
+    // The directories this put creates: their entries must be made durable too (in their own
+    // parents); an existing directory only needs the new file's entry (its own fsync).
+    let mut top_created: Option<PathBuf> = None;
     if let Some(parent) = path.parent() {
+        let mut d = Some(parent);
+        while let Some(dir) = d {
+            if dir.exists() || !dir.starts_with(root) || dir == root {
+                break;
+            }
+            top_created = Some(dir.to_path_buf());
+            d = dir.parent();
+        }
         std::fs::create_dir_all(parent).map_err(|e| generic(Box::new(e)))?;
     }
     let (mut f, staging) = loop {
@@ -151,7 +162,14 @@ fn durable_put(
         }
         return Err(generic(Box::new(e)));
     }
-    sync_dirs(path, root).map_err(|e| generic(Box::new(e)))?;
+    // The file's directory; up to the parent of the topmost directory this put created.
+    let stop = top_created
+        .as_deref()
+        .and_then(|t| t.parent())
+        .or_else(|| path.parent())
+        .unwrap_or(root)
+        .to_path_buf();
+    sync_dirs(path, &stop).map_err(|e| generic(Box::new(e)))?;
     let mtime = metadata
         .modified()
         .ok()
