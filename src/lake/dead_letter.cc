@@ -84,14 +84,7 @@ Result<DeadLetters> DeadLetteredSeqs(db::Conn& conn, const std::string& stream, 
                                   {db::Text(stream), db::Int(from_exclusive), db::Int(to_inclusive)}));
   DeadLetters out;
   for (int i = 0; i < r.size(); ++i) {
-    std::vector<std::string>& applied = out[r.GetInt(i, 0)];
-    const std::string& list = r.Get(i, 1);  // comma-separated (table names hold no comma)
-    for (size_t at = 0; !list.empty();) {
-      const size_t comma = list.find(',', at);
-      applied.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-      if (comma == std::string::npos) break;
-      at = comma + 1;
-    }
+    out[r.GetInt(i, 0)] = SplitTableList(r.Get(i, 1));
   }
   return out;
 }

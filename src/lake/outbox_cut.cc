@@ -26,13 +26,7 @@ OutboxRow RowAt(const db::Rows& r, int i) {
   o.journal_seq = r.GetInt(i, 4);
   o.row_data = r.Get(i, 5);
   o.enqueued_at = r.Get(i, 6);
-  for (size_t at = 0; !r.Get(i, 7).empty();) {  // comma-separated (table names hold no comma)
-    const std::string& list = r.Get(i, 7);
-    const size_t comma = list.find(',', at);
-    o.skip_tables.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
+  o.skip_tables = SplitTableList(r.Get(i, 7));
   return o;
 }
 
@@ -44,6 +38,17 @@ std::string SelectRows(const OutboxStream& s) {
 }
 
 }  // namespace
+
+std::vector<std::string> SplitTableList(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; !list.empty();) {
+    const size_t comma = list.find(',', at);
+    out.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
 
 Result<OutboxStream> ResolveStream(std::string_view name) {
   static const std::regex kName("[a-z0-9][a-z0-9_-]{0,62}");

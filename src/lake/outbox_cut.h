@@ -76,6 +76,9 @@ struct OutboxRow {
   }
 };
 
+// The elements of array_to_string(text[], ','): lake table names, which hold no comma ("" -> none).
+std::vector<std::string> SplitTableList(const std::string& list);
+
 // Steps 1 and 2 of the rule: L and X.
 struct HorizonProbe {
   int64_t candidate = 0;  // L: the sequence's last value (0 before the first seq is drawn)
