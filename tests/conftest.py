@@ -67,6 +67,10 @@ class Deployment:
             # The private cluster has no standbys: servers in tests run with reduced durability
             # (tests/test_durability.py turns it off to test the production gate).
             "OML_REDUCED_DURABILITY": "1",
+            # Tests upload in chunks of any size (segment edges: 1, 65535 bytes); the 1 MiB
+            # default minimum of a chunk that does not end its upload is tested on its own
+            # (tests/test_upload_quotas.py).
+            "OML_UPLOAD_MIN_CHUNK_BYTES": "0",
         })
         self.env.pop("OML_DATABASE_URL", None)
         self.env.update(extra_env or {})

@@ -724,6 +724,63 @@ def test_a_pdf_bomb_hits_its_limits_in_a_child_and_never_stalls_another_tenant(s
     assert shown["attachments"][0]["review"]["flags"] == ["not-extracted"], shown
 
 
+def test_a_tenants_pdfs_beyond_its_bound_are_503_busy_while_another_tenant_goes_on(served):
+    """Issue 19: at most pdf_extract_per_tenant of one tenant's PDFs are extracted at once. A
+    second PDF of that tenant, while its first is extracted, gets no slot within half a second:
+    503 pdf-extraction-busy with Retry-After, nothing journalled, its upload still attachable;
+    another tenant's PDF at the same moment is answered within a second. The retry succeeds."""
+    import threading
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_PDF_EXTRACT_CPU_S": "3", "OML_PDF_EXTRACT_TIMEOUT_S": "10", "OML_PDF_EXTRACT_PER_TENANT": "1"})
+    d.tenant("beta")
+    beta = d.api_key("beta", "writer", "bob")
+    stream = b"BT /F1 12 Tf 72 720 Td (bomb bomb bomb bomb) Tj ET\n" * 1_600_000
+    bomb = make_pdf([["page"]] * 30, shared_stream=stream)
+    second = make_pdf([["the same tenant's second pdf"]])
+    small = make_pdf([["another tenant's pdf"]])
+    bomb_upload = upload(d, d.writer, bomb, **{"content-type": "application/pdf"})
+    second_upload = upload(d, d.writer, second, **{"content-type": "application/pdf"})
+    small_upload = upload(d, beta, small, **{"content-type": "application/pdf"})
+    answers = {}
+    t = threading.Thread(target=lambda: answers.__setitem__("bomb", d.submit(d.writer, body="a bomb",
+                                                                            attachments=[bomb_upload])))
+    t.start()
+    deadline = time.time() + 10
+    while not any(p.isdigit() and b"__extract-pdf" in _cmdline(p) for p in os.listdir("/proc")):
+        assert time.time() < deadline, "the bomb's extractor never started"
+        time.sleep(0.02)
+    before = head_seq(d)
+    s0 = time.time()
+    busy = d.submit(d.writer, body="the second pdf", attachments=[second_upload])
+    busy_secs = time.time() - s0
+    problem(busy, 503, "pdf-extraction-busy")
+    assert busy.headers["Retry-After"] == "1"
+    assert 0.4 < busy_secs < 2.0, busy_secs
+    s0 = time.time()
+    r = d.submit(beta, body="beta's pdf", attachments=[small_upload])
+    assert r.status_code == 201, r.text
+    assert time.time() - s0 < 1.0
+    t.join(timeout=60)
+    assert answers["bomb"].status_code == 201, answers["bomb"].text
+    # Nothing of the refused submission was journalled in acme's chain but the bomb's claim.
+    types = [e[1] for e in events(d) if e[0] > before]
+    assert types.count("claim.submitted") == 1 and types.count("submission.attach") == 1, types
+    # The retry, now that acme's slot is free, takes the same upload.
+    r = d.submit(d.writer, body="the second pdf", attachments=[second_upload])
+    assert r.status_code == 201, r.text
+    attach = {e[2]["upload_id"]: e[2] for e in events_all(d) if e[1] == "submission.attach"}
+    assert attach[second_upload]["review"]["method"] == "pdf"
+    assert attach[bomb_upload]["review"]["method"] == "pdf-limit"
+
+
+def _cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""
+
+
 def events_all(d):
     """(seq, type, payload) of every tenant's events, in seq order per tenant."""
     with d.su() as c:

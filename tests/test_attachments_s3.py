@@ -6,6 +6,7 @@ with boto3, a client that did not write them."""
 import hashlib
 import os
 import shutil
+import time
 import tempfile
 from pathlib import Path
 
@@ -108,3 +109,43 @@ def test_a_large_body_is_an_s3_object(s3_served):
                       headers={"Authorization": f"Bearer {d.writer}"}, timeout=30)
     assert r.status_code == 200, r.text
     assert s3_objects(d, "oml-quarantine") == {}
+
+
+def test_a_killed_composition_leaves_a_multipart_upload_that_the_staging_sweep_aborts(s3_served):
+    """Issue 19, "Leftovers": kill -9 while an upload's object is being written leaves an
+    incomplete multipart upload (its parts stored, no object), which no listing of keys shows.
+    `oml serve` aborts those older than staging_grace_s at start and then periodically."""
+    d = s3_served
+    data = os.urandom(17 * MIB + 5)  # three writer parts: two uploaded, the last buffered
+    uid = new_upload(d, d.writer, data)
+    assert upload_all(d, d.writer, uid, data[:15 * MIB], chunk=5 * MIB) == 15 * MIB
+    d.stop_server()
+    d.serve(env={"OML_FAULT": "uploads.complete.before_finish:kill"})
+    with pytest.raises(requests.ConnectionError):
+        requests.patch(f"{d.base}/v1/uploads/{uid}", data=data[15 * MIB:], timeout=120,
+                       headers={"Tus-Resumable": "1.0.0", "Authorization": f"Bearer {d.writer}",
+                                "Upload-Offset": str(15 * MIB), "Content-Type": "application/offset+octet-stream"})
+    assert d.server.wait(timeout=30) == -9
+    d.server = None
+    d.server_log.close()
+    left = d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])
+    assert len(left) == 1 and left[0]["Key"].startswith(f"{d.tenant_id}/"), left
+    assert len(d.s3.list_parts(Bucket="oml-quarantine", Key=left[0]["Key"], UploadId=left[0]["UploadId"])["Parts"]) == 2
+    # moto reports a fixed Initiated (2010-11-10) for every multipart upload, so on moto each
+    # looks older than any grace: that a young upload is left alone is shown on the local store
+    # (tests/test_uploads.py), where the age is the staging file's mtime.
+    assert left[0]["Initiated"].year == 2010
+    # Older than the grace: aborted at start, parts and all.
+    d.serve(env={"OML_STAGING_GRACE_S": "1"})
+    deadline = time.time() + 20
+    while d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads") and time.time() < deadline:
+        time.sleep(0.2)
+    assert d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", []) == []
+    assert d.s3.list_multipart_uploads(Bucket="oml-bodies").get("Uploads", []) == []
+    # The upload itself resumes: the last chunk composes the object again.
+    r = requests.patch(f"{d.base}/v1/uploads/{uid}", data=data[15 * MIB:], timeout=120,
+                       headers={"Tus-Resumable": "1.0.0", "Authorization": f"Bearer {d.writer}",
+                                "Upload-Offset": str(15 * MIB), "Content-Type": "application/offset+octet-stream"})
+    assert r.status_code == 204, r.text
+    assert r.headers["Upload-Offset"] == str(len(data))
+    assert len(s3_objects(d, "oml-quarantine")) == 1

@@ -65,7 +65,7 @@ def _ecma_pattern(validator, pattern, instance, schema):
 
 
 def test_openapi_field_schemas_accept_exactly_what_the_server_accepts():
-    """The same vectors as src/admission/fields_test.cc: every valid one passes the field's schema
+    """The same vectors as src/fields/fields_test.cc: every valid one passes the field's schema
     (maxLength, pattern, enum), every invalid one fails it."""
     from jsonschema import Draft202012Validator, validators
     spec = yaml.safe_load((ROOT / "docs" / "api" / "openapi.yaml").read_text())

@@ -1,5 +1,5 @@
 """CLI inputs that are signed into the journal obey the same field rules as the API
-(src/admission/fields.h; docs/operations/deployment.md "Field limits"): a violation exits 2
+(src/fields/fields.h; docs/operations/deployment.md "Field limits"): a violation exits 2
 with `invalid-argument(invalid-field)` and writes nothing."""
 import json
 

@@ -47,7 +47,7 @@ def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
 def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
     d = deployment
     out = d.run("migrate", "--admin-url", d.superuser_url)
-    assert "schema is up to date (version 20)" in out.stdout
+    assert "schema is up to date (version 22)" in out.stdout
     with d.su() as c:
         assert c.execute("SELECT version, name FROM oml.schema_migrations ORDER BY version").fetchall() == [
             (1, "0001_commit_point"), (2, "0002_api_key_events"), (3, "0003_chain_integrity"),
@@ -56,14 +56,15 @@ def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
             (10, "0010_dead_letter"), (11, "0011_uploads"), (12, "0012_recall"), (13, "0013_attachments"),
             (14, "0014_lifecycle"), (15, "0015_body_objects"), (16, "0016_outbox_json"),
             (17, "0017_pinned_search_path"), (18, "0018_lake_table_txn"),
-            (19, "0019_dead_letter_applied_tables"), (20, "0020_review_ranges")]
+            (19, "0019_dead_letter_applied_tables"), (20, "0020_review_ranges"),
+            (21, "0021_upload_metadata"), (22, "0022_key_residue")]
         # 0016: the outbox row is the text as written (json), not jsonb.
         assert c.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                          "WHERE attrelid = 'oml.outbox'::regclass AND attname = 'row_data'").fetchone()[0] == "json"
         c.execute("INSERT INTO oml.schema_migrations (version, name, sha256) VALUES (99, '0099_future', 'x')")
     m = d.run("migrate", "--admin-url", d.superuser_url, check=False)
     assert m.returncode == 4
-    assert "database schema version 99 is newer than this binary's 20" in m.stderr
+    assert "database schema version 99 is newer than this binary's 22" in m.stderr
     s = d.run("serve", check=False, timeout=30)
     assert s.returncode == 4
     assert "schema-newer" in s.stderr

@@ -426,3 +426,42 @@ def test_the_local_profile_generates_its_cursor_secret_and_pages_with_no_flags()
         assert r2.status_code == 200, r2.text
         assert len(r2.json()["claims"]) == 1 and r2.json()["next_cursor"] is None
         assert cursor_key_id(cursor) in secret.read_text()
+
+
+def test_time_filters_take_any_rfc3339_offset(served):
+    """RFC 3339 offsets reach +-23:59; PostgreSQL's timestamptz input stops at +-15:59, which made
+    +16:00 a 500 (found by tests/test_openapi_conformance.py). The server hands PostgreSQL the
+    instant in UTC."""
+    d = served
+    c = d.submit(d.writer, body="timed").json()
+    listed = page(d, d.writer)["claims"]
+    assert [x["artifact_id"] for x in listed] == [c["artifact_id"]]
+    at = datetime.datetime.fromisoformat(listed[0]["submitted_at"].replace("Z", "+00:00"))
+    ids = lambda r: [x["artifact_id"] for x in r["claims"]]  # noqa: E731
+    for hours, minutes in ((16, 0), (23, 59), (-23, -59), (-16, 0), (0, 0)):
+        tz = datetime.timezone(datetime.timedelta(hours=hours, minutes=minutes))
+        before = (at - datetime.timedelta(seconds=1)).astimezone(tz).isoformat()
+        after = (at + datetime.timedelta(seconds=1)).astimezone(tz).isoformat()
+        assert ids(page(d, d.writer, submitted_after=before)) == [c["artifact_id"]], before
+        assert ids(page(d, d.writer, submitted_before=before)) == [], before
+        assert ids(page(d, d.writer, submitted_after=after)) == [], after
+    # The edges of the calendar with the widest offsets are still times (the first is in 1 BC in UTC).
+    assert ids(page(d, d.writer, submitted_after="0001-01-01T00:00:00+23:59")) == [c["artifact_id"]]
+    assert ids(page(d, d.writer, submitted_before="9999-12-31T23:59:59.999999-23:59")) == [c["artifact_id"]]
+    problem(requests.get(f"{d.base}/v1/claims", params={"submitted_after": "2025-01-01T00:00:00+24:00"},
+                         headers={"Authorization": f"Bearer {d.writer}"}, timeout=30), 400, "invalid-parameter")
+
+
+def test_an_unknown_parameter_name_of_any_bytes_is_400(served):
+    """An unknown query parameter is 400 naming it; a name that is not UTF-8, or whose first 64
+    bytes end inside a character, made the problem detail unserialisable (500)."""
+    d = served
+    h = {"Authorization": f"Bearer {d.writer}"}
+    for path in ("/v1/claims", "/v1/search"):
+        r = requests.get(f"{d.base}{path}?%FF%FE=1", headers=h, timeout=30)
+        body = problem(r, 400, "invalid-parameter")
+        assert body["detail"].startswith("unknown query parameter '%FF%FE' (this endpoint takes "), body
+        name = "a" * 63 + "é"  # its 64th byte is the first of é's two
+        r = requests.get(f"{d.base}{path}", params={name: "1"}, headers=h, timeout=30)
+        body = problem(r, 400, "invalid-parameter")
+        assert body["detail"].startswith("unknown query parameter '" + "a" * 63 + "%C3...'"), body

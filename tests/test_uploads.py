@@ -7,6 +7,7 @@ sweep deletes after its retention. Stored objects are checked by decrypting them
 KEK file, the session row and the documented framing (src/crypto/crypto.h, src/uploads/uploads.h).
 """
 import base64
+import datetime
 import hashlib
 import io
 import json
@@ -235,10 +236,9 @@ def test_chunks_with_checksums_make_one_object_that_decrypts_to_the_file(served)
     assert h.headers["Cache-Control"] == "no-store"
     assert h.headers["Tus-Resumable"] == "1.0.0"
     assert h.headers["Upload-Expires"].endswith(" GMT")
-    md = dict(p.split(" ") for p in h.headers["Upload-Metadata"].split(","))
-    assert base64.b64decode(md["sha256"]) == hashlib.sha256(data).digest()
-    assert base64.b64decode(md["filename"]).decode() == "résumé.pdf"
-    assert base64.b64decode(md["content-type"]) == b"application/pdf"
+    # tus creation: HEAD answers Upload-Metadata exactly as it was sent (the client's key names).
+    assert h.headers["Upload-Metadata"] == metadata(hashlib.sha256(data).digest(), filename="résumé.pdf",
+                                                    filetype="application/pdf")
     off, n = 0, 0
     for size in (1, 65535, 65536, MIB, 777777):
         chunk = data[off:off + size]
@@ -255,8 +255,11 @@ def test_chunks_with_checksums_make_one_object_that_decrypts_to_the_file(served)
     r = patch(d, d.writer, uid, off, data[off:])
     assert r.status_code == 204, r.text
     assert r.headers["Upload-Offset"] == str(len(data))
-    assert "Upload-Expires" not in r.headers
     s = row(d, uid)
+    # Complete, it can still expire (unless a claim attaches it): Upload-Expires says when.
+    assert r.headers["Upload-Expires"] == s["expires_at"].astimezone(datetime.timezone.utc).strftime(
+        "%a, %d %b %Y %H:%M:%S GMT")
+    assert head(d, d.writer, uid).headers["Upload-Expires"] == r.headers["Upload-Expires"]
     assert s["state"] == "complete"
     # A complete upload waits upload_complete_ttl_s (default: upload_expiry_s) for a claim.
     assert (s["expires_at"] - s["completed_at"]).total_seconds() == 86400
@@ -889,3 +892,54 @@ def test_a_1_gib_upload_keeps_the_servers_rss_growth_under_64_mib(served):
     for block in decrypted_blocks(d, uid):
         check.update(block)
     assert check.digest() == sha.digest()
+
+
+def staging_files(root):
+    """Files named <name>#<digits> below root: what a killed write leaves on a local store."""
+    import re
+    return sorted(p for p in root.rglob("*") if p.is_file() and re.search(r"#[0-9]+$", p.name))
+
+
+def test_a_killed_composition_leaves_a_staging_file_that_the_sweep_removes(served):
+    """Issue 19, "Leftovers": kill -9 while the upload's object is written leaves its staging
+    file (<key>#<digits>, every byte of ciphertext), which List hides; `oml serve` removes the
+    ones older than staging_grace_s at start and then periodically, and never a young one."""
+    d = served
+    data = os.urandom(9 * MIB + 7)
+    uid = new_upload(d, d.writer, data)
+    assert upload_all(d, d.writer, uid, data[:8 * MIB], chunk=4 * MIB) == 8 * MIB
+    d.stop_server()
+    d.serve(env={"OML_FAULT": "uploads.complete.before_finish:kill"})
+    with pytest.raises(requests.ConnectionError):
+        patch(d, d.writer, uid, 8 * MIB, data[8 * MIB:])
+    assert d.server.wait(timeout=30) == -9
+    d.server = None
+    d.server_log.close()
+    left = staging_files(quarantine(d))
+    assert len(left) == 1 and left[0].parent.name == d.tenant_id, left
+    assert left[0].stat().st_size == 8 * MIB  # the writer's first part (the rest was buffered)
+    # A staging file in the other bucket too (as a killed promotion copy would leave).
+    bodies = d.home / "objects" / "oml-bodies" / d.tenant_id
+    bodies.mkdir(parents=True, exist_ok=True)
+    (bodies / ("0" * 64 + "#12")).write_bytes(b"partial")
+    # Younger than the grace: kept.
+    d.serve(env={"OML_STAGING_GRACE_S": "3600"})
+    time.sleep(2)
+    assert len(staging_files(d.home / "objects")) == 2
+    d.stop_server()
+    # Older (mtime two hours back): removed at start; a young one beside them stays.
+    for p in staging_files(d.home / "objects"):
+        os.utime(p, (time.time() - 7200, time.time() - 7200))
+    young = quarantine(d) / d.tenant_id / ("1" * 64 + "#9000001")
+    young.write_bytes(b"a write in progress")
+    d.serve(env={"OML_STAGING_GRACE_S": "3600"})
+    deadline = time.time() + 20
+    while len(staging_files(d.home / "objects")) > 1 and time.time() < deadline:
+        time.sleep(0.1)
+    assert staging_files(d.home / "objects") == [young]
+    young.unlink()
+    # The upload resumes: the retried last chunk composes the object again.
+    r = patch(d, d.writer, uid, 8 * MIB, data[8 * MIB:])
+    assert r.status_code == 204, r.text
+    assert r.headers["Upload-Offset"] == str(len(data))
+    assert b"".join(decrypted_blocks(d, uid)) == data

@@ -5,7 +5,7 @@
 
 #include <regex>
 
-#include "admission/fields.h"
+#include "fields/fields.h"
 #include "admission/lifecycle.h"
 #include "admission/recall.h"
 
@@ -105,12 +105,12 @@ Status Claims::CheckSubmit(const Caller& c, const SubmitRequest& req) const {
                   "body is " + std::to_string(req.body.size()) + " bytes; the limit is " + std::to_string(max_body_),
                   "body-too-large");
   if (!ValidUtf8(req.body)) return InvalidArgument("body must be UTF-8 text", "invalid-field");
-  // Every metadata field is signed into claim.submitted: admission/fields.h holds their rules.
-  OML_RETURN_IF_ERROR(CheckWorkareaId(req.workarea_id));
-  OML_RETURN_IF_ERROR(CheckPath(req.path));
-  OML_RETURN_IF_ERROR(CheckProvenance(req.provenance));
-  if (req.simulation_id) OML_RETURN_IF_ERROR(CheckSimulationId(*req.simulation_id));
-  OML_RETURN_IF_ERROR(CheckMediaType(req.media_type));
+  // Every metadata field is signed into claim.submitted: fields/fields.h holds their rules.
+  OML_RETURN_IF_ERROR(fields::CheckWorkareaId(req.workarea_id));
+  OML_RETURN_IF_ERROR(fields::CheckPath(req.path));
+  OML_RETURN_IF_ERROR(fields::CheckProvenance(req.provenance));
+  if (req.simulation_id) OML_RETURN_IF_ERROR(fields::CheckSimulationId(*req.simulation_id));
+  OML_RETURN_IF_ERROR(fields::CheckMediaType(req.media_type));
   return Status::Ok();
 }
 
@@ -325,7 +325,7 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
 
 Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, const std::string& artifact_id,
                                                              const std::string& reason) {
-  OML_RETURN_IF_ERROR(CheckReason(reason));
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));
   return DoErase(c, artifact_id, reason, nullptr);
 }
 
@@ -413,7 +413,7 @@ Result<ClaimMeta> Claims::LoadNewest(const Caller& c, const std::string& artifac
 
 Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Review(const Caller& c, const std::string& artifact_id,
                                                               ReviewAct act, const std::string& reason) {
-  OML_RETURN_IF_ERROR(CheckReason(reason));
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));
   return DoReview(c, artifact_id, act, reason, nullptr);
 }
 
@@ -575,14 +575,14 @@ Result<WriteResponse> Claims::SubmitOnce(const Caller& c, const SubmitRequest& r
 
 Result<WriteResponse> Claims::EraseOnce(const Caller& c, const std::string& artifact_id, const std::string& reason,
                                         const IdempotencyKey& idem, const RenderResponse& render) {
-  OML_RETURN_IF_ERROR(CheckReason(reason));  // before the key is looked up
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));  // before the key is looked up
   return Once(c, idem, render, [&](const ExtraFold& extra) { return DoErase(c, artifact_id, reason, &extra); });
 }
 
 Result<WriteResponse> Claims::ReviewOnce(const Caller& c, const std::string& artifact_id, ReviewAct act,
                                          const std::string& reason, const IdempotencyKey& idem,
                                          const RenderResponse& render) {
-  OML_RETURN_IF_ERROR(CheckReason(reason));  // before the key is looked up
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));  // before the key is looked up
   return Once(c, idem, render,
               [&](const ExtraFold& extra) { return DoReview(c, artifact_id, act, reason, &extra); });
 }

@@ -135,14 +135,14 @@ class Claims {
   // Checks, in order (CheckSubmit): kPermissionDenied "forbidden-role" for a role that may not
   // write (reviewers only review), kPayloadTooLarge "body-too-large" over the limit,
   // kInvalidArgument "invalid-field" for a body that is not UTF-8 or a metadata field that
-  // breaks its rule in admission/fields.h. Nothing is written when a check fails.
+  // breaks its rule in fields/fields.h. Nothing is written when a check fails.
   Result<SubmitResult> Submit(const Caller& c, const SubmitRequest& req);
   // kNotFound for unknown ids, other tenants' ids, and held claims the caller may not see
   // (own-work rule: only the author, reviewers and admins read a held claim). kGone if erased.
   Result<FetchResult> Fetch(const Caller& c, const std::string& artifact_id);
   // Erases an artifact (all versions). Allowed for admins and the author. kGone if already erased.
   // kInvalidArgument "invalid-field" (first, before the claim is looked up) if `reason` breaks
-  // CheckReason (admission/fields.h): more than 1024 characters, a control character, not UTF-8.
+  // CheckReason (fields/fields.h): more than 1024 characters, a control character, not UTF-8.
   Result<std::pair<ClaimMeta, journal::Receipt>> Erase(const Caller& c, const std::string& artifact_id,
                                                        const std::string& reason);
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "admission/fields.h"
+#include "fields/fields.h"
 #include "common/sync_point.h"
 
 namespace oml::admission {
@@ -80,8 +80,8 @@ Status SimulationRefusal(db::Pool& pool, const std::string& tenant, const std::o
 Result<std::pair<ClaimMeta, journal::Receipt>> Lifecycle::Reassign(const Caller& c, const std::string& artifact_id,
                                                                    const std::string& workarea_id,
                                                                    const std::string& reason) {
-  OML_RETURN_IF_ERROR(CheckReason(reason));
-  OML_RETURN_IF_ERROR(CheckWorkareaId(workarea_id));
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));
+  OML_RETURN_IF_ERROR(fields::CheckWorkareaId(workarea_id));
   if (!Claims::ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
   // The refusal of a reassignment of a claim found as `m`; OK if it may go ahead.
   auto refusal = [&](const ClaimMeta& m) -> Status {
@@ -168,8 +168,8 @@ Result<std::optional<Simulation>> Lifecycle::LoadSimulation(const std::string& t
 Result<std::pair<Simulation, journal::Receipt>> Lifecycle::StartSimulation(const Caller& c,
                                                                            const std::string& simulation_id,
                                                                            const std::string& description) {
-  OML_RETURN_IF_ERROR(CheckSimulationId(simulation_id));
-  OML_RETURN_IF_ERROR(CheckDescription(description));
+  OML_RETURN_IF_ERROR(fields::CheckSimulationId(simulation_id));
+  OML_RETURN_IF_ERROR(fields::CheckDescription(description));
   if (!Governs(c)) return PermissionDenied("role " + c.role + " may not start simulations", "forbidden-role");
   auto exists = [](const Simulation& s) {
     return FailedPrecondition("this simulation id was started at seq " + std::to_string(s.started_seq) +
@@ -203,9 +203,9 @@ Result<std::pair<Simulation, journal::Receipt>> Lifecycle::StartSimulation(const
 
 Result<std::pair<Simulation, journal::Receipt>> Lifecycle::EndSimulation(const Caller& c, const std::string& simulation_id,
                                                                          const std::string& reason) {
-  OML_RETURN_IF_ERROR(CheckReason(reason));
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));
   if (!Governs(c)) return PermissionDenied("role " + c.role + " may not end simulations", "forbidden-role");
-  if (!CheckSimulationId(simulation_id).ok()) return NoSimulation();
+  if (!fields::CheckSimulationId(simulation_id).ok()) return NoSimulation();
   auto refusal = [](const std::optional<Simulation>& s) -> Status {
     if (!s) return NoSimulation();
     if (s->state != "running")
@@ -250,7 +250,7 @@ Result<std::pair<Simulation, journal::Receipt>> Lifecycle::EndSimulation(const C
 }
 
 Result<Simulation> Lifecycle::GetSimulation(const Caller& c, const std::string& simulation_id) {
-  if (!CheckSimulationId(simulation_id).ok()) return NoSimulation();
+  if (!fields::CheckSimulationId(simulation_id).ok()) return NoSimulation();
   OML_ASSIGN_OR_RETURN(auto found, LoadSimulation(c.tenant_id, simulation_id));
   if (!found) return NoSimulation();
   return *found;

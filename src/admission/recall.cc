@@ -3,11 +3,13 @@
 #include <cmath>
 #include <deque>
 #include <cstdlib>
+#include <chrono>
+#include <cstdio>
 #include <regex>
 #include <utility>
 
 #include "admission/cursor.h"
-#include "admission/fields.h"
+#include "fields/fields.h"
 #include "crypto/crypto.h"
 
 namespace oml::admission {
@@ -22,24 +24,38 @@ bool SeesEveryClaim(const Caller& c) { return c.role == "reviewer" || c.role == 
 // ---- RFC 3339 times ---------------------------------------------------------------------------
 
 // "YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|+HH:MM|-HH:MM)", a real calendar date and time of day (no leap
-// second), year 0001..9999; an offset within +-23:59. Returns it with ' ' before the offset
-// turned back into '+', ready for PostgreSQL's timestamptz input; nullopt if it is not one.
+// second), year 0001..9999; an offset within +-23:59 (' ' before the offset is read as '+', the
+// form a URL's unescaped '+' takes). Returns the same instant in UTC, "YYYY-MM-DD HH:MM:SS[.f]"
+// with "+00" (and " BC" for a year before 1: 0001-01-01T00:00:00+23:59), ready for PostgreSQL's
+// timestamptz input, whose offsets stop at +-15:59; nullopt if it is not one.
 std::optional<std::string> Rfc3339(std::string v) {
   static const std::regex kTime(
-      R"(^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,6})?(Z|[-+ ](\d{2}):(\d{2}))$)");
+      R"(^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,6})?(Z|([-+ ])(\d{2}):(\d{2}))$)");
   std::smatch m;
   if (!std::regex_match(v, m, kTime)) return std::nullopt;
   auto num = [&](int i) { return std::stoi(m[i].str()); };
   const int y = num(1), mo = num(2), d = num(3), h = num(4), mi = num(5), s = num(6);
-  static const int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (y < 1 || mo < 1 || mo > 12 || d < 1) return std::nullopt;
-  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-  if (d > kDays[mo - 1] + (mo == 2 && leap ? 1 : 0)) return std::nullopt;
-  if (h > 23 || mi > 59 || s > 59) return std::nullopt;
-  if (m[8].str() != "Z" && (num(9) > 23 || num(10) > 59)) return std::nullopt;
-  const size_t off = static_cast<size_t>(m.position(8));
-  if (v[off] == ' ') v[off] = '+';
-  return v;
+  if (y < 1 || h > 23 || mi > 59 || s > 59) return std::nullopt;
+  namespace ch = std::chrono;
+  const ch::year_month_day date{ch::year{y}, ch::month{static_cast<unsigned>(mo)}, ch::day{static_cast<unsigned>(d)}};
+  if (!date.ok()) return std::nullopt;
+  int offset_min = 0;
+  if (m[8].str() != "Z") {
+    if (num(10) > 23 || num(11) > 59) return std::nullopt;
+    offset_min = (num(10) * 60 + num(11)) * (m[9].str() == "-" ? -1 : 1);
+  }
+  const ch::sys_seconds utc =
+      ch::sys_days{date} + ch::hours{h} + ch::minutes{mi - offset_min} + ch::seconds{s};
+  const ch::sys_days day = ch::floor<ch::days>(utc);
+  const ch::year_month_day u{day};
+  const ch::hh_mm_ss<ch::seconds> t{utc - day};
+  const int uy = static_cast<int>(u.year());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02u-%02u %02d:%02d:%02d%s+00%s", uy >= 1 ? uy : 1 - uy,
+                static_cast<unsigned>(u.month()), static_cast<unsigned>(u.day()), static_cast<int>(t.hours().count()),
+                static_cast<int>(t.minutes().count()), static_cast<int>(t.seconds().count()), m[7].str().c_str(),
+                uy >= 1 ? "" : " BC");
+  return std::string(buf);
 }
 
 // ---- Cursors (admission/cursor.h) -------------------------------------------------------------
@@ -257,8 +273,8 @@ Status CheckQueryText(const std::string& text) {
   if (text.empty() || text.size() > kMaxSearchQueryBytes)
     return BadParam("query parameter 'q' must hold 1.." + std::to_string(kMaxSearchQueryBytes) + " bytes");
   // CheckReason's rules (UTF-8, no control character; its 1024 characters exceed our bytes).
-  static_assert(kMaxSearchQueryBytes <= kMaxReason);
-  if (!CheckReason(text).ok())
+  static_assert(kMaxSearchQueryBytes <= fields::kMaxReason);
+  if (!fields::CheckReason(text).ok())
     return BadParam("query parameter 'q' must be UTF-8 without control characters");
   return Status::Ok();
 }
@@ -296,9 +312,9 @@ Status CheckClaimFilter(const ClaimFilter& f) {
     if (s.ok()) return s;
     return BadParam(std::string("query parameter '") + name + "': " + s.message());
   };
-  if (f.workarea_id) OML_RETURN_IF_ERROR(named(CheckWorkareaId(*f.workarea_id), "workarea_id"));
-  if (f.provenance) OML_RETURN_IF_ERROR(named(CheckProvenance(*f.provenance), "provenance"));
-  if (f.simulation_id) OML_RETURN_IF_ERROR(named(CheckSimulationId(*f.simulation_id), "simulation_id"));
+  if (f.workarea_id) OML_RETURN_IF_ERROR(named(fields::CheckWorkareaId(*f.workarea_id), "workarea_id"));
+  if (f.provenance) OML_RETURN_IF_ERROR(named(fields::CheckProvenance(*f.provenance), "provenance"));
+  if (f.simulation_id) OML_RETURN_IF_ERROR(named(fields::CheckSimulationId(*f.simulation_id), "simulation_id"));
   if (f.state && *f.state != "held" && *f.state != "promoted" && *f.state != "rejected" && *f.state != "demoted" &&
       *f.state != "erased" && *f.state != "retracted")
     return BadParam("query parameter 'state' must be one of held, promoted, rejected, demoted, erased, retracted");

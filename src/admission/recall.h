@@ -84,7 +84,7 @@ struct RecallPage {
 
 // OK, or kInvalidArgument "invalid-parameter" naming the filter: state not one of held,
 // promoted, rejected, demoted, erased; workarea_id, provenance or simulation_id breaking its rule
-// in admission/fields.h; a time that is not RFC 3339 (a space in place of the offset's '+' is
+// in fields/fields.h; a time that is not RFC 3339 (a space in place of the offset's '+' is
 // taken as '+', since an unencoded '+' arrives as a space in a query string).
 Status CheckClaimFilter(const ClaimFilter& f);
 

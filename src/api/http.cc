@@ -227,10 +227,33 @@ class Session : public std::enable_shared_from_this<Session> {
     // Route: the path first (404), then the method (405 with Allow).
     // HEAD of a path with no HEAD route of its own is its GET route (RFC 9110 §9.3.2): the handler
     // sees method "HEAD" (and must cause no side effect), the transport sends the header only.
+    // X-HTTP-Method-Override on a POST: the overriding method is tried first, on routes that
+    // honour it (Route::method_override); found, it is the request's method from here on.
+    std::string override_method;
+    if (method_ == "POST") {
+      int n = 0;
+      for (const auto& [name, value] : headers_)
+        if (name == "x-http-method-override" && ++n == 1) override_method = Trim(value);
+      if (n != 1) override_method.clear();
+      std::transform(override_method.begin(), override_method.end(), override_method.begin(),
+                     [](unsigned char c) { return std::toupper(c); });
+    }
+    if (!override_method.empty()) {
+      for (const auto& r : srv_->routes) {
+        if (!r.route.method_override || r.route.method != override_method) continue;
+        std::smatch m;
+        if (!std::regex_match(path_, m, r.re)) continue;
+        route_ = &r.route;
+        method_ = override_method;
+        for (size_t i = 1; i < m.size(); ++i) captures_.push_back(m[i].str());
+        break;
+      }
+    }
     std::set<std::string> allowed;
     const Route* get_route = nullptr;
     std::vector<std::string> get_captures;
     for (const auto& r : srv_->routes) {
+      if (route_ != nullptr) break;  // chosen by X-HTTP-Method-Override
       std::smatch m;
       if (!std::regex_match(path_, m, r.re)) continue;
       allowed.insert(r.route.method);

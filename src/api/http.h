@@ -98,6 +98,10 @@ struct Route {
   std::string name;    // for metrics and logs, e.g. "/v1/claims/{id}"
   BodyPolicy body = BodyPolicy::kNone;
   std::function<void(const Request&, Response&)> handler;
+  // A POST carrying `X-HTTP-Method-Override: <method>` (sent once) reaches this route as if it
+  // were a <method> request, and the handler sees <method> (tus 1.0 core: clients behind
+  // proxies that drop PATCH or DELETE). Other routes ignore the header.
+  bool method_override = false;
 };
 
 // Builds the answer to a refusal made by the transport (status, problem slug, detail, path).

@@ -1,5 +1,7 @@
 #include "api/recall_handlers.h"
 
+#include <cstdio>
+
 #include <map>
 #include <set>
 
@@ -49,7 +51,22 @@ std::vector<std::string> ParamNames(std::string_view q) {
 Status CheckParams(const http::Request& req, const std::set<std::string>& allowed) {
   std::set<std::string> seen;
   for (const std::string& n : ParamNames(req.query)) {
-    const std::string shown = n.size() > 64 ? n.substr(0, 64) + "..." : n;
+    // Shown in the problem detail, which must stay valid UTF-8 JSON whatever the name's bytes:
+    // every byte outside printable ASCII is %XX, and at most 64 bytes of it.
+    std::string shown;
+    for (unsigned char ch : n) {
+      if (shown.size() >= 64) {
+        shown += "...";
+        break;
+      }
+      if (ch > 0x20 && ch < 0x7f && ch != '%') {
+        shown += static_cast<char>(ch);
+      } else {
+        char esc[4];
+        std::snprintf(esc, sizeof esc, "%%%02X", ch);
+        shown += esc;
+      }
+    }
     if (!allowed.count(n)) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;

@@ -48,6 +48,7 @@ int HttpStatus(const Status& s) {
   if (s.type() == "checksum-mismatch") return 460;
   if (s.type() == "digest-mismatch") return 422;
   if (s.type() == "tus-version-unsupported") return 412;
+  if (s.type() == "upload-quota-exceeded") return 429;
   if (s.type() == "unsupported-media-type") return 415;
   // Attachments (admission/attachments.h): a Range past the end.
   if (s.type() == "range-not-satisfiable") return 416;
@@ -115,6 +116,10 @@ struct Server::Impl {
     // Transient database states: the client may retry after a second.
     if (s.type() == "database-busy" || s.type() == "transaction-conflict" || s.type() == "query-canceled")
       res.SetHeader("Retry-After", "1");
+    // Over an upload quota (uploads.h Options): open sessions end when they complete, are
+    // deleted or expire; a minute is a hint, not a promise.
+    if (s.type() == "upload-quota-exceeded") res.SetHeader("Retry-After", "60");
+    if (s.type() == "pdf-extraction-busy") res.SetHeader("Retry-After", "1");
     // Internal and database errors are logged in full; clients get no SQL, hosts or role names.
     Status shown = s;
     if (s.code() == Code::kInternal && s.type() != "injected-fault") {
@@ -250,7 +255,7 @@ struct Server::Impl {
   }
 
   // A string member: present (or absent when not required) and a JSON string. Its content rules
-  // (length, syntax, no control characters in metadata) are admission/fields.h's, applied by
+  // (length, syntax, no control characters in metadata) are fields/fields.h's, applied by
   // Claims for the API and the CLI alike.
   static Result<std::string> StringField(const json& j, const char* name, bool required) {
     if (!j.contains(name) || j[name].is_null()) {

@@ -46,6 +46,12 @@ class UploadsApi {
     if (!md.ok()) return Fail(req, res, md.status());
     auto nu = tus::ParseCreation(*n, *md);
     if (!nu.ok()) return Fail(req, res, nu.status());
+    // Kept as sent (HEAD echoes it); ParseCreation required sha256, so it is never empty here.
+    nu->metadata = req.Header("Upload-Metadata").value_or("");
+    if (nu->metadata.size() > uploads::kMaxMetadataBytes)
+      return Fail(req, res,
+                  InvalidArgument("Upload-Metadata exceeds " + std::to_string(uploads::kMaxMetadataBytes) + " bytes",
+                                  "invalid-upload-metadata"));
     if (Status g = h_.write_gate(*caller); !g.ok()) return Fail(req, res, g);
     auto s = up_->Create(OwnerOf(*caller), caller->role, *nu);
     h_.forget_if_revoked(*caller, s.status());
@@ -53,7 +59,8 @@ class UploadsApi {
     res.status = 201;
     res.SetHeader("Location", "/v1/uploads/" + s->upload_id);
     res.SetHeader("Upload-Offset", std::to_string(s->offset));
-    if (s->state != uploads::State::kComplete) res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
+    // Active or complete, a session can expire (a complete one unless a claim attaches it).
+    res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
   }
 
   // HEAD /v1/uploads/{id}.
@@ -68,10 +75,14 @@ class UploadsApi {
     res.status = 200;
     res.SetHeader("Upload-Offset", std::to_string(s->offset));
     res.SetHeader("Upload-Length", std::to_string(s->length));
-    if (s->state != uploads::State::kComplete) res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
-    std::map<std::string, std::string> md = {{"sha256", s->declared_sha256}, {"content-type", s->media_type}};
-    if (!s->filename.empty()) md["filename"] = s->filename;
-    res.SetHeader("Upload-Metadata", tus::EncodeMetadata(md));
+    res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
+    if (!s->metadata.empty()) {
+      res.SetHeader("Upload-Metadata", s->metadata);  // as the client sent it (tus creation)
+    } else {  // a session created before sql/0021: the parsed keys, re-encoded
+      std::map<std::string, std::string> md = {{"sha256", s->declared_sha256}, {"content-type", s->media_type}};
+      if (!s->filename.empty()) md["filename"] = s->filename;
+      res.SetHeader("Upload-Metadata", tus::EncodeMetadata(md));
+    }
   }
 
   // PATCH /v1/uploads/{id}.
@@ -110,7 +121,7 @@ class UploadsApi {
     }
     res.status = 204;
     res.SetHeader("Upload-Offset", std::to_string(s->offset));
-    if (s->state != uploads::State::kComplete) res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
+    res.SetHeader("Upload-Expires", tus::HttpDate(s->expires_at));
   }
 
   // DELETE /v1/uploads/{id} (termination) of an active or complete session: its DEK is shredded,
@@ -175,13 +186,15 @@ std::vector<http::Route> UploadRoutes(uploads::Uploads* uploads, UploadHooks hoo
     return [api, fn](const http::Request& req, http::Response& res) { ((*api).*fn)(req, res); };
   };
   using BP = http::BodyPolicy;
-  // The id is a UUID or anything else without '/' (answered 404 upload-not-found).
+  // The id is a UUID or anything else without '/' (answered 404 upload-not-found). tus core: a
+  // POST with X-HTTP-Method-Override reaches HEAD, PATCH and DELETE of a session.
+  constexpr bool kOverride = true;
   return {
       {"OPTIONS", "/v1/uploads", "/v1/uploads", BP::kNone, bind(&UploadsApi::Options)},
       {"POST", "/v1/uploads", "/v1/uploads", BP::kNone, bind(&UploadsApi::Create)},
-      {"HEAD", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Head)},
-      {"PATCH", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kOptional, bind(&UploadsApi::Patch)},
-      {"DELETE", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Delete)},
+      {"HEAD", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Head), kOverride},
+      {"PATCH", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kOptional, bind(&UploadsApi::Patch), kOverride},
+      {"DELETE", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Delete), kOverride},
   };
 }
 

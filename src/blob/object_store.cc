@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/log.h"
 #include "oml_storage.h"
 
 namespace oml::blob {
@@ -190,6 +191,15 @@ class RustObjectStore final : public ObjectStore {
     return Status::Ok();
   }
 
+  Result<uint64_t> SweepStaging(std::chrono::seconds grace) override {
+    OmlStorageError err{};
+    uint64_t removed = 0;
+    int32_t rc = oml_storage_store_sweep_staging(handle_, static_cast<uint64_t>(std::max<int64_t>(0, grace.count())),
+                                                 &removed, &err);
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "staging sweep of " + url_);
+    return removed;
+  }
+
   Result<std::unique_ptr<ObjectWriter>> OpenWriter(const std::string& key) override {
     OmlStorageError err{};
     OmlStorageWriter* w = nullptr;
@@ -231,6 +241,26 @@ class RustObjectStore final : public ObjectStore {
 };
 
 }  // namespace
+
+StagingSweeper::StagingSweeper(std::vector<ObjectStore*> stores, std::vector<std::string> names,
+                               std::chrono::seconds grace, std::chrono::milliseconds interval)
+    : stores_(std::move(stores)),
+      names_(std::move(names)),
+      grace_(grace),
+      thread_(interval, [this] { SweepAll(); }, /*run_at_start=*/true) {}
+
+void StagingSweeper::SweepAll() {
+  for (size_t i = 0; i < stores_.size(); ++i) {
+    const std::string& name = i < names_.size() ? names_[i] : std::to_string(i);
+    auto n = stores_[i]->SweepStaging(grace_);
+    if (!n.ok()) {
+      log::Warn("staging sweep failed; the next round retries", {{"store", name}, {"error", n.status().ToString()}});
+    } else if (*n > 0) {
+      log::Info("staging sweep removed what interrupted writes left",
+                {{"store", name}, {"removed", std::to_string(*n)}, {"grace_s", std::to_string(grace_.count())}});
+    }
+  }
+}
 
 Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url) {
   OmlStorageError err{};

@@ -10,6 +10,7 @@
 // the backend refused the credentials), kInternal otherwise.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/periodic.h"
 #include "common/status.h"
 
 namespace oml::blob {
@@ -73,6 +75,28 @@ class ObjectStore {
   virtual Status Copy(const std::string& from_key, const std::string& to_key) = 0;
   // Starts a streaming write of key (see ObjectWriter). Nothing is visible until Finish.
   virtual Result<std::unique_ptr<ObjectWriter>> OpenWriter(const std::string& key) = 0;
+  // Removes what interrupted writes (a kill -9 mid-Put or mid-writer) left, which List never
+  // shows: on a local store, staging files `<name>#<digits>` not modified for `grace`; on S3,
+  // incomplete multipart uploads under the store's prefix initiated at least `grace` ago.
+  // Returns how many. REQUIRES: `grace` exceeds the longest write in progress (a younger one
+  // is never touched; an older one would lose its staging file and fail).
+  virtual Result<uint64_t> SweepStaging(std::chrono::seconds grace) = 0;
+};
+
+// Runs SweepStaging(grace) on each store at once and then every `interval`, on its own thread,
+// until destroyed; logs what it removed and every failure (the next round retries).
+class StagingSweeper {
+ public:
+  // REQUIRES: the stores outlive this object.
+  StagingSweeper(std::vector<ObjectStore*> stores, std::vector<std::string> names, std::chrono::seconds grace,
+                 std::chrono::milliseconds interval);
+
+ private:
+  void SweepAll();
+  const std::vector<ObjectStore*> stores_;
+  const std::vector<std::string> names_;
+  const std::chrono::seconds grace_;
+  PeriodicThread thread_;  // last: runs SweepAll over the members above
 };
 
 // Ranges CopyBetween reads at a time.

@@ -2,6 +2,9 @@
 #include "common/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -121,6 +124,40 @@ TEST_F(LocalObjectStoreTest, BareAbsolutePathIsLocal) {
   ASSERT_TRUE(got.ok());
   ASSERT_TRUE(got->has_value());
   EXPECT_EQ(**got, "v");
+}
+
+// What a killed write leaves (<name>#<digits>, hidden from List) goes once older than the
+// grace; a younger one, and objects whose names only look alike, stay.
+TEST_F(LocalObjectStoreTest, SweepStagingRemovesOnlyOldStagingFiles) {
+  const fs::path dir = root_ / "store" / "t1";
+  fs::create_directories(dir / "deep");
+  auto write = [](const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; };
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  for (const char* name : {"obj#12", "deep/obj#90000000010000000002"}) {
+    write(dir / name, "partial");
+    fs::last_write_time(dir / name, old);
+  }
+  write(dir / "young#7", "in progress");
+  ASSERT_TRUE(store_->Put("t1/looks#like", "an object").ok());
+  ASSERT_TRUE(store_->Put("t1/plain", "an object").ok());
+  for (const char* name : {"t1/looks#like", "t1/plain"}) fs::last_write_time(root_ / "store" / name, old);
+  auto listed = store_->List("t1/");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(*listed, (std::vector<std::string>{"t1/looks#like", "t1/plain"}));  // staging files are hidden
+
+  auto n = store_->SweepStaging(std::chrono::hours(1));
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 2u);
+  EXPECT_FALSE(fs::exists(dir / "obj#12"));
+  EXPECT_FALSE(fs::exists(dir / "deep/obj#90000000010000000002"));
+  EXPECT_TRUE(fs::exists(dir / "young#7"));
+  auto again = store_->SweepStaging(std::chrono::hours(1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0u);
+  EXPECT_EQ(*store_->List("t1/"), (std::vector<std::string>{"t1/looks#like", "t1/plain"}));
+  auto young = store_->SweepStaging(std::chrono::seconds(0));
+  ASSERT_TRUE(young.ok());
+  EXPECT_EQ(*young, 1u);
 }
 
 TEST(OpenObjectStoreTest, BadSchemeIsInvalidArgument) {

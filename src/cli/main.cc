@@ -308,6 +308,30 @@ Status DoMigrate(const std::string& admin_url, const db::MigrateOptions& opts) {
   return Status::Ok();
 }
 
+// `oml kek purge-residue`: rewrites the tables that hold wrapped DEKs (VACUUM FULL) so that the
+// row versions an erasure, an ended upload or a KEK rotation left behind, wrapped keys included,
+// are not in their files any more, then CHECKPOINTs. Each table is locked ACCESS EXCLUSIVE while
+// it is rewritten (reads and writes of it wait). As an administrator: the owner or a superuser
+// (CHECKPOINT needs a superuser or pg_checkpoint). WAL and backups keep what they hold until
+// their retention ends (docs/data/event-catalog.md, "What an erasure leaves").
+Status DoPurgeKeyResidue(const std::string& admin_url) {
+  OML_ASSIGN_OR_RETURN(db::Conn admin, db::Conn::Connect(admin_url));
+  for (const char* table : {"oml.artifact_keys", "oml.attachment_keys", "oml.upload_sessions"}) {
+    const std::string size = std::string("SELECT pg_total_relation_size('") + table + "'), (SELECT n_dead_tup FROM " +
+                             "pg_stat_all_tables WHERE relid = '" + table + "'::regclass)";
+    OML_ASSIGN_OR_RETURN(db::Rows before, admin.Query(size));
+    OML_ASSIGN_OR_RETURN(db::Rows done, admin.Exec(std::string("VACUUM (FULL, ANALYZE) ") + table));
+    (void)done;
+    OML_ASSIGN_OR_RETURN(db::Rows after, admin.Query(size));
+    std::cout << table << ": rewritten, " << before.GetInt(0, 0) << " -> " << after.GetInt(0, 0) << " bytes ("
+              << (before.IsNull(0, 1) ? std::string("?") : before.Get(0, 1)) << " dead row versions before)\n";
+  }
+  OML_ASSIGN_OR_RETURN(db::Rows cp, admin.Exec("CHECKPOINT"));
+  (void)cp;
+  std::cout << "checkpoint done; WAL segments and backups older than now may still hold shredded keys\n";
+  return Status::Ok();
+}
+
 // The KEKs of this process: kek_file wraps new DEKs; previous_kek_file (set while `oml kek rotate`
 // moves DEKs to kek_file's KEK) and `extra_previous` only unwrap. Each DEK is unwrapped under the
 // KEK its artifact_keys row names.
@@ -322,6 +346,11 @@ Result<std::unique_ptr<crypto::KekRing>> LoadKeks(const Config& c, const std::ve
     previous.push_back(std::move(p));
   }
   return std::make_unique<crypto::KekRing>(std::move(primary), std::move(previous));
+}
+
+// How often a StagingSweeper looks: half the grace, between 1 s and 15 min.
+std::chrono::milliseconds StagingSweepInterval(const Config& c) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(c.staging_grace_s * 500, 1000, 15 * 60 * 1000));
 }
 
 // Signals end the serve loop: SIGINT/SIGTERM are blocked in every thread and taken by sigwait.
@@ -376,12 +405,21 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   uo.expiry = std::chrono::seconds(c.upload_expiry_s);
   uo.tombstone_retention = std::chrono::seconds(c.upload_expiry_s);
   uo.complete_ttl = std::chrono::seconds(c.upload_complete_ttl_s);
+  uo.max_sessions_per_key = c.upload_sessions_per_key;
+  uo.max_sessions_per_tenant = c.upload_sessions_per_tenant;
+  uo.max_pending_bytes_per_key = c.upload_pending_bytes_per_key;
+  uo.max_pending_bytes_per_tenant = c.upload_pending_bytes_per_tenant;
+  uo.min_chunk_bytes = c.upload_min_chunk_bytes;
   uploads::Uploads uploads(rt->pool.get(), kek.get(), quarantine.get(), uo);
   uploads::Sweeper sweeper(&uploads, std::chrono::milliseconds(std::clamp<int64_t>(
                                          std::min(c.upload_expiry_s, c.upload_complete_ttl_s) * 500, 1000, 60000)));
   // Attachments and the review gate (admission/attachments.h): promoted files go to the bodies
   // bucket; the deny-list file and clamd address are checked here, at startup.
   OML_ASSIGN_OR_RETURN(auto bodies, blob::OpenBucket(c, c.bodies_bucket));
+  // What a killed write left in either bucket (staging files, incomplete multipart uploads):
+  // removed now and then every min(grace / 2, 15 min) once older than staging_grace_s.
+  blob::StagingSweeper staging_sweeper({quarantine.get(), bodies.get()}, {c.quarantine_bucket, c.bodies_bucket},
+                                       std::chrono::seconds(c.staging_grace_s), StagingSweepInterval(c));
   OML_ASSIGN_OR_RETURN(review::Options review_opts, review::OptionsFromConfig(c));
   // PDFs are extracted in child processes of this binary, never in the server (pdf_sandbox.h).
   // "/proc/self/exe" itself, not the path it names now: an in-place upgrade never makes this
@@ -510,6 +548,10 @@ Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
   o.lake_root = c.lake_root;
   std::unique_ptr<crypto::SigningKey> key = LakeWriterKey(c);
   o.signing_key = key.get();
+  // Staging files or multipart uploads of Parquet and commit files a killed writer left.
+  OML_ASSIGN_OR_RETURN(auto lake_store, blob::OpenObjectStore(c.lake_root));
+  blob::StagingSweeper staging_sweeper({lake_store.get()}, {"lake"}, std::chrono::seconds(c.staging_grace_s),
+                                       StagingSweepInterval(c));
   log::Info("oml lakewriter", {{"stream", o.stream}, {"lake_root", o.lake_root}, {"once", once},
                                {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()},
                                {"dead_letter_after", o.dead_letter_after},
@@ -708,6 +750,14 @@ int Main(int argc, char** argv) {
                          "a KEK to re-wrap from, besides kek_file and previous_kek_file (repeatable)");
   kek_rotate->add_option("--batch-size", kek_batch, "DEKs per transaction (default 500)")->check(CLI::PositiveNumber);
 
+  auto* kek_purge = kek->add_subcommand(
+      "purge-residue",
+      "rewrite the tables holding wrapped DEKs (VACUUM FULL, then CHECKPOINT) so that keys shredded by erasures, "
+      "ended uploads or a rotation leave no old row version behind; locks each table while it is rewritten");
+  std::string purge_admin_url;
+  kek_purge->add_option("--admin-url", purge_admin_url,
+                        "libpq URL of the schema owner or a superuser (default: the local profile's superuser.url)");
+
   auto* cursor_secret = app.add_subcommand("cursor-secret", "the HMAC secret of recall cursors (cursor_secret_file)");
   cursor_secret->require_subcommand(1);
   auto* cursor_secret_generate = cursor_secret->add_subcommand(
@@ -888,6 +938,16 @@ int Main(int argc, char** argv) {
     db::MigrateOptions opts{*pw, *lw_pw};  // copies, not moves: a moved-from short string keeps its bytes
     Status s = DoMigrate(admin_url, opts);
     for (std::string* secret : {&*pw, &*lw_pw, &opts.app_password, &opts.lakewriter_password}) crypto::Wipe(secret);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*kek_purge) {
+    std::string url = purge_admin_url;
+    if (url.empty()) {
+      if (!fs::exists(PgDir(cfg) + "/superuser.url"))
+        return Fail(InvalidArgument("give --admin-url (no local profile superuser.url under " + PgDir(cfg) + ")"));
+      url = ReadFile(PgDir(cfg) + "/superuser.url");
+    }
+    Status s = DoPurgeKeyResidue(url);
     return s.ok() ? 0 : Fail(s);
   }
   if (*kek_generate) {

@@ -113,6 +113,12 @@ Result<Config> LoadConfig() {
       {"pdf_extract_memory_mb", "OML_PDF_EXTRACT_MEMORY_MB", ""}, {"pdf_extract_cpu_s", "OML_PDF_EXTRACT_CPU_S", ""},
       {"pdf_extract_timeout_s", "OML_PDF_EXTRACT_TIMEOUT_S", ""}, {"pdf_extract_max", "OML_PDF_EXTRACT_MAX", ""},
       {"pdf_extract_per_tenant", "OML_PDF_EXTRACT_PER_TENANT", ""},
+      {"upload_sessions_per_key", "OML_UPLOAD_SESSIONS_PER_KEY", ""},
+      {"upload_sessions_per_tenant", "OML_UPLOAD_SESSIONS_PER_TENANT", ""},
+      {"upload_pending_bytes_per_key", "OML_UPLOAD_PENDING_BYTES_PER_KEY", ""},
+      {"upload_pending_bytes_per_tenant", "OML_UPLOAD_PENDING_BYTES_PER_TENANT", ""},
+      {"upload_min_chunk_bytes", "OML_UPLOAD_MIN_CHUNK_BYTES", ""},
+      {"staging_grace_s", "OML_STAGING_GRACE_S", ""},
   };
   const fs::path file = home / "oml.toml";
   if (fs::exists(file)) {
@@ -195,7 +201,10 @@ Result<Config> LoadConfig() {
           inline_max = static_cast<int64_t>(c.inline_body_max_bytes), rejected_ret = c.rejected_retention_s,
           serve_max = static_cast<int64_t>(c.attachment_serve_max_bytes), pdf_mem = c.pdf_extract_memory_mb,
           pdf_cpu = c.pdf_extract_cpu_s, pdf_tmo = c.pdf_extract_timeout_s, pdf_max = c.pdf_extract_max,
-          pdf_tenant = c.pdf_extract_per_tenant;
+          pdf_tenant = c.pdf_extract_per_tenant, up_key_n = c.upload_sessions_per_key,
+          up_ten_n = c.upload_sessions_per_tenant, up_key_b = static_cast<int64_t>(c.upload_pending_bytes_per_key),
+          up_ten_b = static_cast<int64_t>(c.upload_pending_bytes_per_tenant),
+          up_min_chunk = -1, staging_grace = c.staging_grace_s;
   for (const Bound& b : {Bound{"http_max_request_bytes", 1024, int64_t(1) << 32, &req_bytes},
                          Bound{"http_max_header_bytes", 1024, 1 << 20, &hdr},
                          Bound{"http_request_timeout_ms", 100, 3600000, &tmo},
@@ -215,7 +224,13 @@ Result<Config> LoadConfig() {
                          Bound{"pdf_extract_cpu_s", 1, 3600, &pdf_cpu},
                          Bound{"pdf_extract_timeout_s", 1, 3600, &pdf_tmo},
                          Bound{"pdf_extract_max", 1, 256, &pdf_max},
-                         Bound{"pdf_extract_per_tenant", 1, 256, &pdf_tenant}}) {
+                         Bound{"pdf_extract_per_tenant", 1, 256, &pdf_tenant},
+                         Bound{"upload_sessions_per_key", 0, 1000000, &up_key_n},
+                         Bound{"upload_sessions_per_tenant", 0, 100000000, &up_ten_n},
+                         Bound{"upload_pending_bytes_per_key", 0, int64_t(1) << 60, &up_key_b},
+                         Bound{"upload_pending_bytes_per_tenant", 0, int64_t(1) << 60, &up_ten_b},
+                         Bound{"upload_min_chunk_bytes", 0, int64_t(1) << 30, &up_min_chunk},
+                         Bound{"staging_grace_s", 1, 31536000, &staging_grace}}) {
     if (get(b.key).empty()) continue;
     OML_RETURN_IF_ERROR(ParseInt(b.key, get(b.key), b.out));
     if (*b.out < b.lo || *b.out > b.hi)
@@ -242,6 +257,17 @@ Result<Config> LoadConfig() {
   c.pdf_extract_timeout_s = pdf_tmo;
   c.pdf_extract_max = pdf_max;
   c.pdf_extract_per_tenant = pdf_tenant;
+  c.upload_sessions_per_key = up_key_n;
+  c.upload_sessions_per_tenant = up_ten_n;
+  c.upload_pending_bytes_per_key = uint64_t(up_key_b);
+  c.upload_pending_bytes_per_tenant = uint64_t(up_ten_b);
+  // Unset: 1 MiB, or less when the request limit is smaller (a chunk must fit in a request).
+  c.upload_min_chunk_bytes = up_min_chunk >= 0 ? uint64_t(up_min_chunk)
+                                               : std::min<uint64_t>(c.upload_min_chunk_bytes, c.http_max_request_bytes);
+  c.staging_grace_s = staging_grace;
+  if (c.upload_min_chunk_bytes > c.http_max_request_bytes)
+    return InvalidArgument("setting upload_min_chunk_bytes: must be at most http_max_request_bytes (" +
+                           std::to_string(c.http_max_request_bytes) + "), or no chunk but the last could pass");
   if (c.pdf_extract_per_tenant > c.pdf_extract_max)
     return InvalidArgument("setting pdf_extract_per_tenant: must be at most pdf_extract_max");
   c.deny_list_file = get("deny_list_file");

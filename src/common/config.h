@@ -54,6 +54,18 @@
 //   pdf_extract_timeout_s    OML_PDF_EXTRACT_TIMEOUT_S    20 (1..3600: wall clock of one, waiting for a slot included)
 //   pdf_extract_max          OML_PDF_EXTRACT_MAX          4 (1..256: PDF extractor processes at once)
 //   pdf_extract_per_tenant   OML_PDF_EXTRACT_PER_TENANT   2 (1..256, at most pdf_extract_max: of one tenant)
+//   upload_sessions_per_key  OML_UPLOAD_SESSIONS_PER_KEY  64 (0 = no limit: open tus sessions of one API key)
+//   upload_sessions_per_tenant OML_UPLOAD_SESSIONS_PER_TENANT 1024 (0 = no limit: of one tenant)
+//   upload_pending_bytes_per_key OML_UPLOAD_PENDING_BYTES_PER_KEY 68719476736 (64 GiB; 0 = no limit: declared
+//                                                         bytes not yet received, over one key's open sessions)
+//   upload_pending_bytes_per_tenant OML_UPLOAD_PENDING_BYTES_PER_TENANT 1099511627776 (1 TiB; 0 = no limit)
+//   upload_min_chunk_bytes   OML_UPLOAD_MIN_CHUNK_BYTES   min(1048576, http_max_request_bytes) (0..1 GiB: least bytes
+//                                                         in a PATCH that does not end its upload; 0 = any; set above
+//                                                         http_max_request_bytes: refused)
+//   staging_grace_s          OML_STAGING_GRACE_S          21600 (1..31536000: age at which `oml serve` removes a
+//                                                         killed write's staging file or incomplete multipart upload
+//                                                         from the buckets, and `oml lakewriter` from the lake; must
+//                                                         exceed the longest write, blob::ObjectStore::SweepStaging)
 //
 // reduced_durability: `oml serve` acknowledges writes although the database does not run
 // synchronous quorum replication (db/durability.h); the --reduced-durability flag sets it too.
@@ -133,6 +145,12 @@ struct Config {
   int64_t pdf_extract_timeout_s = 20;
   int64_t pdf_extract_max = 4;
   int64_t pdf_extract_per_tenant = 2;
+  int64_t upload_sessions_per_key = 64;
+  int64_t upload_sessions_per_tenant = 1024;
+  uint64_t upload_pending_bytes_per_key = uint64_t{64} << 30;
+  uint64_t upload_pending_bytes_per_tenant = uint64_t{1} << 40;
+  uint64_t upload_min_chunk_bytes = uint64_t{1} << 20;
+  int64_t staging_grace_s = 6 * 3600;
 
   std::string ListenHost() const;
   int ListenPort() const;

@@ -59,6 +59,24 @@ TEST_F(ConfigTest, EnvironmentOverridesFile) {
   unsetenv("OML_LISTEN");
 }
 
+TEST_F(ConfigTest, UploadMinChunkDefaultsToAMebibyteOrTheRequestLimitAndMayNotExceedIt) {
+  auto d = LoadConfig();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->upload_min_chunk_bytes, 1u << 20);
+  WriteToml("max_body_bytes = 10\n");  // requests of at most 60 + 64 KiB
+  auto small = LoadConfig();
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->http_max_request_bytes, 60u + 65536u);
+  EXPECT_EQ(small->upload_min_chunk_bytes, 60u + 65536u);
+  WriteToml("max_body_bytes = 10\nupload_min_chunk_bytes = 1048576\n");
+  auto over = LoadConfig();
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(over.status().message(),
+            "setting upload_min_chunk_bytes: must be at most http_max_request_bytes (65596), or no chunk but the last "
+            "could pass");
+}
+
 TEST_F(ConfigTest, UnknownKeyIsRejected) {
   WriteToml("lisen = \"x\"\n");
   auto c = LoadConfig();

@@ -2,7 +2,7 @@
 
 #include <regex>
 
-#include "admission/fields.h"
+#include "fields/fields.h"
 #include "crypto/crypto.h"
 #include "journal/canonical_json.h"
 
@@ -152,7 +152,7 @@ Status CheckSigningKeyInForce(db::Pool& pool, const crypto::SigningKey& key) {
 }
 
 Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name) {
-  OML_RETURN_IF_ERROR(admission::CheckTenantName(name));
+  OML_RETURN_IF_ERROR(fields::CheckTenantName(name));
   const std::string id = crypto::NewUuidV4();
 
   OML_ASSIGN_OR_RETURN(Journal::Txn tx, journal.Begin());
@@ -203,7 +203,7 @@ Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, c
                             "provider-tenant");
   if (role != "writer" && role != "reviewer" && role != "admin")
     return InvalidArgument("role must be writer, reviewer or admin: '" + role + "'");
-  if (!principal.empty()) OML_RETURN_IF_ERROR(admission::CheckPrincipal(principal));
+  if (!principal.empty()) OML_RETURN_IF_ERROR(fields::CheckPrincipal(principal));
   std::string b64 = crypto::Base64(crypto::RandomBytes(32));
   for (auto& ch : b64) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
@@ -228,7 +228,7 @@ Result<Receipt> RevokeApiKey(Journal& journal, const std::string& tenant_id, con
                              const std::string& reason) {
   static const std::regex kKeyId("^ak_[0-9a-f]{16}$");
   if (!std::regex_match(key_id, kKeyId)) return InvalidArgument("an API key id is ak_ and 16 hex digits: '" + key_id + "'");
-  OML_RETURN_IF_ERROR(admission::CheckReason(reason));
+  OML_RETURN_IF_ERROR(fields::CheckReason(reason));
   OML_ASSIGN_OR_RETURN(std::string prefix, crypto::FromHex(key_id.substr(3)));
   db::Rows live;
   {

@@ -87,7 +87,7 @@ Result<bool> InitProvider(Journal& journal);
 
 // tenant.created on the provider chain + the tenant's genesis, in one transaction.
 // kFailedPrecondition "tenant-exists" if the name is taken; kInvalidArgument "invalid-field" on
-// a bad name (admission::CheckTenantName).
+// a bad name (fields::CheckTenantName).
 Result<TenantInfo> CreateTenant(Journal& journal, const std::string& name);
 
 // Resolves a tenant name or uuid. kNotFound if unknown.
@@ -119,14 +119,14 @@ struct NewApiKey {
 };
 // kPermissionDenied "provider-tenant" for the provider tenant, which never has API keys (the
 // database refuses them too, sql/0007). kInvalidArgument for a role other than writer/reviewer/admin, or "invalid-field" for a
-// principal that breaks admission::CheckPrincipal (1..200 characters, UTF-8, no controls). An
+// principal that breaks fields::CheckPrincipal (1..200 characters, UTF-8, no controls). An
 // empty principal gives the key its own, "<role>:<key id>": the own-work rule and a reviewer's
 // served files follow the principal, so keys never share them unless given one principal.
 Result<NewApiKey> CreateApiKey(Journal& journal, const std::string& tenant_id, const std::string& principal,
                                const std::string& role);
 
 // kInvalidArgument unless key_id is "ak_" + 16 hex, "invalid-field" for a reason that breaks
-// admission::CheckReason (0..1024 characters, UTF-8, no controls); kNotFound
+// fields::CheckReason (0..1024 characters, UTF-8, no controls); kNotFound
 // "api-key-not-found" if the tenant has no such key; kFailedPrecondition "api-key-revoked" if it is revoked already (also when a
 // concurrent revoke wins). Afterwards every write made with the token is refused (401) by its
 // own transaction; reads are refused once the servers' 10 s key cache expires (at once on a

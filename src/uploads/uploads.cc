@@ -18,6 +18,9 @@ constexpr int64_t kSweepBatch = 100;
 // First key of every session's advisory lock ("omlu"; the second is hashtext(tenant/upload_id)).
 // The two-int4 key space, apart from the chains' bigint keys and the lake writer's "omlw".
 constexpr int64_t kLockClass = 0x6f6d6c75;
+// First key of a tenant's upload-quota lock ("omlq"; the second is hashtext(tenant)), held by
+// Create's transaction.
+constexpr int64_t kQuotaLockClass = 0x6f6d6c71;
 constexpr unsigned char kStreamStateVersion = 0x01;
 constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 1;
 
@@ -118,8 +121,8 @@ uint64_t GetBE(std::string_view b, size_t at, int n) {
 const char kColumns[] =
     "upload_id::text, state, upload_length, upload_offset, declared_sha256, coalesce(filename, ''), media_type, "
     "kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, plaintext_sha_sealed, ciphertext_sha_state, "
-    "ciphertext_offset, part_count, extract(epoch from expires_at)::bigint, (expires_at <= now()), principal, "
-    "api_key_id, coalesce(object_key, '')";
+    "ciphertext_offset, part_count, floor(extract(epoch from expires_at))::bigint, (expires_at <= now()), principal, "
+    "api_key_id, coalesce(object_key, ''), coalesce(upload_metadata, '')";
 
 }  // namespace
 
@@ -138,6 +141,7 @@ struct Uploads::Row {
   bool overdue = false;
   std::string principal, api_key_id;
   std::string object_key;  // "" if none recorded
+  std::string metadata;    // Upload-Metadata as sent; "" if not kept
 
   static Result<Row> Parse(const db::Rows& r, int i) {
     Row w;
@@ -162,6 +166,7 @@ struct Uploads::Row {
     w.principal = r.Get(i, 18);
     w.api_key_id = r.Get(i, 19);
     w.object_key = r.Get(i, 20);
+    w.metadata = r.Get(i, 21);
     return w;
   }
 
@@ -175,6 +180,7 @@ struct Uploads::Row {
     s.declared_sha256 = declared_sha256;
     s.filename = filename;
     s.media_type = media_type;
+    s.metadata = metadata;
     return s;
   }
 };
@@ -328,22 +334,59 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
   const RunningSha256 fresh;
   OML_ASSIGN_OR_RETURN(std::string sha_sealed, crypto::EncryptAll(dek.view(), ShaStateAad(t, id, 0), fresh.State()));
 
+  // One transaction: the tenant's quota lock, then (a statement of its own, so that its snapshot
+  // sees every creation that committed before the lock was granted) the quota check and the
+  // insert. The last statement answers the new expiry (NULL: over a quota) and the usage.
+  const int64_t len = static_cast<int64_t>(req.length);
+  auto limit = [](uint64_t v) { return v == 0 ? db::Null() : db::Int(static_cast<int64_t>(v)); };
+  std::vector<db::Stmt> stmts = {{"BEGIN", {}}, db::ScopeTo(t)};
+  if (!o.api_key_hash.empty()) stmts.push_back(RequireLiveKey(o.api_key_hash));
+  stmts.push_back({"SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))", {db::Int(kQuotaLockClass), db::Text(t)}});
+  stmts.push_back(
+      {"WITH use AS (SELECT count(*) FILTER (WHERE api_key_id = $3) AS key_n, "
+       "  coalesce(sum(upload_length - upload_offset) FILTER (WHERE api_key_id = $3), 0)::int8 AS key_b, "
+       "  count(*) AS ten_n, coalesce(sum(upload_length - upload_offset), 0)::int8 AS ten_b "
+       "  FROM oml.upload_sessions WHERE tenant_id = $1 AND state IN ('created', 'receiving') AND expires_at > now()), "
+       "ins AS (INSERT INTO oml.upload_sessions (tenant_id, upload_id, api_key_id, principal, upload_length, "
+       "  declared_sha256, filename, media_type, kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, "
+       "  plaintext_sha_sealed, ciphertext_sha_state, expires_at, upload_metadata) "
+       "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, now() + make_interval(secs => $16), $17 "
+       "  FROM use WHERE ($18::int8 IS NULL OR key_n < $18) AND ($19::int8 IS NULL OR ten_n < $19) "
+       "  AND ($20::int8 IS NULL OR key_b + $5::int8 <= $20) AND ($21::int8 IS NULL OR ten_b + $5::int8 <= $21) "
+       "  RETURNING floor(extract(epoch from expires_at))::bigint AS e) "
+       "SELECT (SELECT e FROM ins), key_n, key_b, ten_n, ten_b FROM use",
+       {db::Text(t), db::Text(id), db::Text(o.api_key_id), db::Text(o.principal), db::Int(len),
+        db::Bytes(req.plaintext_sha256), req.filename.empty() ? db::Null() : db::Text(req.filename),
+        db::Text(req.media_type), db::Text(kek_->kek_id()), db::Bytes(wrapped), db::Int(opts_.segment_size),
+        db::Bytes(st.nonce_prefix), db::Bytes(stream_sealed), db::Bytes(sha_sealed), db::Bytes(RunningSha256().State()),
+        db::Int(static_cast<int64_t>(opts_.expiry.count())),
+        req.metadata.empty() ? db::Null() : db::Text(req.metadata),
+        limit(static_cast<uint64_t>(opts_.max_sessions_per_key)), limit(static_cast<uint64_t>(opts_.max_sessions_per_tenant)),
+        limit(opts_.max_pending_bytes_per_key), limit(opts_.max_pending_bytes_per_tenant)}});
+  stmts.push_back({"COMMIT", {}});
   db::Rows r;
   {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool_->Acquire());  // back in the pool before Append below
-    OML_ASSIGN_OR_RETURN(
-        r,
-        ShortTxn(*c, t, o.api_key_hash,
-               {"INSERT INTO oml.upload_sessions (tenant_id, upload_id, api_key_id, principal, upload_length, "
-                "declared_sha256, filename, media_type, kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, "
-                "plaintext_sha_sealed, ciphertext_sha_state, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
-                "$11, $12, $13, $14, $15, now() + make_interval(secs => $16)) RETURNING extract(epoch from expires_at)::bigint",
-                {db::Text(t), db::Text(id), db::Text(o.api_key_id), db::Text(o.principal),
-                 db::Int(static_cast<int64_t>(req.length)), db::Bytes(req.plaintext_sha256),
-                 req.filename.empty() ? db::Null() : db::Text(req.filename), db::Text(req.media_type),
-                 db::Text(kek_->kek_id()), db::Bytes(wrapped), db::Int(opts_.segment_size), db::Bytes(st.nonce_prefix),
-                 db::Bytes(stream_sealed), db::Bytes(sha_sealed), db::Bytes(RunningSha256().State()),
-                 db::Int(static_cast<int64_t>(opts_.expiry.count()))}}));
+    TxnGuard txn{*c};
+    OML_ASSIGN_OR_RETURN(std::vector<db::Rows> rs, c->Pipeline(stmts));
+    txn.open = false;
+    OML_RETURN_IF_ERROR(c->CommitVerdict(rs.back()));
+    r = std::move(rs[rs.size() - 2]);
+  }
+  if (r.IsNull(0, 0)) {
+    const int64_t key_n = r.GetInt(0, 1), key_b = r.GetInt(0, 2), ten_n = r.GetInt(0, 3), ten_b = r.GetInt(0, 4);
+    std::string why;
+    if (opts_.max_sessions_per_key > 0 && key_n >= opts_.max_sessions_per_key)
+      why = "this API key has " + std::to_string(key_n) + " open upload sessions, the most it may hold";
+    else if (opts_.max_sessions_per_tenant > 0 && ten_n >= opts_.max_sessions_per_tenant)
+      why = "this tenant has " + std::to_string(ten_n) + " open upload sessions, the most it may hold";
+    else if (opts_.max_pending_bytes_per_key > 0 && uint64_t(key_b) + req.length > opts_.max_pending_bytes_per_key)
+      why = "this API key's open sessions await " + std::to_string(key_b) + " bytes; " + std::to_string(req.length) +
+            " more would pass its limit of " + std::to_string(opts_.max_pending_bytes_per_key);
+    else
+      why = "this tenant's open sessions await " + std::to_string(ten_b) + " bytes; " + std::to_string(req.length) +
+            " more would pass its limit of " + std::to_string(opts_.max_pending_bytes_per_tenant);
+    return FailedPrecondition(why + "; finish or DELETE an upload, or retry later", "upload-quota-exceeded");
   }
   Session s;
   s.upload_id = id;
@@ -353,6 +396,7 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
   s.declared_sha256 = req.plaintext_sha256;
   s.filename = req.filename;
   s.media_type = req.media_type;
+  s.metadata = req.metadata;
   // Nothing to wait for: an empty file is complete (or failed) now.
   if (req.length == 0) return Append(o, id, 0, std::string_view(), std::nullopt);
   return s;
@@ -431,6 +475,11 @@ Result<Session> Uploads::Append(const Owner& o, const std::string& id, uint64_t 
                       " goes past the declared Upload-Length " + std::to_string(row.length),
                   "upload-length-exceeded");
   if (row.state == State::kComplete) return row.ToSession();  // an empty chunk at the end: nothing to do
+  if (!bytes.empty() && bytes.size() < opts_.min_chunk_bytes && offset + bytes.size() < row.length)
+    return InvalidArgument("a chunk that does not end the upload must hold at least " +
+                               std::to_string(opts_.min_chunk_bytes) + " bytes; this one holds " +
+                               std::to_string(bytes.size()),
+                           "upload-chunk-too-small");
   if (checksum && !crypto::ConstantTimeEquals(Digest(checksum->algorithm, bytes), checksum->digest))
     return InvalidArgument("the chunk does not match its Upload-Checksum; it was discarded", "checksum-mismatch");
   return DoAppend(*c, o, row, offset, bytes);
@@ -532,6 +581,9 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       if (Status s = w->Write(ct); !s.ok()) return fail(s);
       if (check.length() != ct_size || !crypto::ConstantTimeEquals(check.Digest(), ct_digest))
         return fail(DataLoss("the parts of upload " + id + " are not the ciphertext that was put", "integrity"));
+      // Every byte is in the writer, nothing visible yet (a kill here leaves a staging file or an
+      // incomplete multipart upload: blob::ObjectStore::SweepStaging).
+      if (Status s = OML_SYNC_POINT("uploads.complete.before_finish"); !s.ok()) return fail(s);
       OML_RETURN_IF_ERROR(w->Finish());
     }
     OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.after_object"));
@@ -544,7 +596,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
                   "expires_at = now() + make_interval(secs => $7), plaintext_sha256 = declared_sha256, "
                   "ciphertext_sha256 = $4, ciphertext_size = $3, object_key = $5 "
                   "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $6 AND state IN ('created', 'receiving') "
-                  "RETURNING extract(epoch from expires_at)::bigint AS e) SELECT max(e), 1/count(*) FROM u",
+                  "RETURNING floor(extract(epoch from expires_at))::bigint AS e) SELECT max(e), 1/count(*) FROM u",
                   {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest), db::Text(key),
                    db::Int(static_cast<int64_t>(offset)), db::Int(static_cast<int64_t>(opts_.complete_ttl.count()))}}));
     RemoveLeftoversOrLog(c, t, id);
@@ -776,31 +828,17 @@ Result<SweepReport> Uploads::Sweep() {
 }
 
 Sweeper::Sweeper(Uploads* uploads, std::chrono::milliseconds interval)
-    : uploads_(uploads), interval_(interval), thread_([this] { Run(); }) {}
+    : uploads_(uploads), thread_(interval, [this] { SweepOnce(); }, /*run_at_start=*/false) {}
 
-Sweeper::~Sweeper() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void Sweeper::Run() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!cv_.wait_for(l, interval_, [this] { return stop_; })) {
-    l.unlock();
-    auto r = uploads_->Sweep();
-    if (!r.ok()) {
-      log::Warn("upload sweep failed (retried next interval)", {{"error", r.status().ToString()}});
-    } else if (r->expired + r->parts_removed + r->objects_removed + r->rows_deleted > 0) {
-      log::Info("upload sweep", {{"expired", r->expired},
-                                 {"parts_removed", r->parts_removed},
-                                 {"objects_removed", r->objects_removed},
-                                 {"rows_deleted", r->rows_deleted}});
-    }
-    l.lock();
+void Sweeper::SweepOnce() {
+  auto r = uploads_->Sweep();
+  if (!r.ok()) {
+    log::Warn("upload sweep failed (retried next interval)", {{"error", r.status().ToString()}});
+  } else if (r->expired + r->parts_removed + r->objects_removed + r->rows_deleted > 0) {
+    log::Info("upload sweep", {{"expired", r->expired},
+                               {"parts_removed", r->parts_removed},
+                               {"objects_removed", r->objects_removed},
+                               {"rows_deleted", r->rows_deleted}});
   }
 }
 

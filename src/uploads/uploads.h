@@ -93,6 +93,7 @@
 #include <thread>
 
 #include "blob/object_store.h"
+#include "common/periodic.h"
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
@@ -116,7 +117,11 @@ struct NewUpload {
   std::string plaintext_sha256;  // raw, 32 bytes: the declared digest of the whole file
   std::string filename;          // "" when none was given
   std::string media_type = "application/octet-stream";
+  // The Upload-Metadata header as the client sent it (tus creation: HEAD returns it unchanged);
+  // "" when not kept. At most kMaxMetadataBytes.
+  std::string metadata;
 };
+inline constexpr size_t kMaxMetadataBytes = 8192;
 
 enum class ChecksumAlgorithm { kSha1, kSha256 };
 struct Checksum {
@@ -134,6 +139,7 @@ struct Session {
   std::string declared_sha256;  // raw
   std::string filename;
   std::string media_type;
+  std::string metadata;  // NewUpload::metadata ("" for a session created before sql/0021)
 };
 
 // A completed upload, for the claim that attaches it (admission): everything needed to name,
@@ -191,6 +197,19 @@ struct Options {
   // before Sweep deletes it.
   std::chrono::seconds tombstone_retention{86400};
   uint32_t segment_size = crypto::kDefaultSegmentSize;
+  // Quotas on open sessions (created or receiving, not past expires_at), checked by Create under
+  // a per-tenant lock so that concurrent creations cannot overshoot: how many the creating key
+  // and its tenant may hold, and their pending bytes (declared length minus offset, the new
+  // session's length included). 0: no limit. Over one: kFailedPrecondition "upload-quota-exceeded"
+  // (429), nothing created. The server's defaults come from the config (common/config.h).
+  int64_t max_sessions_per_key = 0;
+  int64_t max_sessions_per_tenant = 0;
+  uint64_t max_pending_bytes_per_key = 0;
+  uint64_t max_pending_bytes_per_tenant = 0;
+  // A non-empty chunk that does not reach the declared length must hold at least this many
+  // bytes (kInvalidArgument "upload-chunk-too-small", 400): each chunk costs a commit and its
+  // WAL, whatever its size. 0: any size.
+  uint64_t min_chunk_bytes = 0;
 };
 
 struct SweepReport {
@@ -212,6 +231,8 @@ struct SweepReport {
 //   kInvalidArgument "checksum-mismatch" (460)  the chunk does not match its Upload-Checksum
 //   kInvalidArgument "digest-mismatch" (422)  the whole file's SHA-256 is not the declared one
 //   kInvalidArgument "invalid-upload-metadata" (400)
+//   kInvalidArgument "upload-chunk-too-small" (400)  a non-final chunk under Options::min_chunk_bytes
+//   kFailedPrecondition "upload-quota-exceeded" (429)  Create over a quota (Options)
 //   kPermissionDenied "forbidden-role" (403)  a reviewer creating an upload
 //   kUnauthenticated "unauthenticated" (401)  the key was revoked (checked by every write)
 //   kDataLoss "integrity" (500)              stored state, a part or the wrapped DEK is not what
@@ -235,7 +256,8 @@ class Uploads {
 
   // Appends `bytes` at `offset` (tus PATCH). Checks, in order: the key is live (401), the
   // session (404/410), the lock (409 upload-busy), expiry (410), the offset (409
-  // upload-offset-mismatch), the length (413), the checksum (460); then opens the sealed state
+  // upload-offset-mismatch), the length (413), the chunk's minimum size (400
+  // upload-chunk-too-small), the checksum (460); then opens the sealed state
   // (500 integrity), encrypts, puts the part (no transaction open), and commits the new offset
   // in a short guarded transaction. At the last byte: the plaintext digest (422 digest-mismatch:
   // the session fails, every part is deleted), then the object's key is recorded, the object
@@ -306,18 +328,11 @@ class Uploads {
 class Sweeper {
  public:
   Sweeper(Uploads* uploads, std::chrono::milliseconds interval);
-  ~Sweeper();
-  Sweeper(const Sweeper&) = delete;
-  Sweeper& operator=(const Sweeper&) = delete;
 
  private:
-  void Run();
+  void SweepOnce();
   Uploads* uploads_;
-  const std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
-  std::thread thread_;
+  PeriodicThread thread_;  // last: runs SweepOnce
 };
 
 }  // namespace oml::uploads

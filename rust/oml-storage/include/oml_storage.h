@@ -103,6 +103,12 @@ int32_t oml_storage_store_list(const OmlStorageStore* store, const char* prefix,
 /* Deletes an object. Deleting a missing object succeeds. */
 int32_t oml_storage_store_delete(const OmlStorageStore* store, const char* key,
                                  OmlStorageError* err);
+/* Removes what interrupted writes left (invisible to list): on a local store, staging files
+ * `<name>#<digits>` not modified for grace_secs; on S3, incomplete multipart uploads under the
+ * store's prefix initiated at least grace_secs ago. *removed (may be NULL): how many. The grace
+ * must exceed the longest write in progress. */
+int32_t oml_storage_store_sweep_staging(const OmlStorageStore* store, uint64_t grace_secs,
+                                        uint64_t* removed, OmlStorageError* err);
 /* Creates the object only if no object has the key (local: a staged file hard-linked into
  * place; S3: PUT with If-None-Match: *, which the store must honour). If one exists:
  * OML_STORAGE_ALREADY_EXISTS and nothing is written. */

@@ -41,7 +41,7 @@ use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
@@ -51,6 +51,7 @@ use url::Url;
 
 mod durable_local;
 mod rewrite_guard;
+mod staging;
 use rewrite_guard::RewriteGuard;
 
 // ---------------------------------------------------------------------------------------------
@@ -288,6 +289,8 @@ fn os_error_code(e: &object_store::Error) -> i32 {
 pub struct OmlStorageStore {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
+    /// Where interrupted writes leave bytes (oml_storage_store_sweep_staging).
+    leftovers: staging::Leftovers,
 }
 
 fn open_local(dir: &std::path::Path) -> FfiResult<OmlStorageStore> {
@@ -311,10 +314,11 @@ fn open_local(dir: &std::path::Path) -> FfiResult<OmlStorageStore> {
     // an object the caller reported stored (an upload's chunk, a promoted body) survives an OS crash.
     // LocalFileSystem canonicalized its prefix: so is the directory the fsyncs stop at.
     let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let fs = durable_local::DurableLocal::new(fs, root);
+    let fs = durable_local::DurableLocal::new(fs, root.clone());
     Ok(OmlStorageStore {
         store: Arc::new(fs),
         prefix: Path::ROOT,
+        leftovers: staging::Leftovers::Local(root),
     })
 }
 
@@ -362,8 +366,22 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
             // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
             // AWS_ALLOW_HTTP, ... Conditional puts (put_if_absent) use object_store's default
             // S3ConditionalPut::ETagMatch: a PUT with If-None-Match: *.
-            let s3 = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
+            let builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            // For the staging sweep's own request (ListMultipartUploads): the bucket's URL as
+            // object_store forms it (path style unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST).
+            let cfg = |k: AmazonS3ConfigKey| builder.get_config_value(&k);
+            let region = cfg(AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".to_string());
+            let virtual_hosted = cfg(AmazonS3ConfigKey::VirtualHostedStyleRequest)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let allow_http = cfg(AmazonS3ConfigKey::Client(object_store::ClientConfigKey::AllowHttp))
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let bucket_url = match (cfg(AmazonS3ConfigKey::Endpoint), virtual_hosted) {
+                (Some(e), true) => e,
+                (Some(e), false) => format!("{}/{bucket}", e.trim_end_matches('/')),
+                (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
+                (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
+            };
+            let s3 = builder
                 .build()
                 .map_err(|e| {
                     let mut f = map_os_error(e);
@@ -379,9 +397,16 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
                     format!("bad prefix in {url_str:?}: {e}"),
                 )
             })?;
+            let s3 = Arc::new(s3);
             Ok(OmlStorageStore {
-                store: Arc::new(s3),
+                store: s3.clone(),
                 prefix,
+                leftovers: staging::Leftovers::S3(staging::S3Target {
+                    s3,
+                    bucket_url,
+                    region,
+                    allow_http,
+                }),
             })
         }
         other => fail(
@@ -563,6 +588,34 @@ pub extern "C" fn oml_storage_store_delete(
             Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(map_os_error(e)),
         }
+    })
+}
+
+/// Removes what interrupted writes left in the store (staging.rs): local staging files not
+/// modified for `grace_secs`, or S3 multipart uploads under the prefix initiated that long ago.
+/// *removed: how many.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_sweep_staging(
+    store: *const OmlStorageStore,
+    grace_secs: u64,
+    removed: *mut u64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let store = store_ref(store)?;
+        let grace = std::time::Duration::from_secs(grace_secs);
+        let n = match &store.leftovers {
+            staging::Leftovers::Local(root) => staging::sweep_local(root, grace).or_else(|e| {
+                fail(OML_STORAGE_UNAVAILABLE, format!("staging sweep of {}: {e}", root.display()))
+            })?,
+            staging::Leftovers::S3(t) => block_on(staging::sweep_s3(t, &store.prefix, grace))?
+                .or_else(|e| fail(OML_STORAGE_UNAVAILABLE, format!("staging sweep: {e}")))?,
+        };
+        if !removed.is_null() {
+            // SAFETY: the caller passes a writable u64 or NULL.
+            unsafe { *removed = n };
+        }
+        Ok(())
     })
 }
 

@@ -28,7 +28,7 @@
 
 #include "common/status.h"
 
-namespace oml::admission {
+namespace oml::fields {
 
 inline constexpr const char* kInvalidField = "invalid-field";
 
@@ -76,4 +76,4 @@ inline constexpr size_t kMaxPrincipal = 200;
 // tenant name: ^[a-z0-9][a-z0-9_-]{0,62}$ (also the CHECK on oml.tenants.name).
 [[nodiscard]] Status CheckTenantName(std::string_view v);
 
-}  // namespace oml::admission
+}  // namespace oml::fields

@@ -1,10 +1,10 @@
-#include "admission/fields.h"
+#include "fields/fields.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
-namespace oml::admission {
+namespace oml::fields {
 namespace {
 
 Status Bad(std::string_view field, const std::string& rule) {
@@ -180,4 +180,4 @@ Status CheckTenantName(std::string_view v) {
   return Status::Ok();
 }
 
-}  // namespace oml::admission
+}  // namespace oml::fields

@@ -1,7 +1,7 @@
 // The field checks against the shared vectors (tests/data/field_vectors.json, also checked
 // against docs/api/openapi.yaml by tests/test_docs.py), plus what JSON cannot carry: ill-formed
 // UTF-8, and the exact messages.
-#include "admission/fields.h"
+#include "fields/fields.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace oml::admission {
+namespace oml::fields {
 namespace {
 
 using Check = std::function<Status(std::string_view)>;
@@ -172,4 +172,4 @@ TEST(FieldsTest, IllFormedUtf8IsRefusedInEveryTextField) {
 }
 
 }  // namespace
-}  // namespace oml::admission
+}  // namespace oml::fields

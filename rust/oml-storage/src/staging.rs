@@ -1,0 +1,206 @@
+//! What interrupted writes leave behind, and its removal (issue 19, "Leftovers").
+//!
+//! A write that dies mid-way (kill -9, a lost connection) leaves bytes no listing shows:
+//! * local stores: a staging file `<name>#<digits>` beside the object (LocalFileSystem's
+//!   multipart staging files and durable_local's own, `#9<pid><n>`). `list` hides them, so no
+//!   erasure or sweep of keys ever reaches them.
+//! * S3: an incomplete multipart upload, whose parts are stored (and billed) until aborted.
+//!
+//! `sweep` removes those older than a grace period: a staging file not modified for that long,
+//! or a multipart upload initiated that long ago. The grace must exceed the longest write in
+//! progress (a staging file is modified by every part; a multipart upload lives as long as the
+//! whole write), or a live write would lose its staging file and fail.
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use object_store::aws::{AmazonS3, AwsAuthorizer};
+use object_store::client::{ClientOptions, HttpConnector, HttpRequest, HttpRequestBody, ReqwestConnector};
+use object_store::multipart::MultipartStore;
+use object_store::path::Path;
+use object_store::CredentialProvider;
+use serde::Deserialize;
+
+/// Where a store keeps its leftovers.
+pub enum Leftovers {
+    /// A local directory: staging files anywhere below it.
+    Local(PathBuf),
+    /// An S3 bucket: incomplete multipart uploads under the store's prefix.
+    S3(S3Target),
+}
+
+pub struct S3Target {
+    pub s3: Arc<AmazonS3>,
+    /// `https://host[:port]/bucket` (path style) or `https://bucket.host` (virtual hosted).
+    pub bucket_url: String,
+    pub region: String,
+    pub allow_http: bool,
+}
+
+/// True for a staging file's name: `<something>#<one or more digits>`.
+pub fn is_staging_name(name: &str) -> bool {
+    match name.rfind('#') {
+        Some(i) if i > 0 => {
+            let digits = &name[i + 1..];
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        }
+        _ => false,
+    }
+}
+
+/// Removes staging files below `root` not modified within `grace`; returns how many.
+pub fn sweep_local(root: &FsPath, grace: Duration) -> std::io::Result<u64> {
+    let now = SystemTime::now();
+    let mut removed = 0u64;
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            // Removed meanwhile (LocalFileSystem prunes empty directories).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let ft = match entry.file_type() {
+                Ok(t) => t,
+                Err(_) => continue,
+            };
+            if ft.is_dir() {
+                dirs.push(entry.path());
+                continue;
+            }
+            if !ft.is_file() || !is_staging_name(&entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            let modified = match entry.metadata().and_then(|m| m.modified()) {
+                Ok(m) => m,
+                Err(_) => continue, // gone meanwhile
+            };
+            if now.duration_since(modified).unwrap_or_default() < grace {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListResult {
+    #[serde(default)]
+    is_truncated: bool,
+    #[serde(default)]
+    next_key_marker: Option<String>,
+    #[serde(default)]
+    next_upload_id_marker: Option<String>,
+    #[serde(default, rename = "Upload")]
+    uploads: Vec<UploadEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct UploadEntry {
+    key: String,
+    upload_id: String,
+    initiated: String,
+}
+
+/// Aborts the incomplete multipart uploads under `prefix` initiated more than `grace` ago;
+/// returns how many. ListMultipartUploads (which object_store does not offer) is signed with
+/// object_store's own SigV4 authorizer and the store's credentials.
+pub async fn sweep_s3(t: &S3Target, prefix: &Path, grace: Duration) -> Result<u64, String> {
+    let client = ReqwestConnector::default()
+        .connect(&ClientOptions::new().with_allow_http(t.allow_http))
+        .map_err(|e| format!("S3 client: {e}"))?;
+    let cutoff = chrono::Utc::now()
+        - chrono::Duration::from_std(grace).map_err(|e| format!("grace out of range: {e}"))?;
+    let prefix = if prefix.as_ref().is_empty() { String::new() } else { format!("{}/", prefix.as_ref()) };
+    let mut removed = 0u64;
+    let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
+    loop {
+        let mut url = url::Url::parse(&format!("{}/", t.bucket_url.trim_end_matches('/')))
+            .map_err(|e| format!("bucket URL {}: {e}", t.bucket_url))?;
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("uploads", "");
+            if !prefix.is_empty() {
+                q.append_pair("prefix", &prefix);
+            }
+            if let Some(k) = &key_marker {
+                q.append_pair("key-marker", k);
+            }
+            if let Some(u) = &id_marker {
+                q.append_pair("upload-id-marker", u);
+            }
+        }
+        let credential = t.s3.credentials().get_credential().await.map_err(|e| format!("S3 credentials: {e}"))?;
+        let mut req: HttpRequest = http::Request::builder()
+            .method("GET")
+            .uri(url.as_str())
+            .body(HttpRequestBody::empty())
+            .map_err(|e| format!("request: {e}"))?;
+        AwsAuthorizer::new(&credential, "s3", &t.region).authorize(&mut req, None);
+        let resp = client.execute(req).await.map_err(|e| format!("ListMultipartUploads: {e}"))?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .bytes()
+            .await
+            .map_err(|e| format!("ListMultipartUploads body: {e}"))?;
+        if !status.is_success() {
+            return Err(format!(
+                "ListMultipartUploads: HTTP {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(512)])
+            ));
+        }
+        let list: ListResult = quick_xml::de::from_reader(body.as_ref())
+            .map_err(|e| format!("ListMultipartUploads: unreadable answer: {e}"))?;
+        for u in &list.uploads {
+            if !u.key.starts_with(&prefix) {
+                continue;
+            }
+            let initiated = chrono::DateTime::parse_from_rfc3339(&u.initiated)
+                .map_err(|e| format!("upload {} of {}: Initiated {:?}: {e}", u.upload_id, u.key, u.initiated))?;
+            if initiated > cutoff {
+                continue;
+            }
+            let path = Path::parse(&u.key).map_err(|e| format!("key {:?}: {e}", u.key))?;
+            match t.s3.abort_multipart(&path, &u.upload_id).await {
+                Ok(()) => removed += 1,
+                Err(object_store::Error::NotFound { .. }) => {} // completed or aborted meanwhile
+                Err(e) => return Err(format!("abort {} of {}: {e}", u.upload_id, u.key)),
+            }
+        }
+        if !list.is_truncated {
+            return Ok(removed);
+        }
+        key_marker = list.next_key_marker;
+        id_marker = list.next_upload_id_marker;
+        if key_marker.is_none() && id_marker.is_none() {
+            return Err("ListMultipartUploads: truncated without a next marker".to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_names() {
+        assert!(is_staging_name("abc#1"));
+        assert!(is_staging_name("0011#90000012340000000001"));
+        assert!(!is_staging_name("abc#"));
+        assert!(!is_staging_name("#12"));
+        assert!(!is_staging_name("abc#1a"));
+        assert!(!is_staging_name("abc"));
+        assert!(!is_staging_name("a#1#b"));
+    }
+}
