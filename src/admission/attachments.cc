@@ -335,6 +335,7 @@ class AttachmentReader {
                                                         bool whole) {
     auto r = std::shared_ptr<AttachmentReader>(new AttachmentReader());
     r->a_ = a;
+    r->what_ = a.ordinal == 0 ? std::string("the body") : "attachment " + std::to_string(a.ordinal);
     r->first_ = first;
     r->want_ = want;
     r->whole_ = whole;
@@ -370,8 +371,7 @@ class AttachmentReader {
         return Take();
       }
       if (ended_)
-        return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " is shorter than its size",
-                      "integrity");
+        return Status(Code::kDataLoss, what_ + " is shorter than its size", "integrity");
       OML_ASSIGN_OR_RETURN(std::string pt, Read());
       Keep(pt);
     }
@@ -410,12 +410,10 @@ class AttachmentReader {
       OML_ASSIGN_OR_RETURN(std::string pt, Read());
       hash_.Update(pt);
       if (!pt.empty())
-        return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " is longer than its size",
-                      "integrity");
+        return Status(Code::kDataLoss, what_ + " is longer than its size", "integrity");
     }
     if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256)
-      return Status(Code::kDataLoss, "attachment " + std::to_string(a_.ordinal) + " does not match its digests",
-                    "integrity");
+      return Status(Code::kDataLoss, what_ + " does not match its digests", "integrity");
     return Status::Ok();
   }
 
@@ -437,7 +435,8 @@ class AttachmentReader {
     return out;
   }
 
-  Attachment a_;
+  Attachment a_;      // ordinal 0: a claim's body object (OpenBodyObject)
+  std::string what_;  // "attachment <n>" or "the body", in errors
   blob::ObjectStore* store_ = nullptr;
   blob::ObjectStore* bodies_ = nullptr;
   std::unique_ptr<crypto::AeadStreamDecryptor> dec_;
@@ -651,6 +650,31 @@ Result<std::string> Attachments::ReadBodyObject(const std::string& location, con
   }
   if (!ct) return Status(Code::kDataLoss, "body object " + object_key + " is missing", "integrity");
   return std::move(*ct);
+}
+
+Result<std::function<Result<std::string>()>> Attachments::OpenBodyObject(const std::string& location,
+                                                                         const std::string& object_key,
+                                                                         std::string_view dek, const std::string& aad,
+                                                                         uint64_t plaintext_size,
+                                                                         const std::string& plaintext_sha256) {
+  if (location == "none") return Status(Code::kGone, "the body object was deleted", "erased");
+  // The reader's view of a body object: ordinal 0, and the ciphertext size the object has now
+  // (the stream's own framing and tags, and the plaintext digest, are what authenticate it).
+  Attachment a;
+  a.ordinal = 0;
+  a.object_key = object_key;
+  a.location = location;
+  a.size = static_cast<int64_t>(plaintext_size);
+  a.plaintext_sha256 = plaintext_sha256;
+  OML_ASSIGN_OR_RETURN(std::optional<uint64_t> ct_size, StoreAt(location)->Size(object_key));
+  if (!ct_size && location == "quarantine") {
+    OML_ASSIGN_OR_RETURN(ct_size, bodies_->Size(object_key));
+  }
+  if (!ct_size) return Status(Code::kDataLoss, "body object " + object_key + " is missing", "integrity");
+  a.ciphertext_size = static_cast<int64_t>(*ct_size);
+  OML_ASSIGN_OR_RETURN(auto reader, AttachmentReader::Open(StoreAt(location), bodies_, a, dek, aad, 0, plaintext_size,
+                                                           /*whole=*/true));
+  return std::function<Result<std::string>()>([reader] { return reader->Next(); });
 }
 
 Result<std::vector<BodyObject>> Attachments::BodyObjects(const std::string& tenant, const std::string& artifact_id,

@@ -278,49 +278,94 @@ Result<std::optional<ClaimMeta>> Claims::Load(db::Conn& conn, const std::string&
   return std::optional<ClaimMeta>(m);
 }
 
-Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_id) {
+// What Fetch and FetchStreamed read first, in one read-only snapshot: the claim as the caller may
+// see it, where its ciphertext is, and its DEK unwrapped.
+struct Claims::BodyAt {
+  ClaimMeta meta;
+  std::string ciphertext;  // inline (location "postgres"); "" for an object
+  std::string location, object_key;
+  crypto::SecureBytes dek;
+};
+
+Result<Claims::BodyAt> Claims::LocateBody(const Caller& c, const std::string& artifact_id) {
   if (!ValidUuid(artifact_id)) return NotFound("no claim " + artifact_id, "claim-not-found");
-  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
-  OML_RETURN_IF_ERROR(conn->Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
-  struct Done {
-    db::Conn& c;
-    ~Done() { (void)c.Exec("COMMIT"); }
-  } done{*conn};
-  OML_RETURN_IF_ERROR(conn->Pipeline({db::ScopeTo(c.tenant_id)}).status());
-  OML_ASSIGN_OR_RETURN(auto meta, Load(*conn, c.tenant_id, artifact_id));
-  if (!meta) return NotFound("no claim " + artifact_id, "claim-not-found");
-  if (HiddenFrom(*meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
-  if (meta->erased_seq)
-    return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
-  OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek, k.kek_id, b.location, b.object_key "
-                                               "FROM oml.artifact_bodies b "
-                                               "LEFT JOIN oml.artifact_keys k USING (tenant_id, artifact_id) "
-                                               "WHERE b.tenant_id = $1 AND b.artifact_id = $2 AND b.version = $3",
-                                               {db::Text(c.tenant_id), db::Text(artifact_id), db::Int(meta->version)}));
-  if (b.size() == 0 || b.IsNull(0, 1))
-    return DataLoss("claim " + artifact_id + " has no stored body or key", "integrity");
-  std::string ct;
-  if (b.Get(0, 3) == "postgres") {
-    ct = b.GetBytes(0, 0);
-  } else {  // a body kept as an object (sql/0015)
-    if (attachments_ == nullptr)
-      return DataLoss("claim " + artifact_id + "'s body is an object and this process has no object store", "integrity");
-    OML_ASSIGN_OR_RETURN(ct, attachments_->ReadBodyObject(b.Get(0, 3), b.Get(0, 4)));
+  BodyAt out;
+  std::string kek_id, wrapped;
+  {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+    OML_RETURN_IF_ERROR(conn->Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
+    struct Done {
+      db::Conn& c;
+      ~Done() { (void)c.Exec("COMMIT"); }
+    } done{*conn};
+    OML_RETURN_IF_ERROR(conn->Pipeline({db::ScopeTo(c.tenant_id)}).status());
+    OML_ASSIGN_OR_RETURN(auto meta, Load(*conn, c.tenant_id, artifact_id));
+    if (!meta) return NotFound("no claim " + artifact_id, "claim-not-found");
+    if (HiddenFrom(*meta, c)) return NotFound("no claim " + artifact_id, "claim-not-found");
+    if (meta->erased_seq)
+      return Status(Code::kGone, "claim " + artifact_id + " was erased at seq " + std::to_string(*meta->erased_seq), "erased");
+    OML_ASSIGN_OR_RETURN(db::Rows b, conn->Query("SELECT b.ciphertext, k.wrapped_dek, k.kek_id, b.location, b.object_key "
+                                                 "FROM oml.artifact_bodies b "
+                                                 "LEFT JOIN oml.artifact_keys k USING (tenant_id, artifact_id) "
+                                                 "WHERE b.tenant_id = $1 AND b.artifact_id = $2 AND b.version = $3",
+                                                 {db::Text(c.tenant_id), db::Text(artifact_id), db::Int(meta->version)}));
+    if (b.size() == 0 || b.IsNull(0, 1))
+      return DataLoss("claim " + artifact_id + " has no stored body or key", "integrity");
+    out.meta = std::move(*meta);
+    out.location = b.Get(0, 3);
+    if (out.location == "postgres") out.ciphertext = b.GetBytes(0, 0);
+    else out.object_key = b.Get(0, 4);
+    wrapped = b.GetBytes(0, 1);
+    kek_id = b.Get(0, 2);
   }
-  if (!crypto::ConstantTimeEquals(crypto::Sha256(ct), meta->ciphertext_sha256))
-    return DataLoss("ciphertext of claim " + artifact_id + " does not match its journalled digest", "integrity");
+  if (out.location != "postgres" && attachments_ == nullptr)
+    return DataLoss("claim " + artifact_id + "'s body is an object and this process has no object store", "integrity");
   // Unwrapped under the KEK the row names (during a KEK rotation, the new or the previous one).
-  auto dek = kek_->UnwrapFrom(b.Get(0, 2), b.GetBytes(0, 1), DekAad(c.tenant_id, artifact_id));
+  auto dek = kek_->UnwrapFrom(kek_id, wrapped, DekAad(c.tenant_id, artifact_id));
   if (!dek.ok() && dek.status().type() == "kek-unavailable") return dek.status();
   if (!dek.ok()) return DataLoss("DEK of claim " + artifact_id + " does not unwrap", "integrity");
-  auto pt = crypto::DecryptAll(dek->view(), BodyAad(c.tenant_id, artifact_id, meta->version), ct);
-  dek->Wipe();
+  out.dek = std::move(dek).value();
+  return out;
+}
+
+Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_id) {
+  OML_ASSIGN_OR_RETURN(BodyAt at, LocateBody(c, artifact_id));
+  std::string ct = std::move(at.ciphertext);
+  if (at.location != "postgres") {  // a body kept as an object (sql/0015)
+    OML_ASSIGN_OR_RETURN(ct, attachments_->ReadBodyObject(at.location, at.object_key));
+  }
+  if (!crypto::ConstantTimeEquals(crypto::Sha256(ct), at.meta.ciphertext_sha256))
+    return DataLoss("ciphertext of claim " + artifact_id + " does not match its journalled digest", "integrity");
+  auto pt = crypto::DecryptAll(at.dek.view(), BodyAad(c.tenant_id, artifact_id, at.meta.version), ct);
   if (!pt.ok()) return DataLoss("body of claim " + artifact_id + " does not decrypt", "integrity");
-  if (!crypto::ConstantTimeEquals(crypto::Sha256(*pt), meta->plaintext_sha256)) {
+  if (!crypto::ConstantTimeEquals(crypto::Sha256(*pt), at.meta.plaintext_sha256)) {
     crypto::Wipe(&*pt);
     return DataLoss("plaintext of claim " + artifact_id + " does not match its journalled digest", "integrity");
   }
-  return FetchResult{*meta, std::move(pt).value()};
+  return FetchResult{std::move(at.meta), std::move(pt).value()};
+}
+
+Result<StreamedFetch> Claims::FetchStreamed(const Caller& c, const std::string& artifact_id) {
+  OML_ASSIGN_OR_RETURN(BodyAt at, LocateBody(c, artifact_id));
+  if (at.location == "postgres") {  // small: decrypted and checked as Fetch does
+    OML_ASSIGN_OR_RETURN(FetchResult whole, Fetch(c, artifact_id));
+    StreamedFetch out;
+    out.meta = std::move(whole.meta);
+    out.body = std::move(whole.body);
+    return out;
+  }
+  StreamedFetch out;
+  out.meta = at.meta;
+  out.streamed = true;
+  // Each pass opens its own reader over the object; the DEK lives as long as the last pass can.
+  auto dek = std::make_shared<crypto::SecureBytes>(std::move(at.dek));
+  admission::Attachments* atts = attachments_;
+  const std::string aad = BodyAad(c.tenant_id, artifact_id, at.meta.version);
+  out.open = [atts, dek, aad, location = at.location, key = at.object_key, size = static_cast<uint64_t>(at.meta.size),
+              digest = at.meta.plaintext_sha256]() {
+    return atts->OpenBodyObject(location, key, dek->view(), aad, size, digest);
+  };
+  return out;
 }
 
 Result<std::pair<ClaimMeta, journal::Receipt>> Claims::Erase(const Caller& c, const std::string& artifact_id,

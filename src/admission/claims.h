@@ -99,6 +99,21 @@ struct FetchResult {
   std::string body;
 };
 
+// Reads a body piece by piece: each call returns the next bytes, "" at the end.
+using PieceReader = std::function<Result<std::string>()>;
+
+// A claim whose body may be read piece by piece (Claims::FetchStreamed). `streamed` false: the
+// body is in `body` (a small one, kept in PostgreSQL). `streamed` true: a body kept as an object
+// (sql/0015); each call of `open` starts a new pass over its plaintext (Attachments::OpenBodyObject:
+// every segment authenticated, the size and plaintext digest checked before the last piece, so a
+// damaged object ends a pass with kDataLoss "integrity" instead of its last piece).
+struct StreamedFetch {
+  ClaimMeta meta;
+  bool streamed = false;
+  std::string body;
+  std::function<Result<PieceReader>()> open;
+};
+
 // An Idempotency-Key sent with a write (IETF httpapi draft "The Idempotency-Key HTTP Header
 // Field"). Keys are scoped to the caller's API key: the same key from two API keys is two keys.
 struct IdempotencyKey {
@@ -140,6 +155,9 @@ class Claims {
   // kNotFound for unknown ids, other tenants' ids, and held claims the caller may not see
   // (own-work rule: only the author, reviewers and admins read a held claim). kGone if erased.
   Result<FetchResult> Fetch(const Caller& c, const std::string& artifact_id);
+  // Fetch for a body of any size in constant memory: the same checks and errors, but a body kept
+  // as an object is not read here (StreamedFetch::open reads it, in pieces, as often as needed).
+  Result<StreamedFetch> FetchStreamed(const Caller& c, const std::string& artifact_id);
   // Erases an artifact (all versions). Allowed for admins and the author. kGone if already erased.
   // kInvalidArgument "invalid-field" (first, before the claim is looked up) if `reason` breaks
   // CheckReason (fields/fields.h): more than 1024 characters, a control character, not UTF-8.
@@ -225,6 +243,10 @@ class Claims {
   // kInvalidArgument "idempotency-key-reused" if it was recorded for another request.
   Result<std::optional<WriteResponse>> Recorded(const Caller& c, const IdempotencyKey& idem);
   Result<std::optional<ClaimMeta>> Load(db::Conn& conn, const std::string& tenant, const std::string& artifact_id);
+  // The claim as `c` may read it (Fetch's errors but the digest checks), where its body's
+  // ciphertext is, and its DEK.
+  struct BodyAt;
+  Result<BodyAt> LocateBody(const Caller& c, const std::string& artifact_id);
   journal::Journal* journal_;
   db::Pool* pool_;
   const crypto::KekProvider* kek_;

@@ -1,4 +1,5 @@
 #include "api/server.h"
+#include "common/json_escape.h"
 
 #include <chrono>
 #include <map>
@@ -353,12 +354,29 @@ struct Server::Impl {
     Json(res, 201, body_json);
   }
 
+  // GET (and HEAD) /v1/claims/{id}: the claim's metadata, attachments and body as one JSON
+  // object. A body kept as an object (sql/0015) is streamed (issue 19): a first pass decrypts and
+  // checks it piece by piece to learn its JSON-escaped length (and, for a reviewer of a held
+  // claim, before review.served is journalled), a second sends it; "body" is then the last key.
+  // Memory per response: one piece, whatever the body's size.
   void GetClaim(const http::Request& req, http::Response& res) {
     auto caller = Authenticate(req);
     if (!caller.ok()) return Problem(res, req, caller.status());
     db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
-    auto out = d.claims->Fetch(*caller, req.captures[0]);
+    auto out = d.claims->FetchStreamed(*caller, req.captures[0]);
     if (!out.ok()) return Problem(res, req, out.status());
+    uint64_t escaped_size = 0;
+    if (out->streamed) {
+      auto pass = out->open();
+      if (!pass.ok()) return Problem(res, req, pass.status());
+      for (;;) {
+        auto piece = (*pass)();
+        if (!piece.ok()) return Problem(res, req, piece.status());
+        if (piece->empty()) break;
+        escaped_size += JsonEscapedSize(*piece);
+        crypto::Wipe(&*piece);
+      }
+    }
     json j = MetaJson(out->meta);
     if (admission::Attachments* atts = d.claims->attachments()) {
       // Serving a held claim's body to a reviewer journals review.served (item 0) first. A HEAD
@@ -373,8 +391,52 @@ struct Server::Impl {
       j["attachments"] = json::array();
       for (const auto& a : *list) j["attachments"].push_back(AttachmentJson(a));
     }
-    j["body"] = out->body;
-    Json(res, 200, j);
+    if (!out->streamed) {
+      j["body"] = std::move(out->body);
+      return Json(res, 200, j);
+    }
+    // {<metadata>,"body":"<escaped pieces>"}: the head, each piece of a second pass, the tail.
+    struct BodyStream {
+      std::string head, tail = "\"}";
+      std::function<Result<admission::PieceReader>()> open;
+      admission::PieceReader reader;
+      int stage = 0;  // 0 head, 1 body, 2 tail, 3 done
+    };
+    auto st = std::make_shared<BodyStream>();
+    st->head = j.dump();
+    st->head.pop_back();  // the closing brace
+    st->head += ",\"body\":\"";
+    st->open = std::move(out->open);
+    res.status = 200;
+    res.content_type = "application/json";
+    res.stream_length = st->head.size() + escaped_size + st->tail.size();
+    res.stream = [st]() -> Result<std::string> {
+      for (;;) {
+        switch (st->stage) {
+          case 0:
+            st->stage = 1;
+            return std::move(st->head);
+          case 1: {
+            if (!st->reader) {
+              OML_ASSIGN_OR_RETURN(st->reader, st->open());
+            }
+            OML_ASSIGN_OR_RETURN(std::string piece, st->reader());
+            if (piece.empty()) {
+              st->stage = 2;
+              continue;
+            }
+            std::string escaped = JsonEscaped(piece);
+            crypto::Wipe(&piece);
+            return escaped;
+          }
+          case 2:
+            st->stage = 3;
+            return std::move(st->tail);
+          default:
+            return std::string();
+        }
+      }
+    };
   }
 
   // Every 416 names the file's size (RFC 9110 §15.5.17): Content-Range: bytes */<size>.

@@ -1,5 +1,7 @@
 #include "journal/canonical_json.h"
 
+#include "common/json_escape.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -62,23 +64,7 @@ Status AppendString(std::string_view s, std::string& out) {
     const size_t start = i;
     const int32_t cp = DecodeUtf8(s, i);
     if (cp < 0) return NotUtf8(start);
-    switch (cp) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (cp < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
-          out += buf;
-        } else {
-          out.append(s.substr(start, i - start));
-        }
-    }
+    AppendJsonEscaped(s.substr(start, i - start), &out);  // a multi-byte character passes as is
   }
   out.push_back('"');
   return Status::Ok();
