@@ -135,12 +135,16 @@ def test_a_killed_composition_leaves_a_multipart_upload_that_the_staging_sweep_a
     # looks older than any grace: that a young upload is left alone is shown on the local store
     # (tests/test_uploads.py), where the age is the staging file's mtime.
     assert left[0]["Initiated"].year == 2010
+    # Another tool's upload in the same bucket (a backup, say): not oml's key, never aborted.
+    foreign = d.s3.create_multipart_upload(Bucket="oml-quarantine", Key="backups/base.tar")["UploadId"]
     # Older than the grace: aborted at start, parts and all.
-    d.serve(env={"OML_STAGING_GRACE_S": "1"})
+    d.serve(env={"OML_STAGING_GRACE_S": "600"})
     deadline = time.time() + 20
-    while d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads") and time.time() < deadline:
+    while len(d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])) > 1 and time.time() < deadline:
         time.sleep(0.2)
-    assert d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", []) == []
+    time.sleep(1)
+    assert [(u["Key"], u["UploadId"]) for u in d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])] \
+        == [("backups/base.tar", foreign)]
     assert d.s3.list_multipart_uploads(Bucket="oml-bodies").get("Uploads", []) == []
     # The upload itself resumes: the last chunk composes the object again.
     r = requests.patch(f"{d.base}/v1/uploads/{uid}", data=data[15 * MIB:], timeout=120,

@@ -66,7 +66,7 @@ def test_shredded_keys_stay_in_the_files_until_purge_residue_rewrites_them(serve
     p = d.run("kek", "purge-residue", "--admin-url", d.superuser_url)
     lines = p.stdout.splitlines()
     assert [ln.split(":")[0] for ln in lines[:3]] == list(KEY_TABLES), p.stdout
-    assert all(": rewritten, " in ln for ln in lines[:3]), p.stdout
+    assert all(": rewritten, " in ln and ln.endswith(" bytes") for ln in lines[:3]), p.stdout
     assert lines[3] == "checkpoint done; WAL segments and backups older than now may still hold shredded keys"
 
     assert claim_dek not in table_bytes(d, "oml.artifact_keys")
@@ -85,3 +85,25 @@ def test_purge_residue_without_an_admin_url_outside_the_local_profile_is_a_usage
     p = d.run("kek", "purge-residue", check=False, env={"OML_HOME": str(tmp_path)})
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert f"give --admin-url (no local profile superuser.url under {tmp_path}/pg)" in p.stderr
+
+
+def test_purge_residue_names_a_snapshot_that_kept_old_row_versions_and_exits_4(served):
+    """A transaction whose snapshot is older than the purge keeps VACUUM FULL from dropping rows
+    deleted after it: the command says who, and fails, instead of reporting a clean purge."""
+    import psycopg
+    d = served
+    uid = new_upload(d, d.writer, b"q" * 4000)
+    holder = psycopg.connect(d.superuser_url, application_name="old-report")
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1").fetchone()  # the snapshot is taken (and no lock on a key table)
+        upload_dek = row(d, uid)["wrapped_dek"]
+        assert delete(d, d.writer, uid).status_code == 204
+        p = d.run("kek", "purge-residue", "--admin-url", d.superuser_url, check=False)
+        assert p.returncode == 4, (p.returncode, p.stdout, p.stderr)
+        assert "purge-incomplete" in p.stderr and "(old-report, idle in transaction)" in p.stderr, p.stderr
+        assert upload_dek in table_bytes(d, "oml.upload_sessions")  # what the snapshot kept
+    finally:
+        holder.close()
+    p = d.run("kek", "purge-residue", "--admin-url", d.superuser_url)
+    assert upload_dek not in table_bytes(d, "oml.upload_sessions")

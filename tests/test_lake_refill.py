@@ -383,3 +383,66 @@ def test_a_rebuild_refills_across_batches_that_hold_none_of_the_tables_rows(serv
     s = status(d)
     silver = next(t for t in s["tables"] if t["name"] == SILVER)
     assert not silver["behind"] and silver["recorded_txn_version"] == silver["txn_version"] < s["frontier"]
+
+
+@pytest.mark.parametrize("fault", ["lakewriter.after_commit.{table}", "lakewriter.before_frontier_advance"])
+@pytest.mark.parametrize("table", [BRONZE, SILVER])
+def test_a_lake_writer_killed_mid_refill_finishes_it_exactly_once_on_restart(served, table, fault):
+    """Issue 18 (left open last time): kill -9 while a rebuilt table is refilled, after its first
+    refill commit or before the frontier advance that follows; the next writer finds the table
+    still behind and completes it, each row once, the other tables untouched."""
+    d = served
+    arts = [d.submit(d.writer, body=f"refill {i}").json() for i in range(6)]
+    for a in arts[:3]:
+        verdict(d, d.reviewer, a["artifact_id"], "accept")
+    lakewriter(d)
+    silver_before = both_readers(d, SILVER, silver_key)
+    gold_before = gold_counts(d)
+    out = d.run("lake", "rebuild", "--table", table, "--wait", "1", check=False)
+    assert out.returncode == 5, out.stderr  # no writer runs: emptied, waiting
+    # The first commit this writer makes is the refill's (nothing new is in the outbox).
+    killed = d.run("lakewriter", "--once", "--max-rows", "4",
+                   env={**INFO, "OML_FAULT": fault.format(table=table) + ":kill"}, check=False, timeout=120)
+    assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
+    lakewriter(d)
+    assert [t["behind"] for t in status(d)["tables"]] == [False, False, False]
+    assert bronze_keys(d) == journal_keys(d)
+    assert max(bronze_keys(d).values()) == 1
+    assert both_readers(d, SILVER, silver_key) == silver_before
+    assert gold_counts(d) == gold_before == gold_from_bronze(d)
+    v = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_two_concurrent_rebuilds_of_a_table_leave_it_exact(served):
+    """Issue 18 (left open last time): two operators rebuild the same table at once while the
+    writer runs and claims arrive: whatever order their emptying commits land in, the table ends
+    equal to the journal, each row once."""
+    import threading
+    d = served
+    for i in range(5):
+        d.submit(d.writer, body=f"before {i}")
+    p = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50"],
+                         env={**d.env, **INFO, "OML_LAKEWRITER_METRICS_LISTEN": "off"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    outs = []
+    try:
+        wait_drained(d)
+        ts = [threading.Thread(target=lambda: outs.append(
+            d.run("lake", "rebuild", "--table", BRONZE, "--wait", "60", check=False))) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for i in range(3):
+            d.submit(d.writer, body=f"during {i}")
+        for t in ts:
+            t.join(timeout=120)
+        wait_drained(d)
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    assert [o.returncode for o in outs] == [0, 0], [o.stdout + o.stderr for o in outs]
+    assert bronze_keys(d) == journal_keys(d)
+    assert max(bronze_keys(d).values()) == 1
+    assert gold_counts(d) == gold_from_bronze(d)
+    v = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr

@@ -349,6 +349,7 @@ class AttachmentReader {
       OML_ASSIGN_OR_RETURN(header, bodies->GetRange(a.object_key, 0, crypto::kAeadHeaderSize));
     }
     if (!header) return Status(Code::kDataLoss, "object " + a.object_key + " is missing", "integrity");
+    if (whole) r->ct_hash_.Update(*header);
     uint32_t segment = 0;
     OML_ASSIGN_OR_RETURN(r->dec_, crypto::AeadStreamDecryptor::CreateAt(dek, aad, *header, 0, &segment));
     const uint64_t first_segment = whole ? 0 : first / segment;
@@ -362,8 +363,8 @@ class AttachmentReader {
 
   // The next piece of the range ("" once it was all returned). kDataLoss "integrity" if the
   // object is missing, shorter than the range, fails a tag, or (whole) does not match its digests;
-  // a whole read's digests are checked before its last piece is returned, so a mismatch cuts the
-  // response short of its length.
+  // a whole read's digests (plaintext, and ciphertext as journalled) are checked before its last
+  // piece is returned, so a mismatch cuts the response short of its length.
   Result<std::string> Next() {
     while (sent_ < want_) {
       if (!pending_.empty()) {
@@ -390,6 +391,7 @@ class AttachmentReader {
     }
     if (!ct) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
     std::string pt;
+    if (whole_) ct_hash_.Update(*ct);
     if (!ct->empty()) {
       at_ += ct->size();
       OML_ASSIGN_OR_RETURN(pt, dec_->Update(*ct));
@@ -412,7 +414,8 @@ class AttachmentReader {
       if (!pt.empty())
         return Status(Code::kDataLoss, what_ + " is longer than its size", "integrity");
     }
-    if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256)
+    if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256 ||
+        (!a_.ciphertext_sha256.empty() && ct_hash_.Digest() != a_.ciphertext_sha256))
       return Status(Code::kDataLoss, what_ + " does not match its digests", "integrity");
     return Status::Ok();
   }
@@ -440,7 +443,8 @@ class AttachmentReader {
   blob::ObjectStore* store_ = nullptr;
   blob::ObjectStore* bodies_ = nullptr;
   std::unique_ptr<crypto::AeadStreamDecryptor> dec_;
-  uploads::RunningSha256 hash_;
+  uploads::RunningSha256 hash_;     // the plaintext (whole reads)
+  uploads::RunningSha256 ct_hash_;  // the ciphertext as read, header included (whole reads)
   uint64_t first_ = 0, want_ = 0, sent_ = 0;
   uint64_t pos_ = 0;  // plaintext offset of the next byte the decryptor returns
   uint64_t at_ = 0;   // ciphertext offset of the next read
@@ -656,16 +660,18 @@ Result<std::function<Result<std::string>()>> Attachments::OpenBodyObject(const s
                                                                          const std::string& object_key,
                                                                          std::string_view dek, const std::string& aad,
                                                                          uint64_t plaintext_size,
-                                                                         const std::string& plaintext_sha256) {
+                                                                         const std::string& plaintext_sha256,
+                                                                         const std::string& ciphertext_sha256) {
   if (location == "none") return Status(Code::kGone, "the body object was deleted", "erased");
-  // The reader's view of a body object: ordinal 0, and the ciphertext size the object has now
-  // (the stream's own framing and tags, and the plaintext digest, are what authenticate it).
+  // The reader's view of a body object: ordinal 0, the journalled digests, and the size the
+  // object has now (the ciphertext digest is what pins it).
   Attachment a;
   a.ordinal = 0;
   a.object_key = object_key;
   a.location = location;
   a.size = static_cast<int64_t>(plaintext_size);
   a.plaintext_sha256 = plaintext_sha256;
+  a.ciphertext_sha256 = ciphertext_sha256;
   OML_ASSIGN_OR_RETURN(std::optional<uint64_t> ct_size, StoreAt(location)->Size(object_key));
   if (!ct_size && location == "quarantine") {
     OML_ASSIGN_OR_RETURN(ct_size, bodies_->Size(object_key));

@@ -208,13 +208,14 @@ class Attachments {
   Result<std::string> ReadBodyObject(const std::string& location, const std::string& object_key);
   // A pass over a body object's plaintext, piece by piece (at most 256 KiB of plaintext and its
   // ciphertext in memory): each segment authenticated under `dek` and `aad` as it is decrypted;
-  // before the last piece, the object's end, its size (`plaintext_size`) and the plaintext's
-  // SHA-256 are checked (kDataLoss "integrity" instead of that piece). Follows the object into
-  // the bodies bucket if a promotion moves it meanwhile. `dek` must outlive the reader.
+  // before the last piece, the object's end, its size (`plaintext_size`) and the plaintext's and
+  // ciphertext's SHA-256 are checked (kDataLoss "integrity" instead of that piece). Follows the
+  // object into the bodies bucket if a promotion moves it meanwhile. `dek` must outlive the reader.
   Result<std::function<Result<std::string>()>> OpenBodyObject(const std::string& location,
                                                              const std::string& object_key, std::string_view dek,
                                                              const std::string& aad, uint64_t plaintext_size,
-                                                             const std::string& plaintext_sha256);
+                                                             const std::string& plaintext_sha256,
+                                                             const std::string& ciphertext_sha256);
   // The body objects of an artifact: every version, or `version` only.
   Result<std::vector<BodyObject>> BodyObjects(const std::string& tenant, const std::string& artifact_id,
                                               std::optional<int> version);

@@ -330,6 +330,10 @@ Result<Claims::BodyAt> Claims::LocateBody(const Caller& c, const std::string& ar
 
 Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_id) {
   OML_ASSIGN_OR_RETURN(BodyAt at, LocateBody(c, artifact_id));
+  return DecryptWhole(c, artifact_id, std::move(at));
+}
+
+Result<FetchResult> Claims::DecryptWhole(const Caller& c, const std::string& artifact_id, BodyAt at) {
   std::string ct = std::move(at.ciphertext);
   if (at.location != "postgres") {  // a body kept as an object (sql/0015)
     OML_ASSIGN_OR_RETURN(ct, attachments_->ReadBodyObject(at.location, at.object_key));
@@ -347,14 +351,13 @@ Result<FetchResult> Claims::Fetch(const Caller& c, const std::string& artifact_i
 
 Result<StreamedFetch> Claims::FetchStreamed(const Caller& c, const std::string& artifact_id) {
   OML_ASSIGN_OR_RETURN(BodyAt at, LocateBody(c, artifact_id));
-  if (at.location == "postgres") {  // small: decrypted and checked as Fetch does
-    OML_ASSIGN_OR_RETURN(FetchResult whole, Fetch(c, artifact_id));
-    StreamedFetch out;
+  StreamedFetch out;
+  if (at.location == "postgres") {  // small: decrypted and checked here, as Fetch does
+    OML_ASSIGN_OR_RETURN(FetchResult whole, DecryptWhole(c, artifact_id, std::move(at)));
     out.meta = std::move(whole.meta);
     out.body = std::move(whole.body);
     return out;
   }
-  StreamedFetch out;
   out.meta = at.meta;
   out.streamed = true;
   // Each pass opens its own reader over the object; the DEK lives as long as the last pass can.
@@ -362,8 +365,8 @@ Result<StreamedFetch> Claims::FetchStreamed(const Caller& c, const std::string& 
   admission::Attachments* atts = attachments_;
   const std::string aad = BodyAad(c.tenant_id, artifact_id, at.meta.version);
   out.open = [atts, dek, aad, location = at.location, key = at.object_key, size = static_cast<uint64_t>(at.meta.size),
-              digest = at.meta.plaintext_sha256]() {
-    return atts->OpenBodyObject(location, key, dek->view(), aad, size, digest);
+              pt_digest = at.meta.plaintext_sha256, ct_digest = at.meta.ciphertext_sha256]() {
+    return atts->OpenBodyObject(location, key, dek->view(), aad, size, pt_digest, ct_digest);
   };
   return out;
 }

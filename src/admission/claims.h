@@ -247,6 +247,8 @@ class Claims {
   // ciphertext is, and its DEK.
   struct BodyAt;
   Result<BodyAt> LocateBody(const Caller& c, const std::string& artifact_id);
+  // The body `at` locates, read whole, its ciphertext and plaintext checked against the digests.
+  Result<FetchResult> DecryptWhole(const Caller& c, const std::string& artifact_id, BodyAt at);
   journal::Journal* journal_;
   db::Pool* pool_;
   const crypto::KekProvider* kek_;

@@ -100,7 +100,8 @@ struct Route {
   std::function<void(const Request&, Response&)> handler;
   // A POST carrying `X-HTTP-Method-Override: <method>` (sent once) reaches this route as if it
   // were a <method> request, and the handler sees <method> (tus 1.0 core: clients behind
-  // proxies that drop PATCH or DELETE). Other routes ignore the header.
+  // proxies that drop PATCH or DELETE). Other routes ignore the header. Never set it on a HEAD
+  // route: the transport frames a HEAD answer without its body.
   bool method_override = false;
 };
 

@@ -365,24 +365,34 @@ struct Server::Impl {
     db::Pool::ScopedShare share(caller->tenant_id);  // one tenant never holds every connection
     auto out = d.claims->FetchStreamed(*caller, req.captures[0]);
     if (!out.ok()) return Problem(res, req, out.status());
+    admission::Attachments* atts = d.claims->attachments();
+    // A serve that journals is gated before anything is read (HEAD journals nothing).
+    const bool serves = atts != nullptr && req.method != "HEAD";
+    if (serves) {
+      if (Status g = ServeGate(*caller, out->meta); !g.ok()) return Problem(res, req, g);
+    }
     uint64_t escaped_size = 0;
     if (out->streamed) {
-      auto pass = out->open();
-      if (!pass.ok()) return Problem(res, req, pass.status());
-      for (;;) {
-        auto piece = (*pass)();
-        if (!piece.ok()) return Problem(res, req, piece.status());
-        if (piece->empty()) break;
-        escaped_size += JsonEscapedSize(*piece);
-        crypto::Wipe(&*piece);
+      Status pass = [&]() -> Status {
+        OML_ASSIGN_OR_RETURN(admission::PieceReader reader, out->open());
+        for (;;) {
+          OML_ASSIGN_OR_RETURN(std::string piece, reader());
+          if (piece.empty()) return Status::Ok();
+          escaped_size += JsonEscapedSize(piece);
+          crypto::Wipe(&piece);
+        }
+      }();
+      if (!pass.ok()) {
+        // Erased (or gone otherwise) since the row was read: answer what the claim is now.
+        auto again = d.claims->FetchStreamed(*caller, req.captures[0]);
+        return Problem(res, req, again.ok() ? pass : again.status());
       }
     }
     json j = MetaJson(out->meta);
-    if (admission::Attachments* atts = d.claims->attachments()) {
-      // Serving a held claim's body to a reviewer journals review.served (item 0) first. A HEAD
-      // serves nothing: it journals nothing.
-      if (req.method != "HEAD") {
-        if (Status g = ServeGate(*caller, out->meta); !g.ok()) return Problem(res, req, g);
+    if (atts != nullptr) {
+      // Serving a held claim's body to a reviewer journals review.served (item 0), after the body
+      // was decrypted and checked and before a byte of it is sent.
+      if (serves) {
         Status served = atts->RecordServed(*caller, out->meta, 0, out->meta.plaintext_sha256, out->meta.ciphertext_sha256);
         if (!served.ok()) return Problem(res, req, served);
       }

@@ -3,7 +3,7 @@
 //
 // Keys are '/'-separated relative paths ("oml-heads/<tenant>"): non-empty, no leading or
 // trailing '/', no empty, "." or ".." segment (else kInvalidArgument). On a local directory a
-// key whose last segment ends in '#' and digits is reserved (staging files of writers).
+// key whose last segment has only digits after its first '#' is reserved (staging files of writers).
 //
 // Errors from the backend: kNotFound only where stated, kAborted when a conditional write lost
 // its race, kUnavailable for I/O and network failures (retry later; "storage-permission" when

@@ -311,20 +311,43 @@ Status DoMigrate(const std::string& admin_url, const db::MigrateOptions& opts) {
 // `oml kek purge-residue`: rewrites the tables that hold wrapped DEKs (VACUUM FULL) so that the
 // row versions an erasure, an ended upload or a KEK rotation left behind, wrapped keys included,
 // are not in their files any more, then CHECKPOINTs. Each table is locked ACCESS EXCLUSIVE while
-// it is rewritten (reads and writes of it wait). As an administrator: the owner or a superuser
+// it is rewritten (reads and writes of it wait; the lock is waited for at most 60 s). A session
+// or replication slot whose snapshot predates the purge keeps those versions alive: the command
+// then fails (kFailedPrecondition "purge-incomplete", exit 4) naming it. The old files' blocks
+// are freed, not overwritten, on the filesystem. As an administrator: the owner or a superuser
 // (CHECKPOINT needs a superuser or pg_checkpoint). WAL and backups keep what they hold until
 // their retention ends (docs/data/event-catalog.md, "What an erasure leaves").
 Status DoPurgeKeyResidue(const std::string& admin_url) {
   OML_ASSIGN_OR_RETURN(db::Conn admin, db::Conn::Connect(admin_url));
+  // A transaction that read a key table and stays open would hold VACUUM FULL (and every upload
+  // and read queued behind its lock) for ever: give up after a minute instead.
+  OML_RETURN_IF_ERROR(admin.Exec("SET lock_timeout = '60s'").status());
+  // A snapshot older than the purge keeps VACUUM FULL from dropping what was deleted after it
+  // (the rewritten file would still hold those row versions): such holders are named at the end.
+  OML_ASSIGN_OR_RETURN(db::Rows start, admin.Query("SELECT (txid_current() % 4294967296)::text"));
+  const std::string start_xid = start.Get(0, 0);
   for (const char* table : {"oml.artifact_keys", "oml.attachment_keys", "oml.upload_sessions"}) {
-    const std::string size = std::string("SELECT pg_total_relation_size('") + table + "'), (SELECT n_dead_tup FROM " +
-                             "pg_stat_all_tables WHERE relid = '" + table + "'::regclass)";
+    const std::string size = std::string("SELECT pg_total_relation_size('") + table + "')";
     OML_ASSIGN_OR_RETURN(db::Rows before, admin.Query(size));
     OML_ASSIGN_OR_RETURN(db::Rows done, admin.Exec(std::string("VACUUM (FULL, ANALYZE) ") + table));
     (void)done;
     OML_ASSIGN_OR_RETURN(db::Rows after, admin.Query(size));
-    std::cout << table << ": rewritten, " << before.GetInt(0, 0) << " -> " << after.GetInt(0, 0) << " bytes ("
-              << (before.IsNull(0, 1) ? std::string("?") : before.Get(0, 1)) << " dead row versions before)\n";
+    std::cout << table << ": rewritten, " << before.GetInt(0, 0) << " -> " << after.GetInt(0, 0) << " bytes\n";
+  }
+  OML_ASSIGN_OR_RETURN(
+      db::Rows holders,
+      admin.Query("SELECT 'pid ' || pid || ' (' || coalesce(nullif(application_name, ''), backend_type) || ', ' || "
+                  "coalesce(state, '') || ')' FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                  "AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age($1::xid) "
+                  "UNION ALL SELECT 'replication slot ' || slot_name FROM pg_replication_slots "
+                  "WHERE coalesce(xmin, catalog_xmin) IS NOT NULL AND age(coalesce(xmin, catalog_xmin)) >= age($1::xid)",
+                  {db::Text(start_xid)}));
+  if (holders.size() > 0) {
+    std::string names;
+    for (int i = 0; i < holders.size(); ++i) names += (i ? ", " : "") + holders.Get(i, 0);
+    return FailedPrecondition("shredded keys may remain in the rewritten files: " + names +
+                                  " held a snapshot from before the purge; end it and run the purge again",
+                              "purge-incomplete");
   }
   OML_ASSIGN_OR_RETURN(db::Rows cp, admin.Exec("CHECKPOINT"));
   (void)cp;

@@ -230,7 +230,7 @@ Result<Config> LoadConfig() {
                          Bound{"upload_pending_bytes_per_key", 0, int64_t(1) << 60, &up_key_b},
                          Bound{"upload_pending_bytes_per_tenant", 0, int64_t(1) << 60, &up_ten_b},
                          Bound{"upload_min_chunk_bytes", 0, int64_t(1) << 30, &up_min_chunk},
-                         Bound{"staging_grace_s", 1, 31536000, &staging_grace}}) {
+                         Bound{"staging_grace_s", 600, 31536000, &staging_grace}}) {
     if (get(b.key).empty()) continue;
     OML_RETURN_IF_ERROR(ParseInt(b.key, get(b.key), b.out));
     if (*b.out < b.lo || *b.out > b.hi)

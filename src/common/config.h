@@ -62,7 +62,7 @@
 //   upload_min_chunk_bytes   OML_UPLOAD_MIN_CHUNK_BYTES   min(1048576, http_max_request_bytes) (0..1 GiB: least bytes
 //                                                         in a PATCH that does not end its upload; 0 = any; set above
 //                                                         http_max_request_bytes: refused)
-//   staging_grace_s          OML_STAGING_GRACE_S          21600 (1..31536000: age at which `oml serve` removes a
+//   staging_grace_s          OML_STAGING_GRACE_S          21600 (600..31536000: age at which `oml serve` removes a
 //                                                         killed write's staging file or incomplete multipart upload
 //                                                         from the buckets, and `oml lakewriter` from the lake; must
 //                                                         exceed the longest write, blob::ObjectStore::SweepStaging)

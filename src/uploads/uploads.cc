@@ -324,6 +324,14 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
                   "upload-too-large");
   if (req.plaintext_sha256.size() != 32)
     return InvalidArgument("the declared sha256 must be 32 bytes", "invalid-upload-metadata");
+  // A file larger than a pending-bytes quota could never be accepted: 413, not a 429 to retry.
+  for (const auto& [limit, whose] : {std::pair{opts_.max_pending_bytes_per_key, "an API key's"},
+                                     std::pair{opts_.max_pending_bytes_per_tenant, "a tenant's"}})
+    if (limit > 0 && req.length > limit)
+      return Status(Code::kPayloadTooLarge,
+                    "Upload-Length " + std::to_string(req.length) + " exceeds " + whose +
+                        " quota of pending upload bytes (" + std::to_string(limit) + ")",
+                    "upload-too-large");
   const std::string id = crypto::NewUuidV4();
   const std::string& t = o.tenant_id;
   const crypto::SecureBytes dek(crypto::RandomBytes(32));  // wiped on every return
@@ -339,7 +347,9 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
   // insert. The last statement answers the new expiry (NULL: over a quota) and the usage.
   const int64_t len = static_cast<int64_t>(req.length);
   auto limit = [](uint64_t v) { return v == 0 ? db::Null() : db::Int(static_cast<int64_t>(v)); };
-  std::vector<db::Stmt> stmts = {{"BEGIN", {}}, db::ScopeTo(t)};
+  // READ COMMITTED whatever default_transaction_isolation says: the counting statement's
+  // snapshot must be taken after the lock is granted, not at the transaction's first statement.
+  std::vector<db::Stmt> stmts = {{"BEGIN ISOLATION LEVEL READ COMMITTED", {}}, db::ScopeTo(t)};
   if (!o.api_key_hash.empty()) stmts.push_back(RequireLiveKey(o.api_key_hash));
   stmts.push_back({"SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))", {db::Int(kQuotaLockClass), db::Text(t)}});
   stmts.push_back(

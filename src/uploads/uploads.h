@@ -226,7 +226,8 @@ struct SweepReport {
 //   kGone "upload-failed" (410)              failed at its last byte (its data is removed)
 //   kFailedPrecondition "upload-offset-mismatch" (409)  Upload-Offset is not the session's offset
 //   kFailedPrecondition "upload-busy" (409)  another request holds the session (a chunk, DELETE)
-//   kPayloadTooLarge "upload-too-large" (413)  a declared length above Options::max_length
+//   kPayloadTooLarge "upload-too-large" (413)  a declared length above Options::max_length, or above
+//                                            a pending-bytes quota (it could never fit)
 //   kPayloadTooLarge "upload-length-exceeded" (413)  a chunk past the declared length
 //   kInvalidArgument "checksum-mismatch" (460)  the chunk does not match its Upload-Checksum
 //   kInvalidArgument "digest-mismatch" (422)  the whole file's SHA-256 is not the declared one

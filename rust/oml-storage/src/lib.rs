@@ -368,19 +368,31 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
             // S3ConditionalPut::ETagMatch: a PUT with If-None-Match: *.
             let builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
             // For the staging sweep's own request (ListMultipartUploads): the bucket's URL as
-            // object_store forms it (path style unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST).
+            // object_store forms it (AWS_ENDPOINT_URL_S3 before AWS_ENDPOINT_URL; path style
+            // unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST), and the store's client settings.
             let cfg = |k: AmazonS3ConfigKey| builder.get_config_value(&k);
             let region = cfg(AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".to_string());
             let virtual_hosted = cfg(AmazonS3ConfigKey::VirtualHostedStyleRequest)
                 .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-            let allow_http = cfg(AmazonS3ConfigKey::Client(object_store::ClientConfigKey::AllowHttp))
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-            let bucket_url = match (cfg(AmazonS3ConfigKey::Endpoint), virtual_hosted) {
+            let endpoint = cfg(AmazonS3ConfigKey::S3Endpoint).or_else(|| cfg(AmazonS3ConfigKey::Endpoint));
+            let bucket_url = match (endpoint, virtual_hosted) {
                 (Some(e), true) => e,
                 (Some(e), false) => format!("{}/{bucket}", e.trim_end_matches('/')),
                 (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
                 (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
             };
+            let mut client_options = object_store::ClientOptions::new();
+            {
+                use object_store::ClientConfigKey as C;
+                for key in [
+                    C::AllowHttp, C::AllowInvalidCertificates, C::ConnectTimeout, C::Http1Only, C::Http2Only,
+                    C::ProxyUrl, C::ProxyCaCertificate, C::ProxyExcludes, C::Timeout, C::UserAgent,
+                ] {
+                    if let Some(v) = cfg(AmazonS3ConfigKey::Client(key)) {
+                        client_options = client_options.with_config(key, v);
+                    }
+                }
+            }
             let s3 = builder
                 .build()
                 .map_err(|e| {
@@ -405,7 +417,7 @@ fn open_store(url_str: &str) -> FfiResult<OmlStorageStore> {
                     s3,
                     bucket_url,
                     region,
-                    allow_http,
+                    client_options,
                 }),
             })
         }

@@ -19,7 +19,6 @@ use object_store::aws::{AmazonS3, AwsAuthorizer};
 use object_store::client::{ClientOptions, HttpConnector, HttpRequest, HttpRequestBody, ReqwestConnector};
 use object_store::multipart::MultipartStore;
 use object_store::path::Path;
-use object_store::CredentialProvider;
 use serde::Deserialize;
 
 /// Where a store keeps its leftovers.
@@ -35,21 +34,37 @@ pub struct S3Target {
     /// `https://host[:port]/bucket` (path style) or `https://bucket.host` (virtual hosted).
     pub bucket_url: String,
     pub region: String,
-    pub allow_http: bool,
+    /// The store's client settings (TLS, proxy, timeouts, plain HTTP).
+    pub client_options: ClientOptions,
 }
 
-/// True for a staging file's name: `<something>#<one or more digits>`.
+/// True for a staging file's name, as LocalFileSystem tells them from objects
+/// (object_store's `is_valid_file_path`): after the name's first '#' come only digits, at least
+/// one. `a#12` is one; `a#x#12` and `a#` are objects.
 pub fn is_staging_name(name: &str) -> bool {
-    match name.rfind('#') {
-        Some(i) if i > 0 => {
-            let digits = &name[i + 1..];
-            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-        }
-        _ => false,
+    match name.split_once('#') {
+        Some((_, suffix)) => !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()),
+        None => false,
     }
 }
 
-/// Removes staging files below `root` not modified within `grace`; returns how many.
+/// True for a key oml writes in a bucket: `<tenant uuid>/...` (objects, upload parts, bodies).
+/// Only such multipart uploads are aborted where the store has no prefix of its own, so that
+/// another tool's uploads in a shared bucket are never touched.
+pub fn is_oml_bucket_key(key: &str) -> bool {
+    let first = key.split('/').next().unwrap_or("");
+    let b = first.as_bytes();
+    key.len() > first.len() + 1
+        && b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(c),
+        })
+}
+
+/// Removes staging files below `root` not modified within `grace`; returns how many. A
+/// directory or entry it cannot read (e.g. a mount's root-only lost+found) is skipped, not an
+/// error; only an unreadable `root` is.
 pub fn sweep_local(root: &FsPath, grace: Duration) -> std::io::Result<u64> {
     let now = SystemTime::now();
     let mut removed = 0u64;
@@ -59,10 +74,11 @@ pub fn sweep_local(root: &FsPath, grace: Duration) -> std::io::Result<u64> {
             Ok(e) => e,
             // Removed meanwhile (LocalFileSystem prunes empty directories).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
+            Err(e) if dir.as_path() == root => return Err(e),
+            Err(_) => continue,
         };
         for entry in entries {
-            let entry = entry?;
+            let Ok(entry) = entry else { continue };
             let ft = match entry.file_type() {
                 Ok(t) => t,
                 Err(_) => continue,
@@ -81,10 +97,9 @@ pub fn sweep_local(root: &FsPath, grace: Duration) -> std::io::Result<u64> {
             if now.duration_since(modified).unwrap_or_default() < grace {
                 continue;
             }
-            match std::fs::remove_file(entry.path()) {
-                Ok(()) => removed += 1,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+            // Gone meanwhile, or not ours to remove: skipped (the next round tries again).
+            if std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
             }
         }
     }
@@ -113,11 +128,14 @@ struct UploadEntry {
 }
 
 /// Aborts the incomplete multipart uploads under `prefix` initiated more than `grace` ago;
-/// returns how many. ListMultipartUploads (which object_store does not offer) is signed with
-/// object_store's own SigV4 authorizer and the store's credentials.
+/// returns how many. Without a prefix (a whole bucket), only oml's keys (is_oml_bucket_key).
+/// ListMultipartUploads (which object_store does not offer) is signed with object_store's own
+/// SigV4 authorizer and the store's credentials. An entry that cannot be aborted (an odd key,
+/// an unreadable date, a refused abort) is skipped, and the sweep goes on; only a failed listing
+/// is an error.
 pub async fn sweep_s3(t: &S3Target, prefix: &Path, grace: Duration) -> Result<u64, String> {
     let client = ReqwestConnector::default()
-        .connect(&ClientOptions::new().with_allow_http(t.allow_http))
+        .connect(&t.client_options)
         .map_err(|e| format!("S3 client: {e}"))?;
     let cutoff = chrono::Utc::now()
         - chrono::Duration::from_std(grace).map_err(|e| format!("grace out of range: {e}"))?;
@@ -163,19 +181,21 @@ pub async fn sweep_s3(t: &S3Target, prefix: &Path, grace: Duration) -> Result<u6
         let list: ListResult = quick_xml::de::from_reader(body.as_ref())
             .map_err(|e| format!("ListMultipartUploads: unreadable answer: {e}"))?;
         for u in &list.uploads {
-            if !u.key.starts_with(&prefix) {
+            if !u.key.starts_with(&prefix) || (prefix.is_empty() && !is_oml_bucket_key(&u.key)) {
                 continue;
             }
-            let initiated = chrono::DateTime::parse_from_rfc3339(&u.initiated)
-                .map_err(|e| format!("upload {} of {}: Initiated {:?}: {e}", u.upload_id, u.key, u.initiated))?;
+            let Ok(initiated) = chrono::DateTime::parse_from_rfc3339(&u.initiated) else { continue };
             if initiated > cutoff {
                 continue;
             }
-            let path = Path::parse(&u.key).map_err(|e| format!("key {:?}: {e}", u.key))?;
-            match t.s3.abort_multipart(&path, &u.upload_id).await {
-                Ok(()) => removed += 1,
-                Err(object_store::Error::NotFound { .. }) => {} // completed or aborted meanwhile
-                Err(e) => return Err(format!("abort {} of {}: {e}", u.upload_id, u.key)),
+            // The path must name the same key: oml's keys parse unchanged.
+            let Ok(path) = Path::parse(&u.key) else { continue };
+            if path.as_ref() != u.key {
+                continue;
+            }
+            // NotFound: completed or aborted meanwhile; another failure: the next round retries.
+            if t.s3.abort_multipart(&path, &u.upload_id).await.is_ok() {
+                removed += 1;
             }
         }
         if !list.is_truncated {
@@ -186,21 +206,5 @@ pub async fn sweep_s3(t: &S3Target, prefix: &Path, grace: Duration) -> Result<u6
         if key_marker.is_none() && id_marker.is_none() {
             return Err("ListMultipartUploads: truncated without a next marker".to_string());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn staging_names() {
-        assert!(is_staging_name("abc#1"));
-        assert!(is_staging_name("0011#90000012340000000001"));
-        assert!(!is_staging_name("abc#"));
-        assert!(!is_staging_name("#12"));
-        assert!(!is_staging_name("abc#1a"));
-        assert!(!is_staging_name("abc"));
-        assert!(!is_staging_name("a#1#b"));
     }
 }
