@@ -143,7 +143,7 @@ def test_a_minimum_chunk_above_the_request_limit_is_refused_at_start(served):
             "the last could pass") in p.stderr
 
 
-def test_x_http_method_override_reaches_patch_and_delete(served):
+def test_x_http_method_override_reaches_patch_head_and_delete(served):
     """tus 1.0 core: a POST with X-HTTP-Method-Override is the method it names."""
     d = served
     data = os.urandom(3000)
@@ -154,12 +154,17 @@ def test_x_http_method_override_reaches_patch_and_delete(served):
                                                "Content-Type": OCTETS}))
     assert r.status_code == 204, r.text
     assert r.headers["Upload-Offset"] == "1000"
-    # HEAD is not offered: a HEAD answer has a Content-Length and no body, which a client that sent
-    # a POST would wait for. The POST stays a POST: 405 with what the path allows.
     r = requests.post(url, timeout=30, headers=hdr(d.writer, **{"X-HTTP-Method-Override": "HEAD"}))
-    assert r.status_code == 405 and r.headers["Allow"] == "DELETE, HEAD, PATCH"
-    assert int(r.headers["Content-Length"]) == len(r.content) > 0
-    assert head(d, d.writer, uid).headers["Upload-Offset"] == "1000"
+    assert r.status_code == 200 and r.content == b"" and r.headers["Content-Length"] == "0"
+    assert (r.headers["Upload-Offset"], r.headers["Upload-Length"]) == ("1000", "3000")
+    # A HEAD's problem keeps its body when the request on the wire was a POST: the client reads
+    # Content-Length bytes (a HEAD on the wire gets none), on a connection that stays usable.
+    with requests.Session() as s:
+        r = s.post(f"{d.base}/v1/uploads/{'0' * 8}-0000-4000-8000-{'0' * 12}", timeout=10,
+                   headers=hdr(d.writer, **{"X-HTTP-Method-Override": "HEAD"}))
+        assert r.status_code == 404 and int(r.headers["Content-Length"]) == len(r.content) > 0
+        assert r.json()["type"] == "urn:oml:problem:upload-not-found"
+        assert s.head(url, timeout=10, headers=hdr(d.writer)).headers["Upload-Offset"] == "1000"
     # The override is case-insensitive, as methods on the wire are not: tus-js-client sends it upper-case.
     r = requests.post(url, data=data[1000:], timeout=30,
                       headers=hdr(d.writer, **{"X-HTTP-Method-Override": "patch", "Upload-Offset": "1000",

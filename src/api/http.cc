@@ -160,6 +160,7 @@ class Session : public std::enable_shared_from_this<Session> {
     captures_.clear();
     headers_.clear();
     method_.clear();
+    wire_method_.clear();
     path_.clear();
     query_.clear();
     version_ = 11;
@@ -203,6 +204,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto& req = parser_->get();
     started_ = Clock::now();
     method_ = std::string(req.method_string());
+    wire_method_ = method_;
     version_ = req.version();
     const std::string_view target(req.target().data(), req.target().size());
     // Routing uses std::regex, whose matcher recurses per character: a long target is refused
@@ -421,7 +423,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ArmWriteTimer();
     auto stream = std::make_shared<std::function<Result<std::string>()>>(std::move(r.stream));
     const uint64_t length = r.stream_length;
-    const bool head = method_ == "HEAD";
+    const bool head = wire_method_ == "HEAD";
     bhttp::async_write_header(socket_, *sr, [self = shared_from_this(), res, sr, stream, length, close, dispatched,
                                              head](beast::error_code ec, size_t) {
       self->timer_.cancel();
@@ -491,7 +493,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res->body() = std::move(r.body);
     res->keep_alive(!close);
     res->prepare_payload();
-    if (method_ == "HEAD") res->body().clear();  // headers only; Content-Length stays
+    // Headers only for a HEAD on the wire; Content-Length stays. A POST that
+    // X-HTTP-Method-Override made a HEAD gets its body: the client reads one.
+    if (wire_method_ == "HEAD") res->body().clear();
     srv_->observe(method_, route_ ? route_->name : "unmatched", r.status,
                   std::chrono::duration<double>(Clock::now() - started_).count());
     timer_.expires_after(srv_->limits.write_timeout);
@@ -546,7 +550,9 @@ class Session : public std::enable_shared_from_this<Session> {
   const Route* route_ = nullptr;
   std::vector<std::string> captures_;
   std::vector<std::pair<std::string, std::string>> headers_;  // the header section, lower-cased names
-  std::string method_, path_, query_;
+  // method_: what routing and the handler see (X-HTTP-Method-Override may change it);
+  // wire_method_: what the client sent, which frames the response (a HEAD has no body).
+  std::string method_, wire_method_, path_, query_;
   unsigned version_ = 11;
   Clock::time_point started_;
   bool timed_out_ = false;

@@ -100,8 +100,9 @@ struct Route {
   std::function<void(const Request&, Response&)> handler;
   // A POST carrying `X-HTTP-Method-Override: <method>` (sent once) reaches this route as if it
   // were a <method> request, and the handler sees <method> (tus 1.0 core: clients behind
-  // proxies that drop PATCH or DELETE). Other routes ignore the header. Never set it on a HEAD
-  // route: the transport frames a HEAD answer without its body.
+  // proxies that drop PATCH or DELETE). Other routes ignore the header. The response is framed
+  // for the method on the wire: an overridden HEAD's answer keeps its body (a problem's, say),
+  // since the client sent a POST and reads one.
   bool method_override = false;
 };
 

@@ -187,14 +187,13 @@ std::vector<http::Route> UploadRoutes(uploads::Uploads* uploads, UploadHooks hoo
   };
   using BP = http::BodyPolicy;
   // The id is a UUID or anything else without '/' (answered 404 upload-not-found). tus core: a
-  // POST with X-HTTP-Method-Override reaches PATCH and DELETE of a session. Not HEAD: its answer
-  // would carry a Content-Length and no body on a connection whose client sent a POST and reads
-  // the body (tus clients override PATCH and DELETE only).
+  // POST with X-HTTP-Method-Override reaches HEAD, PATCH and DELETE of a session (a HEAD's
+  // answer then carries its body, if any: the transport frames for the POST on the wire).
   constexpr bool kOverride = true;
   return {
       {"OPTIONS", "/v1/uploads", "/v1/uploads", BP::kNone, bind(&UploadsApi::Options)},
       {"POST", "/v1/uploads", "/v1/uploads", BP::kNone, bind(&UploadsApi::Create)},
-      {"HEAD", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Head)},
+      {"HEAD", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Head), kOverride},
       {"PATCH", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kOptional, bind(&UploadsApi::Patch), kOverride},
       {"DELETE", "/v1/uploads/([^/]+)", "/v1/uploads/{id}", BP::kNone, bind(&UploadsApi::Delete), kOverride},
   };

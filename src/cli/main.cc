@@ -524,8 +524,8 @@ Status Dev(Config c) {
                 << "    -H \"Authorization: Bearer $(cat " << token_file << ")\" \\\n"
                 << "    -H 'Content-Type: application/json' \\\n"
                 << "    -d '{\"body\":\"hello, oml\",\"workarea_id\":\"wa-1\",\"path\":\"notes/hello.md\",\"provenance\":\"human\"}'\n"
-                << "A second later, its row in the lake (bronze/events, written by the lake writer):\n"
-                << "  sleep 1; " << tail_cmd << "\n"
+                << "Two seconds later, its row in the lake (bronze/events, written by the lake writer):\n"
+                << "  sleep 2; " << tail_cmd << "\n"
                 << "Then fetch it with GET " << base << "/v1/claims/<artifact_id> (same header).\n"
                 << "Press Ctrl-C to stop oml, its lake writer and its PostgreSQL.\n"
                 << std::flush;
