@@ -428,6 +428,18 @@ def test_any_size_is_served_whole_and_only_a_gapless_read_of_every_byte_counts_a
     assert verdict(d, d.reviewer, art, "accept").status_code == 200
 
 
+def idle_readers(d, path, n):
+    """n sockets that each send a GET of `path` (as the writer) and never read the answer."""
+    import socket
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", d.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.writer}\r\n\r\n".encode())
+        out.append(s)
+    return out
+
+
 def vm_kib(pid, field):
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
@@ -453,13 +465,7 @@ def test_idle_readers_hold_one_piece_each_and_a_large_file_reads_back_exact(serv
     art = d.submit(d.writer, body="big", attachments=[uid]).json()["artifact_id"]
     del data
     before = vm_hwm_kib(d.server.pid)
-    idle = []
-    for _ in range(24):
-        s = socket.create_connection(("127.0.0.1", d.port))
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.sendall(f"GET /v1/claims/{art}/attachments/1 HTTP/1.1\r\nHost: x\r\n"
-                  f"Authorization: Bearer {d.writer}\r\n\r\n".encode())
-        idle.append(s)
+    idle = idle_readers(d, f"/v1/claims/{art}/attachments/1", 24)
     time.sleep(2)  # every response started and filled its socket buffers
     grown_mib = (vm_hwm_kib(d.server.pid) - before) / 1024
     assert grown_mib <= 64, grown_mib
@@ -503,7 +509,6 @@ def test_a_large_body_is_streamed_to_idle_readers_in_constant_memory_and_reads_b
     24 sockets that never read grow VmHWM by at most 64 MiB (it was ~32 MiB each, plus its
     escaped JSON); the JSON reads back equal to the body, with an exact Content-Length, "body" its
     last key; HEAD has the same length; a damaged object is 500 integrity before any header."""
-    import socket
     d = served
     d.stop_server()
     d.serve(env={"OML_HTTP_REQUEST_TIMEOUT_MS": "5000", "OML_MAX_BODY_BYTES": str(40 << 20)})
@@ -520,13 +525,7 @@ def test_a_large_body_is_streamed_to_idle_readers_in_constant_memory_and_reads_b
     # need; the resident size they add while held is what a non-streamed body would show (24 x
     # the body and its escaped JSON, about 1.5 GiB).
     before_hwm, before_rss = vm_hwm_kib(d.server.pid), vm_kib(d.server.pid, "VmRSS")
-    idle = []
-    for _ in range(24):
-        s = socket.create_connection(("127.0.0.1", d.port))
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.sendall(f"GET /v1/claims/{art} HTTP/1.1\r\nHost: x\r\n"
-                  f"Authorization: Bearer {d.writer}\r\n\r\n".encode())
-        idle.append(s)
+    idle = idle_readers(d, f"/v1/claims/{art}", 24)
     time.sleep(4)  # every response made its first pass, started, and filled its socket buffers
     grown_hwm = (vm_hwm_kib(d.server.pid) - before_hwm) / 1024
     held_rss = (vm_kib(d.server.pid, "VmRSS") - before_rss) / 1024
