@@ -655,6 +655,16 @@ def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
                 with d.su() as c:
                     while c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                     "AND wait_event = 'advisory'").fetchone()[0] == 0:
+                        if "a" in answers:
+                            # A answered without waiting. Only one cause is not a defect: B's whole
+                            # transaction was on the wire when the stop landed (another of B's threads
+                            # reached the point first), so B's promotion committed while B is stopped.
+                            now = c.execute("SELECT state FROM oml.artifacts WHERE artifact_id = %s",
+                                            (aid,)).fetchone()[0]
+                            assert now == "promoted" and answers["a"].status_code == 409, \
+                                f"server A answered {answers['a'].status_code} {answers['a'].text} with the claim {now}"
+                            reproduced = False
+                            break
                         assert time.time() < deadline, f"server A's accept never waited for the chain lock: {answers}"
                         time.sleep(0.05)
             os.kill(b.pid, signal.SIGCONT)
