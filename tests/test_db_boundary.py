@@ -374,7 +374,7 @@ def test_catalog_every_function_pinned_owned_by_a_nologin_owner_and_only_the_own
         # The attacker roles: not superuser, not BYPASSRLS, may create nothing anywhere, and (after
         # `oml migrate`) not even temporary objects.
         roles = attacker_roles(c)
-        assert roles == ["oml_app", "oml_lakewriter"]
+        assert roles == ["oml_app", "oml_lakewriter", "oml_reconciler"]
         for r in roles:
             row = c.execute("SELECT rolsuper, rolbypassrls, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = %s",
                             (r,)).fetchone()

@@ -208,6 +208,26 @@ class RustObjectStore final : public ObjectStore {
     return std::unique_ptr<ObjectWriter>(new RustObjectWriter(w, Describe(key)));
   }
 
+  Result<std::vector<Meta>> ListMeta(const std::string& prefix) override {
+    OmlStorageError err{};
+    char* json = nullptr;
+    int32_t rc = oml_storage_store_list_meta(handle_, prefix.c_str(), &json, &err);
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "list " + Describe(prefix));
+    std::string text = json != nullptr ? json : "[]";
+    oml_storage_free_string(json);
+    auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_array()) return Internal("list " + Describe(prefix) + ": malformed listing");
+    std::vector<Meta> out;
+    out.reserve(parsed.size());
+    for (const auto& e : parsed) {
+      if (!e.is_object() || !e["key"].is_string() || !e["size"].is_number_unsigned() ||
+          !e["modified_ms"].is_number_integer())
+        return Internal("list " + Describe(prefix) + ": malformed listing");
+      out.push_back({e["key"].get<std::string>(), e["size"].get<uint64_t>(), e["modified_ms"].get<int64_t>()});
+    }
+    return out;  // sorted by the adapter
+  }
+
   Result<std::vector<std::string>> List(const std::string& prefix) override {
     OmlStorageError err{};
     char* json = nullptr;
@@ -268,6 +288,18 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url) {
   int32_t rc = oml_storage_store_open(url.c_str(), &handle, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "open object store " + url);
   return std::unique_ptr<ObjectStore>(new RustObjectStore(handle, url));
+}
+
+Result<std::vector<ObjectStore::Meta>> ObjectStore::ListMeta(const std::string& prefix) {
+  OML_ASSIGN_OR_RETURN(std::vector<std::string> keys, List(prefix));
+  std::vector<Meta> out;
+  out.reserve(keys.size());
+  for (auto& k : keys) {
+    OML_ASSIGN_OR_RETURN(std::optional<uint64_t> size, Size(k));
+    if (!size) continue;  // deleted since the listing
+    out.push_back({std::move(k), *size, 0});
+  }
+  return out;
 }
 
 Status CopyBetween(ObjectStore& src, const std::string& src_key, ObjectStore& dst,

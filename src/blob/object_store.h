@@ -67,6 +67,15 @@ class ObjectStore {
   virtual Result<std::optional<uint64_t>> Size(const std::string& key) = 0;
   // Keys under prefix (recursive), sorted.
   virtual Result<std::vector<std::string>> List(const std::string& prefix) = 0;
+  // As List, with each object's size and last modification (one listing; S3: ListObjectsV2
+  // pages, no request per object). The default lists, then asks each object's Size, with
+  // modified_ms 0 (unknown).
+  struct Meta {
+    std::string key;
+    uint64_t size = 0;
+    int64_t modified_ms = 0;  // Unix milliseconds; 0: unknown
+  };
+  virtual Result<std::vector<Meta>> ListMeta(const std::string& prefix);
   // Deleting a missing object succeeds.
   virtual Status Delete(const std::string& key) = 0;
   // Server-side copy within this store, replacing any object at to_key atomically; the bytes

@@ -95,6 +95,32 @@ TEST_F(LocalObjectStoreTest, ListSortedByPrefix) {
   EXPECT_TRUE(none->empty());
 }
 
+TEST_F(LocalObjectStoreTest, ListMetaGivesSizeAndModificationTime) {
+  const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  ASSERT_TRUE(store_->Put("t/b", "12345").ok());
+  ASSERT_TRUE(store_->Put("t/a", "").ok());
+  ASSERT_TRUE(store_->Put("u/c", "xy").ok());
+  auto listed = store_->ListMeta("t/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].key, "t/a");
+  EXPECT_EQ((*listed)[0].size, 0u);
+  EXPECT_EQ((*listed)[1].key, "t/b");
+  EXPECT_EQ((*listed)[1].size, 5u);
+  for (const auto& m : *listed) {
+    // File systems keep whole seconds on some mounts: allow the second the Put began in.
+    EXPECT_GE(m.modified_ms, before - 1000) << m.key;
+    EXPECT_LE(m.modified_ms, before + 60000) << m.key;
+  }
+  auto keys = store_->List("");
+  ASSERT_TRUE(keys.ok());
+  auto all = store_->ListMeta("");
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), keys->size());
+  for (size_t i = 0; i < keys->size(); ++i) EXPECT_EQ((*all)[i].key, (*keys)[i]);
+}
+
 TEST_F(LocalObjectStoreTest, Delete) {
   ASSERT_TRUE(store_->Put("a/b", "1").ok());
   ASSERT_TRUE(store_->Put("a/c", "2").ok());

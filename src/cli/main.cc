@@ -47,6 +47,7 @@
 #include "lake/delta_tables.h"
 #include "lake/dead_letter.h"
 #include "lake/lakewriter.h"
+#include "reconcile/reconcile.h"
 #include "lake/lake_status.h"
 #include "lake/rebuild.h"
 
@@ -89,6 +90,17 @@ Result<std::string> LakewriterUrl(const Config& c) {
   return FailedPrecondition(
       "no lake writer database: set OML_LAKEWRITER_DATABASE_URL (or lakewriter_database_url in oml.toml) to a URL "
       "of the oml_lakewriter role, or run `oml dev`");
+}
+
+// The reconciler's database URL (role oml_reconciler, sql/0023_reconciler.sql):
+// OML_RECONCILER_DATABASE_URL, else the local cluster's reconciler.url.
+[[maybe_unused]] Result<std::string> ReconcilerUrl(const Config& c) {
+  if (!c.reconciler_database_url.empty()) return c.reconciler_database_url;
+  std::string f = PgDir(c) + "/reconciler.url";
+  if (fs::exists(f)) return ReadFile(f);
+  return FailedPrecondition(
+      "no reconciler database: set OML_RECONCILER_DATABASE_URL (or reconciler_database_url in oml.toml) to a URL "
+      "of the oml_reconciler role, or run `oml dev`");
 }
 
 // The lake writer's signing key for materialize-skipped (lake/dead_letter.h): the deployment's
@@ -282,7 +294,7 @@ Status DoInit(const Config& c, bool quiet) {
 // it in the process table (/proc/<pid>/cmdline).
 // A login role's password for `oml migrate`: the first line of `file`, else the environment
 // variable `env`, else empty (none is set). Never from argv. `what` names it in errors ("app",
-// "lakewriter").
+// "lakewriter", "reconciler").
 Result<std::string> RolePassword(const std::string& file, const char* env, const std::string& what) {
   if (file.empty()) {
     const char* v = std::getenv(env);
@@ -712,6 +724,61 @@ Status LakeTail(const Config& c, int64_t n, const std::string& tenant_id) {
   return Status::Ok();
 }
 
+// `oml reconcile` (reconcile/reconcile.h): the key-less audit, as oml_reconciler. Prints the
+// findings (text, or one JSON object with --json); exit 0 when clean, 3 with findings, 4 on a
+// usage or access error. Loads no key: the report's key_material_uses must be 0, else the run
+// fails (a code path reached key material it must never touch).
+struct ReconcileArgs {
+  reconcile::Options opts;
+  bool json = false;
+  int64_t stale_after_s = 300;
+  int64_t object_grace_s = 3600;
+  bool no_objects = false;
+};
+
+int RunReconcile(const Config& c, ReconcileArgs a) {
+  a.opts.stale_after = std::chrono::seconds(a.stale_after_s);
+  a.opts.object_grace = std::chrono::seconds(a.object_grace_s);
+  a.opts.objects = !a.no_objects;
+  auto url = ReconcilerUrl(c);
+  if (!url.ok()) return Fail(url.status());
+  auto conn = db::Conn::Connect(*url);
+  if (!conn.ok()) return Fail(conn.status());
+  std::unique_ptr<blob::ObjectStore> quarantine, bodies;
+  reconcile::Stores stores;
+  if (a.opts.objects) {
+    auto q = blob::OpenBucket(c, c.quarantine_bucket);
+    if (!q.ok()) return Fail(q.status());
+    auto b = blob::OpenBucket(c, c.bodies_bucket);
+    if (!b.ok()) return Fail(b.status());
+    quarantine = std::move(*q);
+    bodies = std::move(*b);
+    stores = {quarantine.get(), bodies.get()};
+  }
+  auto report = reconcile::Reconcile(*conn, c.lake_root, stores, a.opts);
+  if (!report.ok()) {
+    const Status& s = report.status();
+    // An access error (a role without the grants, a wrong stream or tenant) is exit 4, like verify.
+    if (s.code() == Code::kPermissionDenied || s.code() == Code::kNotFound) {
+      std::cerr << "oml: " << s.ToString() << "\n";
+      return kExitPrecondition;
+    }
+    return Fail(s);
+  }
+  if (report->key_material_uses != 0) {
+    return Fail(Internal("reconcile reached key material " + std::to_string(report->key_material_uses) +
+                         " time(s); it must run key-less"));
+  }
+  for (const auto& f : report->findings)
+    log::Warn("reconcile finding", {{"class", f.cls}, {"table", f.table}, {"tenant", f.tenant}, {"seq", f.seq},
+                                    {"key", f.key}, {"column", f.column}});
+  log::Info("reconcile done", {{"findings", report->findings.size()}, {"events", report->events},
+                               {"seconds", report->seconds}});
+  if (a.json) std::cout << report->ToJson().dump() << "\n";
+  else std::cout << report->ToText();
+  return report->findings.empty() ? kExitOk : kExitVerifyFailed;
+}
+
 class ProgressBar {
  public:
   explicit ProgressBar(bool on) : on_(on) {}
@@ -746,7 +813,7 @@ int Main(int argc, char** argv) {
                   "accept writes without synchronous quorum replication (reported by /v1/health and /metrics)");
 
   auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
-  std::string admin_url, app_password_file, lakewriter_password_file, argv_password;
+  std::string admin_url, app_password_file, lakewriter_password_file, reconciler_password_file, argv_password;
   migrate->add_option("--admin-url", admin_url, "libpq URL of an administrator (superuser or CREATEROLE)")->required();
   migrate->add_option("--app-password-file", app_password_file,
                       "file whose first line is the password to set on the oml_app login role "
@@ -754,6 +821,9 @@ int Main(int argc, char** argv) {
   migrate->add_option("--lakewriter-password-file", lakewriter_password_file,
                       "file whose first line is the password to set on the oml_lakewriter login role "
                       "(else $OML_LAKEWRITER_PASSWORD; else no password is set)");
+  migrate->add_option("--reconciler-password-file", reconciler_password_file,
+                      "file whose first line is the password to set on the oml_reconciler login role "
+                      "(else $OML_RECONCILER_PASSWORD; else no password is set)");
   // Removed: a password on the command line is readable by every local user. Still parsed, so
   // that it is refused with the alternatives instead of "unknown option".
   migrate->add_option("--app-password", argv_password)->group("");
@@ -921,6 +991,22 @@ int Main(int argc, char** argv) {
   status->add_option("--stream", status_stream, "outbox stream (default: default)");
   status->add_flag("--json", status_json, "one JSON object instead of text");
 
+  auto* reconcile_cmd = app.add_subcommand(
+      "reconcile",
+      "audit the lake and the buckets against the signed journal, key-less; exit 0 clean, 3 findings, 4 access error");
+  ReconcileArgs rc_args;
+  reconcile_cmd->add_flag("--json", rc_args.json, "one JSON object: findings and a summary");
+  reconcile_cmd->add_option("--tenant", rc_args.opts.only_tenant, "audit one tenant (uuid)");
+  reconcile_cmd->add_option("--stream", rc_args.opts.stream, "outbox stream (default: default)");
+  reconcile_cmd->add_option("--stale-after", rc_args.stale_after_s,
+                            "seconds of lake writer lag that make a stale-frontier finding (default 300)")
+      ->check(CLI::NonNegativeNumber);
+  reconcile_cmd->add_option("--object-grace", rc_args.object_grace_s,
+                            "seconds an object must be old before it counts as orphan, stale or misplaced "
+                            "(default 3600: writes in progress are not findings)")
+      ->check(CLI::NonNegativeNumber);
+  reconcile_cmd->add_flag("--no-objects", rc_args.no_objects, "compare the lake only, not the buckets");
+
   // `oml claim submit` (cli/claim_submit.h): an HTTP client of a running server.
   ClaimSubmitOptions claim_opts;
   auto* claim_submit = AddClaimSubmit(app, &claim_opts);
@@ -958,9 +1044,17 @@ int Main(int argc, char** argv) {
       crypto::Wipe(&*pw);
       return Fail(lw_pw.status());
     }
-    db::MigrateOptions opts{*pw, *lw_pw};  // copies, not moves: a moved-from short string keeps its bytes
+    auto rc_pw = RolePassword(reconciler_password_file, "OML_RECONCILER_PASSWORD", "reconciler");
+    if (!rc_pw.ok()) {
+      crypto::Wipe(&*pw);
+      crypto::Wipe(&*lw_pw);
+      return Fail(rc_pw.status());
+    }
+    db::MigrateOptions opts{*pw, *lw_pw, *rc_pw};  // copies, not moves: a moved-from short string keeps its bytes
     Status s = DoMigrate(admin_url, opts);
-    for (std::string* secret : {&*pw, &*lw_pw, &opts.app_password, &opts.lakewriter_password}) crypto::Wipe(secret);
+    for (std::string* secret : {&*pw, &*lw_pw, &*rc_pw, &opts.app_password, &opts.lakewriter_password,
+                                &opts.reconciler_password})
+      crypto::Wipe(secret);
     return s.ok() ? 0 : Fail(s);
   }
   if (*kek_purge) {
@@ -1029,6 +1123,7 @@ int Main(int argc, char** argv) {
     Status s = LakeTail(cfg, tail_n, tail_tenant);
     return s.ok() ? 0 : Fail(s);
   }
+  if (*reconcile_cmd) return RunReconcile(cfg, rc_args);
   if (*status) {
     Status s = ShowStatus(cfg, status_stream, status_json);
     return s.ok() ? 0 : Fail(s);

@@ -85,6 +85,7 @@ Result<Config> LoadConfig() {
   Item items[] = {
       {"database_url", "OML_DATABASE_URL", ""}, {"listen", "OML_LISTEN", ""},
       {"lakewriter_database_url", "OML_LAKEWRITER_DATABASE_URL", ""},
+      {"reconciler_database_url", "OML_RECONCILER_DATABASE_URL", ""},
       {"signing_key_file", "OML_SIGNING_KEY", ""}, {"kek_file", "OML_KEK_FILE", ""},
       {"previous_kek_file", "OML_PREVIOUS_KEK_FILE", ""}, {"cursor_secret_file", "OML_CURSOR_SECRET_FILE", ""},
       {"object_store_url", "OML_OBJECT_STORE_URL", ""}, {"lake_root", "OML_LAKE_ROOT", ""},
@@ -152,6 +153,7 @@ Result<Config> LoadConfig() {
   c.home = home.string();
   c.database_url = get("database_url");
   c.lakewriter_database_url = get("lakewriter_database_url");
+  c.reconciler_database_url = get("reconciler_database_url");
   if (!get("listen").empty()) c.listen = get("listen");
   c.signing_key_file = get("signing_key_file").empty() ? (home / "keys/signing.key").string() : get("signing_key_file");
   c.kek_file = get("kek_file").empty() ? (home / "keys/kek.key").string() : get("kek_file");

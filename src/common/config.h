@@ -7,6 +7,8 @@
 //   database_url          OML_DATABASE_URL       "" (oml dev: start the private cluster)
 //   lakewriter_database_url OML_LAKEWRITER_DATABASE_URL "" (`oml lakewriter`, as oml_lakewriter;
 //                                                 empty: $OML_HOME/pg/lakewriter.url when present)
+//   reconciler_database_url OML_RECONCILER_DATABASE_URL "" (`oml reconcile`, as oml_reconciler;
+//                                                 empty: $OML_HOME/pg/reconciler.url when present)
 //   listen                OML_LISTEN             127.0.0.1:8470
 //   signing_key_file      OML_SIGNING_KEY        $OML_HOME/keys/signing.key
 //   kek_file              OML_KEK_FILE           $OML_HOME/keys/kek.key
@@ -103,6 +105,7 @@ struct Config {
   std::string home = ".oml";
   std::string database_url;
   std::string lakewriter_database_url;
+  std::string reconciler_database_url;
   std::string listen = "127.0.0.1:8470";
   std::string signing_key_file;
   std::string kek_file;

@@ -13,6 +13,10 @@
 //     OPENSSL_cleanse before release where this file owns them.
 #include "crypto/crypto.h"
 
+#include <atomic>
+
+#include "common/sync_point.h"
+
 #include "common/secret_file.h"
 
 #include <fcntl.h>
@@ -37,6 +41,18 @@
 #include <utility>
 
 namespace oml::crypto {
+
+namespace {
+std::atomic<uint64_t> g_key_material_uses{0};
+}  // namespace
+
+void NoteKeyMaterialUse() {
+  g_key_material_uses.fetch_add(1, std::memory_order_relaxed);
+  (void)OML_SYNC_POINT("crypto.key_material");
+}
+
+uint64_t KeyMaterialUses() { return g_key_material_uses.load(std::memory_order_relaxed); }
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -900,6 +916,7 @@ Result<SigningKey> SigningKey::Generate() {
 }
 
 Result<SigningKey> SigningKey::LoadFile(const std::string& path, bool allow_insecure_file) {
+  NoteKeyMaterialUse();
   OML_RETURN_IF_ERROR(CheckKeyFilePermissions(path, allow_insecure_file));
   OML_ASSIGN_OR_RETURN(std::string pem, ReadWholeFile(path));
   if (pem.size() > static_cast<size_t>(INT_MAX)) {
@@ -1059,6 +1076,7 @@ Result<std::string> DecryptAll(std::string_view dek, const std::string& aad, std
 // File KEK.
 
 Result<std::unique_ptr<FileKekProvider>> FileKekProvider::Load(const std::string& path, bool allow_insecure_file) {
+  NoteKeyMaterialUse();
   OML_RETURN_IF_ERROR(CheckKeyFilePermissions(path, allow_insecure_file));
   OML_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   // One line: 64 hex characters, optionally terminated by "\n" or "\r\n".
@@ -1105,6 +1123,7 @@ Result<std::string> FileKekProvider::Wrap(std::string_view dek, std::string_view
 }
 
 Result<SecureBytes> FileKekProvider::Unwrap(std::string_view wrapped, std::string_view aad) const {
+  NoteKeyMaterialUse();
   if (wrapped.size() != kWrappedSize) return IntegrityError("wrapped DEK must be 60 bytes");
   OML_ASSIGN_OR_RETURN(Gcm gcm, Gcm::Create(kek_.view(), /*encrypt=*/false));
   std::string dek;

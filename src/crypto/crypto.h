@@ -15,6 +15,15 @@ struct evp_pkey_st;  // OpenSSL's EVP_PKEY
 
 namespace oml::crypto {
 
+// Key material in use: every load of a signing key or KEK file and every DEK unwrap calls
+// NoteKeyMaterialUse, which counts it and passes the sync point "crypto.key_material"
+// (OML_FAULT=crypto.key_material:kill kills a process the moment it touches a key). `oml
+// reconcile` (reconcile/reconcile.h) proves it runs key-less with both: it reports the count,
+// which must be 0, and its tests run it under that fault.
+void NoteKeyMaterialUse();
+uint64_t KeyMaterialUses();
+
+
 // SHA-256 of `data`: 32 raw bytes.
 std::string Sha256(std::string_view data);
 // Lowercase hex of raw bytes, and back (kInvalidArgument on odd length / non-hex).

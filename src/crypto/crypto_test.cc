@@ -1373,5 +1373,15 @@ TEST_F(CryptoFileTest, SavedKeyFilesLeaveNoTemporaryFiles) {
   EXPECT_EQ(fs::status(dir_ / "keys").permissions(), fs::perms::owner_all);
 }
 
+TEST(KeyMaterialTest, EveryKeyFileLoadIsCounted) {
+  const uint64_t before = KeyMaterialUses();
+  auto missing = SigningKey::LoadFile("/nonexistent/oml-signing.key");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_EQ(KeyMaterialUses(), before + 1);  // counted on the attempt, loaded or not
+  auto kek = FileKekProvider::Load("/nonexistent/oml-kek.key");
+  EXPECT_FALSE(kek.ok());
+  EXPECT_EQ(KeyMaterialUses(), before + 2);
+}
+
 }  // namespace
 }  // namespace oml::crypto

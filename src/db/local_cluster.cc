@@ -246,6 +246,9 @@ std::string LocalCluster::AppUrl() const {
 std::string LocalCluster::LakewriterUrl() const {
   return "postgresql:///oml?host=" + socket_dir_ + "&user=oml_lakewriter";
 }
+std::string LocalCluster::ReconcilerUrl() const {
+  return "postgresql:///oml?host=" + socket_dir_ + "&user=oml_reconciler";
+}
 
 bool LocalCluster::Running() const {
   std::string out;
@@ -291,6 +294,7 @@ Status LocalCluster::Start() {
       OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/superuser.url", SuperuserUrl() + "\n"));
       OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/app.url", AppUrl() + "\n"));
       OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/lakewriter.url", LakewriterUrl() + "\n"));
+      OML_RETURN_IF_ERROR(WriteSecretFile(dir_ + "/reconciler.url", ReconcilerUrl() + "\n"));
       return Status::Ok();
     }
     last = c.status();

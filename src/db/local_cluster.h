@@ -8,6 +8,7 @@
 //   superuser.url    libpq URL of the cluster superuser, for operators and tests
 //   app.url          libpq URL of the oml_app role
 //   lakewriter.url   libpq URL of the oml_lakewriter role (`oml lakewriter`)
+//   reconciler.url   libpq URL of the oml_reconciler role (`oml reconcile`, sql/0023_reconciler.sql)
 // Otherwise the socket directory is a fresh private /tmp/oml-pg-XXXXXX (mkdtemp) per start.
 // Either way it is given to the server on its command line (-k), is recorded by the server in
 // data/postmaster.pid (where later commands find it) and in the URL files, and Stop() removes it
@@ -38,8 +39,8 @@ class LocalCluster {
   explicit LocalCluster(std::string dir);
 
   // initdb (first time only), start if not running, wait until it accepts connections, and
-  // create database "oml". Idempotent. Writes superuser.url, app.url and lakewriter.url (0600,
-  // atomically).
+  // create database "oml". Idempotent. Writes superuser.url, app.url, lakewriter.url and
+  // reconciler.url (0600, atomically).
   // kFailedPrecondition, before anything is started, for a socket directory that fails the
   // checks above.
   Status Start();
@@ -51,6 +52,7 @@ class LocalCluster {
   std::string SuperuserUrl() const;
   std::string AppUrl() const;
   std::string LakewriterUrl() const;
+  std::string ReconcilerUrl() const;
   const std::string& dir() const { return dir_; }
   const std::string& socket_dir() const { return socket_dir_; }
 

@@ -59,9 +59,12 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
       "  CREATE ROLE oml_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE; END IF; "
       "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_lakewriter') THEN "
       "  CREATE ROLE oml_lakewriter LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE; END IF; "
+      "IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_reconciler') THEN "
+      "  CREATE ROLE oml_reconciler LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE; END IF; "
       "END $$; "
       "ALTER ROLE oml_app NOBYPASSRLS NOSUPERUSER; "
       "ALTER ROLE oml_lakewriter NOBYPASSRLS NOSUPERUSER; "
+      "ALTER ROLE oml_reconciler NOBYPASSRLS NOSUPERUSER; "
       "GRANT oml_owner TO CURRENT_USER;";
   OML_RETURN_IF_ERROR(admin.Exec(roles).status());
   // The lake writer names the backend that holds its stable horizon back (lake/outbox_cut.h,
@@ -72,15 +75,22 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
     log::Warn("this administrator cannot grant pg_read_all_stats to oml_lakewriter: `oml status` will name the "
               "backend holding the lake horizon back without its transaction and query start times");
   }
+  // The reconciler (sql/0023_reconciler.sql) reads the outbox like the lake writer and may name
+  // the backend holding its stable horizon back the same way: the same statistics-only grant.
+  if (!admin.Exec("GRANT pg_read_all_stats TO oml_reconciler").ok()) {
+    log::Warn("this administrator cannot grant pg_read_all_stats to oml_reconciler: `oml reconcile` will name the "
+              "backend holding the outbox horizon back without its transaction and query start times");
+  }
   // English server messages for oml_app (sql/0004_durability.sql says why they are here, not
   // in a migration): lc_messages is superuser-only, so oml_app may SET it only when granted,
   // and granting it takes a superuser (or a holder of SET WITH GRANT OPTION on it).
   OML_ASSIGN_OR_RETURN(Rows may_grant,
                        admin.Query("SELECT has_parameter_privilege('lc_messages', 'SET WITH GRANT OPTION')"));
   if (may_grant.Get(0, 0) == "t") {
-    OML_RETURN_IF_ERROR(admin.Exec("GRANT SET ON PARAMETER lc_messages TO oml_app, oml_lakewriter; "
+    OML_RETURN_IF_ERROR(admin.Exec("GRANT SET ON PARAMETER lc_messages TO oml_app, oml_lakewriter, oml_reconciler; "
                                    "ALTER ROLE oml_app SET lc_messages = 'C'; "
-                                   "ALTER ROLE oml_lakewriter SET lc_messages = 'C';")
+                                   "ALTER ROLE oml_lakewriter SET lc_messages = 'C'; "
+                                   "ALTER ROLE oml_reconciler SET lc_messages = 'C';")
                             .status());
   } else {
     log::Warn("this administrator cannot grant SET on lc_messages to oml_app: its server messages follow the "
@@ -99,8 +109,10 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
   };
   OML_RETURN_IF_ERROR(set_password("oml_app", opts.app_password));
   OML_RETURN_IF_ERROR(set_password("oml_lakewriter", opts.lakewriter_password));
+  OML_RETURN_IF_ERROR(set_password("oml_reconciler", opts.reconciler_password));
   OML_RETURN_IF_ERROR(admin.Exec(
-      "DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO oml_app, oml_lakewriter', current_database()); END $$; "
+      "DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO oml_app, oml_lakewriter, oml_reconciler', "
+      "current_database()); END $$; "
       "CREATE SCHEMA IF NOT EXISTS oml AUTHORIZATION oml_owner; "
       "SET ROLE oml_owner; "
       "CREATE TABLE IF NOT EXISTS oml.schema_migrations ("
@@ -110,16 +122,18 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
       "GRANT SELECT ON oml.schema_migrations TO oml_app; "
       "GRANT USAGE ON SCHEMA oml TO oml_lakewriter; "
       "GRANT SELECT ON oml.schema_migrations TO oml_lakewriter; "
+      "GRANT USAGE ON SCHEMA oml TO oml_reconciler; "
+      "GRANT SELECT ON oml.schema_migrations TO oml_reconciler; "
       "RESET ROLE;").status());
   // No oml role needs temporary objects, and pg_temp is where a role would plant a type or a
   // relation to shadow one a function uses (sql/0017_pinned_search_path.sql). Every function
   // pins its path regardless; this takes the tool away as well. A database privilege: only the
   // database's owner (or a superuser) may revoke it, so an administrator who is neither is told.
   OML_RETURN_IF_ERROR(admin.Exec(
-      "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC, oml_app, oml_lakewriter', "
+      "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC, oml_app, oml_lakewriter, oml_reconciler', "
       "current_database()); END $$;").status());
   OML_ASSIGN_OR_RETURN(Rows temp, admin.Query(
-      "SELECT string_agg(r, ', ' ORDER BY r) FROM unnest(ARRAY['oml_app', 'oml_lakewriter']) r "
+      "SELECT string_agg(r, ', ' ORDER BY r) FROM unnest(ARRAY['oml_app', 'oml_lakewriter', 'oml_reconciler']) r "
       "WHERE has_database_privilege(r, current_database(), 'TEMPORARY')"));
   if (!temp.IsNull(0, 0)) {
     log::Warn("this administrator cannot revoke TEMPORARY on the database from PUBLIC (it is not the database's "

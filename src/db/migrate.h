@@ -32,12 +32,14 @@ struct MigrateOptions {
   std::string app_password;
   // Password for the oml_lakewriter login role (`oml lakewriter`); empty leaves it unset.
   std::string lakewriter_password;
+  // Password for the oml_reconciler login role (`oml reconcile`); empty leaves it unset.
+  std::string reconciler_password;
 };
 
 // Runs as an administrator (a superuser or a role with CREATEROLE and CREATE on the database).
-// Creates roles oml_owner (NOLOGIN, owns all objects), oml_app and oml_lakewriter (LOGIN,
-// NOBYPASSRLS; sql/0008_lakewriter.sql grants the latter its few privileges) if missing,
-// then applies pending migrations as oml_owner. Returns the versions applied now (empty when
+// Creates roles oml_owner (NOLOGIN, owns all objects), oml_app, oml_lakewriter and
+// oml_reconciler (LOGIN, NOBYPASSRLS; sql/0008_lakewriter.sql and sql/0023_reconciler.sql grant
+// the latter two their few privileges) if missing, then applies pending migrations as oml_owner. Returns the versions applied now (empty when
 // up to date).
 Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts);
 

@@ -57,5 +57,9 @@ const std::string& LakewriterUrl() {
   static const std::string url = Get().cluster->LakewriterUrl();
   return url;
 }
+const std::string& ReconcilerUrl() {
+  static const std::string url = Get().cluster->ReconcilerUrl();
+  return url;
+}
 
 }  // namespace oml::db::testing

@@ -10,5 +10,6 @@ namespace oml::db::testing {
 const std::string& SuperuserUrl();
 const std::string& AppUrl();
 const std::string& LakewriterUrl();  // the oml_lakewriter role (sql/0008_lakewriter.sql)
+const std::string& ReconcilerUrl();  // the oml_reconciler role (sql/0023_reconciler.sql)
 
 }  // namespace oml::db::testing

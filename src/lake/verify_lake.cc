@@ -29,33 +29,6 @@ constexpr const char* kChainColumns[] = {"tenant_id", "seq", "prev_hash", "event
 constexpr const char* kPayloadColumns[] = {"artifact_id", "version", "workarea_id", "path", "provenance",
                                            "simulation_id", "plaintext_sha256", "ciphertext_sha256"};
 
-// RFC 3339 UTC text ("...T...[.fraction](Z|+00:00)", as arrow-json writes a UTC timestamp and
-// as envelopes carry `time`) or integer microseconds -> microseconds since the epoch.
-std::optional<int64_t> Micros(const json& v) {
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (!v.is_string()) return std::nullopt;
-  const std::string s = v.get<std::string>();
-  std::tm tm{};
-  int n = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &n) != 6 || n != 19)
-    return std::nullopt;
-  size_t i = 19;
-  int64_t frac = 0;
-  int digits = 0;
-  if (i < s.size() && s[i] == '.') {
-    for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, ++digits)
-      if (digits < 6) frac = frac * 10 + (s[i] - '0');
-    if (digits == 0) return std::nullopt;
-    for (int d = std::min(digits, 6); d < 6; ++d) frac *= 10;
-  }
-  const std::string zone = s.substr(i);
-  if (zone != "Z" && zone != "+00:00") return std::nullopt;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&tm)) * 1000000 + frac;
-}
-
 std::string Show(const json& v) { return v.is_null() ? "null" : v.dump(); }
 
 // bronze/events at one table version, held in memory, grouped by tenant and sorted by
@@ -185,8 +158,8 @@ class BronzeChainSource final : public ChainSource {
       return DataLoss("the bronze column principal (" + Show(c["principal"]) + ") differs from the signed event (" +
                       json(env.principal).dump() + ")");
     if (c.contains("occurred_at")) {
-      auto at = Micros(c["occurred_at"]);
-      if (!at || at != Micros(json(env.time)))
+      auto at = UtcMicros(c["occurred_at"]);
+      if (!at || at != UtcMicros(json(env.time)))
         return DataLoss("the bronze column occurred_at (" + Show(c["occurred_at"]) +
                         ") differs from the signed time " + env.time);
     }
@@ -237,6 +210,34 @@ class BronzeChainSource final : public ChainSource {
 };
 
 }  // namespace
+
+// RFC 3339 UTC text ("...T...[.fraction](Z|+00:00)", as arrow-json writes a UTC timestamp and
+// as envelopes carry `time`) or integer microseconds -> microseconds since the epoch.
+std::optional<int64_t> UtcMicros(const nlohmann::json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (!v.is_string()) return std::nullopt;
+  const std::string s = v.get<std::string>();
+  std::tm tm{};
+  int n = 0;
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &n) != 6 || n != 19)
+    return std::nullopt;
+  size_t i = 19;
+  int64_t frac = 0;
+  int digits = 0;
+  if (i < s.size() && s[i] == '.') {
+    for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, ++digits)
+      if (digits < 6) frac = frac * 10 + (s[i] - '0');
+    if (digits == 0) return std::nullopt;
+    for (int d = std::min(digits, 6); d < 6; ++d) frac *= 10;
+  }
+  const std::string zone = s.substr(i);
+  if (zone != "Z" && zone != "+00:00") return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000000 + frac;
+}
+
 
 Result<LakeVerifyReport> VerifyChainsFromLake(const std::string& lake_root, const journal::VerifyOptions& opts) {
   if (lake_root.empty()) return InvalidArgument("lake root is empty");

@@ -16,7 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "journal/verify.h"
@@ -34,6 +37,11 @@ struct LakeVerifyReport {
 // compared where the lake holds their seq). kFailedPrecondition "lake-table-missing" if there is
 // no table, "lake-schema-mismatch" if it lacks a chain column; a row whose chain columns do not
 // decode is a finding at its seq, not an error.
+// RFC 3339 UTC text ("...T...[.fraction](Z|+00:00)", as arrow-json writes a UTC timestamp and
+// envelopes carry `time`) or integer microseconds -> microseconds since the epoch; nullopt for
+// anything else (another offset, a malformed text).
+std::optional<int64_t> UtcMicros(const nlohmann::json& v);
+
 Result<LakeVerifyReport> VerifyChainsFromLake(const std::string& lake_root, const journal::VerifyOptions& opts);
 
 }  // namespace oml::lake

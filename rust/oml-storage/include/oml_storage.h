@@ -100,6 +100,10 @@ int32_t oml_storage_store_get(const OmlStorageStore* store, const char* key,
  * *out_json (free with oml_storage_free_string). */
 int32_t oml_storage_store_list(const OmlStorageStore* store, const char* prefix,
                                char** out_json, OmlStorageError* err);
+/* As oml_storage_store_list, each entry an object {"key", "size" (bytes), "modified_ms" (last
+ * modification, Unix milliseconds)}. */
+int32_t oml_storage_store_list_meta(const OmlStorageStore* store, const char* prefix,
+                                    char** out_json, OmlStorageError* err);
 /* Deletes an object. Deleting a missing object succeeds. */
 int32_t oml_storage_store_delete(const OmlStorageStore* store, const char* key,
                                  OmlStorageError* err);

@@ -528,6 +528,49 @@ pub extern "C" fn oml_storage_store_get(
     })
 }
 
+/// Every object under the string `prefix` (S3 ListObjectsV2 semantics: listed recursively below
+/// the prefix's last '/', then filtered by the whole prefix), keyed relative to the store prefix,
+/// byte-wise sorted, one entry per key.
+fn list_objects(store: &OmlStorageStore, prefix: &str) -> FfiResult<Vec<(String, object_store::ObjectMeta)>> {
+    let dir = match prefix.rfind('/') {
+        Some(i) => &prefix[..i],
+        None => "",
+    };
+    let dir_path: Path = if dir.is_empty() {
+        store.prefix.clone()
+    } else {
+        let rel = Path::parse(dir).or_else(|e| {
+            fail(
+                OML_STORAGE_INVALID_ARGUMENT,
+                format!("bad list prefix {prefix:?}: {e}"),
+            )
+        })?;
+        store.prefix.parts().chain(rel.parts()).collect()
+    };
+    let list_arg = if dir_path.as_ref().is_empty() {
+        None
+    } else {
+        Some(&dir_path)
+    };
+    let metas: Vec<object_store::ObjectMeta> =
+        block_on(store.store.list(list_arg).try_collect())?.map_err(map_os_error)?;
+    let mut out: Vec<(String, object_store::ObjectMeta)> = metas
+        .into_iter()
+        .filter_map(|m| {
+            let parts: Vec<String> = m
+                .location
+                .prefix_match(&store.prefix)?
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            Some((parts.join("/"), m))
+        })
+        .filter(|(k, _)| !k.is_empty() && k.starts_with(prefix))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.dedup_by(|a, b| a.0 == b.0);
+    Ok(out)
+}
+
 #[no_mangle]
 pub extern "C" fn oml_storage_store_list(
     store: *const OmlStorageStore,
@@ -540,47 +583,38 @@ pub extern "C" fn oml_storage_store_list(
         *out = ptr::null_mut();
         let store = store_ref(store)?;
         let prefix = opt_cstr_arg(prefix, "prefix")?.unwrap_or("");
-        // String-prefix semantics (like S3 ListObjectsV2): list recursively below the last '/'
-        // of the prefix, then keep keys that start with the whole prefix.
-        let dir = match prefix.rfind('/') {
-            Some(i) => &prefix[..i],
-            None => "",
-        };
-        let dir_path: Path = if dir.is_empty() {
-            store.prefix.clone()
-        } else {
-            let rel = Path::parse(dir).or_else(|e| {
-                fail(
-                    OML_STORAGE_INVALID_ARGUMENT,
-                    format!("bad list prefix {prefix:?}: {e}"),
-                )
-            })?;
-            store.prefix.parts().chain(rel.parts()).collect()
-        };
-        let list_arg = if dir_path.as_ref().is_empty() {
-            None
-        } else {
-            Some(&dir_path)
-        };
-        let metas: Vec<object_store::ObjectMeta> =
-            block_on(store.store.list(list_arg).try_collect())?.map_err(map_os_error)?;
-        let mut keys: Vec<String> = metas
-            .into_iter()
-            .filter_map(|m| {
-                let parts: Vec<String> = m
-                    .location
-                    .prefix_match(&store.prefix)?
-                    .map(|p| p.as_ref().to_string())
-                    .collect();
-                Some(parts.join("/"))
-            })
-            .filter(|k| !k.is_empty() && k.starts_with(prefix))
-            .collect();
-        keys.sort();
-        keys.dedup();
+        let keys: Vec<String> = list_objects(store, prefix)?.into_iter().map(|(k, _)| k).collect();
         let json = serde_json::to_string(&keys)
             .or_else(|e| fail(OML_STORAGE_INTERNAL, format!("cannot encode key list: {e}")))?;
         *out = to_c_string(&json);
+        Ok(())
+    })
+}
+
+/// As oml_storage_store_list, with each object's size and last modification. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_list_meta(
+    store: *const OmlStorageStore,
+    prefix: *const c_char,
+    out_json: *mut *mut c_char,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out = out_arg(out_json, "out_json")?;
+        *out = ptr::null_mut();
+        let store = store_ref(store)?;
+        let prefix = opt_cstr_arg(prefix, "prefix")?.unwrap_or("");
+        let entries: Vec<serde_json::Value> = list_objects(store, prefix)?
+            .into_iter()
+            .map(|(k, m)| {
+                serde_json::json!({
+                    "key": k,
+                    "size": m.size,
+                    "modified_ms": m.last_modified.timestamp_millis(),
+                })
+            })
+            .collect();
+        *out = to_c_string(&serde_json::Value::from(entries).to_string());
         Ok(())
     })
 }

@@ -1,0 +1,197 @@
+// The fold state of one chain, replayed from its events in seq order: what the fold statements
+// of each event type write to tenants, signing_keys, api_keys, artifacts and simulations, as far
+// as the signed events determine it. Shared by `oml verify --folds` (folds.h), which compares it
+// with the tables, and `oml reconcile` (reconcile/reconcile.h), which derives the lake's
+// silver/claims rows and the objects' expected places from it.
+//
+// Not thread-safe; one replay per object. Apply must see a chain's events in seq order.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "journal/event.h"
+#include "journal/provider.h"
+
+namespace oml::journal {
+
+// The rows the fold statements write, as far as the events determine them. A seq of 0 is NULL.
+struct TenantRow {
+  std::string name;
+  int64_t created_seq = 0;
+};
+struct SigningKeyRow {
+  std::string public_key;  // raw 32 bytes
+  int64_t issued_seq = 0;
+  int64_t retired_by = 0;  // seq of the key.issued that retired it; 0 while in force
+};
+struct ApiKeyRow {
+  std::string principal, role;
+  int64_t created_seq = 0, revoked_seq = 0;
+};
+struct ArtifactRow {
+  std::string workarea_id, path, principal, writer_key_id, provenance, media_type;
+  std::optional<std::string> simulation_id;
+  int64_t size_bytes = 0;
+  std::string plaintext_sha256, ciphertext_sha256;  // lowercase hex
+  std::string state;
+  int64_t submitted_seq = 0, erased_seq = 0;
+  int64_t promoted_seq = 0, rejected_seq = 0, demoted_seq = 0;  // review acts (sql/0009)
+  int64_t retracted_seq = 0, reassigned_seq = 0;                 // lifecycle acts (sql/0014)
+  int64_t state_seq = 0;     // the event that last set `state`
+  int64_t workarea_seq = 0;  // the event that last set `workarea_id` (submission or reassignment)
+  // Signed times (envelope `time`) of claim.submitted, claim.promoted and the event at state_seq:
+  // not fold-table columns, but the lake's silver/claims row carries them.
+  std::string submitted_at, promoted_at, state_at;
+};
+struct SimulationRow {
+  std::string description, state;
+  int64_t started_seq = 0, ended_seq = 0;
+};
+using ArtifactKey = std::pair<std::string, int64_t>;  // (artifact_id, version)
+
+// One chain's fold state, replayed in seq order. Mirrors the fold statements of provider.cc
+// (tenant.created, key.issued, api_key.created, api_key.revoked), admission/claims.cc
+// (claim.submitted, claim.promoted, claim.rejected, claim.demoted, artifact.erased) and
+// admission/lifecycle.cc with sql/0014 (claim.reassigned, simulation.started, simulation.ended).
+// Any other event type has no fold on these tables.
+class ChainFold {
+ public:
+  explicit ChainFold(bool provider) : provider_(provider) {}
+
+  // kDataLoss if a folded event's payload lacks a member or has one of the wrong type.
+  Status Apply(int64_t seq, const Envelope& e) {
+    try {
+      return ApplyOrThrow(seq, e);
+    } catch (const nlohmann::json::exception& ex) {
+      return DataLoss(e.type + " payload is malformed: " + ex.what());
+    }
+  }
+
+  std::map<std::string, TenantRow> tenants;           // provider chain only
+  std::map<std::string, SigningKeyRow> signing_keys;  // provider chain only
+  std::map<std::string, ApiKeyRow> api_keys;          // by key id, ak_ + 16 hex
+  std::map<ArtifactKey, ArtifactRow> artifacts;
+  std::map<std::string, SimulationRow> simulations;  // by simulation_id
+
+ private:
+  static std::string Str(const nlohmann::json& p, const char* k) { return p.at(k).get<std::string>(); }
+
+  // Throws nlohmann::json::exception for a missing member or one of the wrong type.
+  Status ApplyOrThrow(int64_t seq, const Envelope& e) {
+    const nlohmann::json& p = e.payload;
+    if (e.type == "tenant.created" && provider_) {
+      // INSERT tenants (tenant_id, name, created_seq): a second one with the same id or name
+      // would have failed on the key, so the first one stands.
+      tenants.emplace(Str(p, "tenant_id"), TenantRow{Str(p, "name"), seq});
+    } else if (e.type == "key.issued" && provider_) {
+      OML_ASSIGN_OR_RETURN(IssuedKey issued, ParseKeyIssued(e));
+      // A rotation (with `supersedes`) first retires every key in force, then inserts.
+      if (!issued.supersedes.empty())
+        for (auto& [id, k] : signing_keys)
+          if (k.retired_by == 0) k.retired_by = seq;
+      signing_keys.emplace(issued.key_id, SigningKeyRow{issued.raw, seq, 0});
+    } else if (e.type == "api_key.created") {
+      api_keys.emplace(Str(p, "key_id"), ApiKeyRow{Str(p, "principal"), Str(p, "role"), seq, 0});
+    } else if (e.type == "api_key.revoked") {
+      // UPDATE … WHERE key_hash AND revoked_at IS NULL. A key no api_key.created made (inserted
+      // outside oml) gets no expected row: its row is extra whether or not it was revoked.
+      auto it = api_keys.find(Str(p, "key_id"));
+      if (it != api_keys.end() && it->second.revoked_seq == 0) it->second.revoked_seq = seq;
+    } else if (e.type == "claim.submitted") {
+      ArtifactRow a;
+      a.workarea_id = Str(p, "workarea_id");
+      a.path = Str(p, "path");
+      a.principal = Str(p, "principal");
+      a.writer_key_id = Str(p, "writer_key_id");
+      a.provenance = Str(p, "provenance");
+      if (!p.at("simulation_id").is_null()) a.simulation_id = Str(p, "simulation_id");
+      a.media_type = Str(p, "media_type");
+      a.size_bytes = p.at("size").get<int64_t>();
+      a.plaintext_sha256 = Str(p, "plaintext_sha256");
+      a.ciphertext_sha256 = Str(p, "ciphertext_sha256");
+      a.state = "held";
+      a.submitted_seq = seq;
+      a.state_seq = seq;
+      a.submitted_at = a.state_at = e.time;
+      a.workarea_seq = seq;
+      artifacts.emplace(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()}, std::move(a));
+    } else if (e.type == "claim.promoted" || e.type == "claim.rejected" || e.type == "claim.demoted") {
+      // UPDATE … SET state, <act>_seq = seq WHERE (artifact_id, version) AND state = <from>: the
+      // fold refuses (the transaction fails) when the state is not the act's starting state, so a
+      // journalled act always found it.
+      auto it = artifacts.find(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()});
+      if (it != artifacts.end()) {
+        ArtifactRow& a = it->second;
+        if (e.type == "claim.promoted") {
+          a.state = "promoted";
+          a.promoted_seq = seq;
+          a.promoted_at = e.time;
+        } else if (e.type == "claim.rejected") {
+          a.state = "rejected";
+          a.rejected_seq = seq;
+        } else {
+          a.state = "demoted";
+          a.demoted_seq = seq;
+        }
+        a.state_seq = seq;
+        a.state_at = e.time;
+      }
+    } else if (e.type == "artifact.erased") {
+      // UPDATE … SET state = 'erased', erased_seq = seq WHERE artifact_id AND erased_seq IS NULL
+      // (every version).
+      const std::string id = Str(p, "artifact_id");
+      for (auto it = artifacts.lower_bound({id, std::numeric_limits<int64_t>::min()});
+           it != artifacts.end() && it->first.first == id; ++it) {
+        if (it->second.erased_seq != 0) continue;
+        it->second.state = "erased";
+        it->second.erased_seq = seq;
+        it->second.state_seq = seq;
+        it->second.state_at = e.time;
+      }
+    } else if (e.type == "claim.reassigned") {
+      // UPDATE … SET workarea_id = to, reassigned_seq = seq WHERE artifact_id AND version IN
+      // versions AND workarea_id = from AND erased_seq IS NULL, refused unless every listed
+      // version matched: a journalled reassignment moved them all.
+      const std::string id = Str(p, "artifact_id"), to = Str(p, "to_workarea_id");
+      for (const auto& v : p.at("versions")) {
+        auto it = artifacts.find(ArtifactKey{id, v.get<int64_t>()});
+        if (it == artifacts.end() || it->second.erased_seq != 0) continue;
+        it->second.workarea_id = to;
+        it->second.reassigned_seq = seq;
+        it->second.workarea_seq = seq;
+      }
+    } else if (e.type == "simulation.started") {
+      // INSERT … ON CONFLICT DO NOTHING, refused when nothing was inserted: the first one stands.
+      simulations.emplace(Str(p, "simulation_id"), SimulationRow{Str(p, "description"), "running", seq, 0});
+    } else if (e.type == "simulation.ended") {
+      // oml.end_simulation: ends it (refused unless running), then retracts every version of the
+      // simulation that is not erased.
+      const std::string sim = Str(p, "simulation_id");
+      auto it = simulations.find(sim);
+      if (it != simulations.end() && it->second.ended_seq == 0) {
+        it->second.state = "ended";
+        it->second.ended_seq = seq;
+      }
+      for (auto& [k, a] : artifacts) {
+        if (a.simulation_id != sim || a.erased_seq != 0) continue;
+        a.state = "retracted";
+        a.retracted_seq = seq;
+        a.state_seq = seq;
+        a.state_at = e.time;
+      }
+    }
+    return Status::Ok();
+  }
+
+  bool provider_;
+};
+
+}  // namespace oml::journal

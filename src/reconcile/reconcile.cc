@@ -1,0 +1,911 @@
+#include "reconcile/reconcile.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "crypto/crypto.h"
+#include "journal/bronze_row.h"
+#include "journal/chain_fold.h"
+#include "journal/event.h"
+#include "lake/delta_tables.h"
+#include "lake/lake_status.h"
+#include "lake/outbox_cut.h"
+#include "lake/verify_lake.h"
+
+namespace oml::reconcile {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kBronze[] = "bronze/events";
+constexpr char kSilver[] = "silver/claims";
+constexpr char kGold[] = "gold/daily_activity";
+
+// The bronze columns derived from the signed bytes (journal/bronze_row.h), compared one by one.
+constexpr const char* kDerivedColumns[] = {"event_type", "key_id",      "principal",     "artifact_id",
+                                           "version",    "workarea_id", "path",          "provenance",
+                                           "simulation_id", "plaintext_sha256", "ciphertext_sha256"};
+// The silver/claims columns the journal determines, compared one by one (docs/data/delta-tables.md;
+// body_location and outbox_seq depend on where the writer put things, not on an event).
+constexpr const char* kSilverColumns[] = {"workarea_id",      "path",          "writer_key_id",    "principal",
+                                          "provenance",       "simulation_id", "plaintext_sha256", "ciphertext_sha256",
+                                          "media_type",       "size_bytes",    "state",            "last_event_seq",
+                                          "submitted_at",     "promoted_at",   "state_changed_at"};
+constexpr const char* kTimeColumns[] = {"submitted_at", "promoted_at", "state_changed_at"};
+
+std::string Show(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+bool IsTimeColumn(const std::string& c) {
+  return std::find_if(std::begin(kTimeColumns), std::end(kTimeColumns), [&](const char* t) { return c == t; }) !=
+         std::end(kTimeColumns);
+}
+
+// Equal as the lake stores them: timestamps by instant, everything else by JSON value.
+bool SameValue(const std::string& column, const json& want, const json& got) {
+  if (IsTimeColumn(column) || column == "occurred_at") {
+    auto a = lake::UtcMicros(want), b = lake::UtcMicros(got);
+    return a && b && *a == *b;
+  }
+  return want == got;
+}
+
+bool IsHex64(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// UTC day "YYYY-MM-DD" of an envelope time.
+std::string DayOf(const std::string& time) { return time.size() >= 10 ? time.substr(0, 10) : time; }
+
+// ---- the lake, read first ------------------------------------------------------------------------
+
+struct LakeBronzeRow {
+  int64_t seq = 0;
+  std::string prev_hash, event_hash;  // hex as stored
+  std::string signed_sha256;          // raw SHA-256 of the decoded signed_bytes; "" if not hex
+  std::string signature;              // raw; "" if not hex
+  json columns;                       // occurred_at and kDerivedColumns
+};
+
+struct TableRead {
+  std::string name;
+  bool readable = false;  // rows were read; false: missing, unreadable or behind
+  int64_t txn = -1;       // the stream's txn version at the version read
+  int64_t version = -1;
+  std::string rows_jsonl;
+};
+
+// Opens `name` under lake_root, reads its txn and rows at one version. Findings for a table that
+// cannot be compared (missing data files, a damaged log) go to `out`.
+Result<TableRead> ReadTable(const std::string& lake_root, const std::string& name, const std::string& app_id,
+                            std::vector<Finding>* out) {
+  TableRead t;
+  t.name = name;
+  auto table = lake::DeltaTable::Open(lake::TableUri(lake_root, name));
+  if (!table.ok()) {
+    if (table.status().code() == Code::kNotFound) {
+      out->push_back({"table-unreadable", name, "", 0, lake::TableUri(lake_root, name), "", "a Delta table", "none",
+                      "no table: run `oml init`"});
+      return t;
+    }
+    if (table.status().code() == Code::kUnavailable) return table.status();
+    out->push_back({"table-unreadable", name, "", 0, lake::TableUri(lake_root, name), "", "", "",
+                    table.status().message() + ": run `oml lake rebuild --table " + name + "`"});
+    return t;
+  }
+  OML_ASSIGN_OR_RETURN(t.version, table->SnapshotVersion());
+  OML_ASSIGN_OR_RETURN(std::vector<std::string> lost, table->MissingFiles());
+  if (!lost.empty()) {
+    for (const auto& f : lost)
+      out->push_back({"table-unreadable", name, "", 0, f, "", "present", "missing",
+                      "a data file version " + std::to_string(t.version) +
+                          " names is missing: its rows are lost to readers; run `oml lake rebuild --table " + name +
+                          "` (or `oml reconcile --repair`)"});
+    return t;
+  }
+  OML_ASSIGN_OR_RETURN(lake::LastTxn txn, table->ReadLastTxn(app_id));
+  t.txn = txn.version;
+  OML_ASSIGN_OR_RETURN(t.rows_jsonl, table->ReadRowsJsonl());
+  t.readable = true;
+  return t;
+}
+
+// ---- delivery -------------------------------------------------------------------------------------
+
+struct DeadLetter {
+  int64_t id = 0, outbox_seq = 0, journal_seq = 0, skipped_seq = 0;
+  std::string tenant, target, error, artifact_id;
+  int64_t version = 0;  // silver rows: the version; 0 for bronze
+  bool requeued = false;
+  int64_t requeued_outbox_seq = 0;
+  std::set<std::string> applied;
+};
+
+// (tenant, journal seq, artifact_id, version): one outbox row's identity within its target
+// (bronze rows: artifact "" and version 0).
+using RowKey = std::tuple<std::string, int64_t, std::string, int64_t>;
+
+class Delivery {
+ public:
+  // txn: each table's txn (-1: none). Rows of the outbox above `floor` are loaded by Load.
+  explicit Delivery(std::map<std::string, int64_t> txn) : txn_(std::move(txn)) {}
+
+  Status Load(db::Conn& c, const std::string& stream, int64_t floor, const std::string& only_tenant) {
+    OML_ASSIGN_OR_RETURN(
+        db::Rows dl,
+        c.Query("SELECT id, outbox_seq, tenant_id::text, target_table, journal_seq, coalesce(skipped_seq, 0), error, "
+                "requeued_at IS NOT NULL, coalesce(requeued_outbox_seq, 0), applied_tables::text[], "
+                "coalesce(payload_ref->>'artifact_id', ''), coalesce((payload_ref->>'version')::bigint, 0) "
+                "FROM oml.dead_letter WHERE stream = $1 ORDER BY id",
+                {db::Text(stream)}));
+    for (int i = 0; i < dl.size(); ++i) {
+      DeadLetter d;
+      d.id = dl.GetInt(i, 0);
+      d.outbox_seq = dl.GetInt(i, 1);
+      d.tenant = dl.Get(i, 2);
+      d.target = dl.Get(i, 3);
+      d.journal_seq = dl.GetInt(i, 4);
+      d.skipped_seq = dl.GetInt(i, 5);
+      d.error = dl.Get(i, 6);
+      d.requeued = dl.Get(i, 7) == "t";
+      d.requeued_outbox_seq = dl.GetInt(i, 8);
+      d.applied = ParseTextArray(dl.Get(i, 9));
+      if (d.target == kSilver) {
+        d.artifact_id = dl.Get(i, 10);
+        d.version = dl.GetInt(i, 11);
+      }
+      if (!only_tenant.empty() && d.tenant != only_tenant) continue;
+      requeue_rows_.insert(d.requeued_outbox_seq);
+      // The newest dead letter of a row decides (a requeued row can be dead-lettered again).
+      dead_[{d.target, RowKey{d.tenant, d.journal_seq, d.artifact_id, d.version}}] = d;
+      letters_.push_back(std::move(d));
+    }
+    OML_ASSIGN_OR_RETURN(
+        db::Rows lag,
+        c.Query("SELECT seq, tenant_id::text, target_table, journal_seq, coalesce(row_data->>'artifact_id', ''), "
+                "coalesce((row_data->>'version')::bigint, 0) FROM oml.outbox WHERE seq > $1 ORDER BY seq",
+                {db::Int(floor)}));
+    for (int i = 0; i < lag.size(); ++i) {
+      const int64_t seq = lag.GetInt(i, 0);
+      if (requeue_rows_.count(seq)) continue;
+      const std::string target = lag.Get(i, 2);
+      const bool silver = target == kSilver;
+      lag_[{target, RowKey{lag.Get(i, 1), lag.GetInt(i, 3), silver ? lag.Get(i, 4) : "", silver ? lag.GetInt(i, 5) : 0}}] =
+          seq;
+    }
+    return Status::Ok();
+  }
+
+  // Whether the outbox row `k` of `target` has reached `table`.
+  bool Delivered(const std::string& target, const RowKey& k, const std::string& table) const {
+    const int64_t txn = TxnOf(table);
+    auto d = dead_.find({target, k});
+    if (d != dead_.end()) {
+      if (d->second.applied.count(table)) return true;
+      return d->second.requeued && d->second.requeued_outbox_seq <= txn;
+    }
+    auto l = lag_.find({target, k});
+    if (l == lag_.end()) return true;  // at or below every txn read (or pruned below the frontier)
+    return l->second <= txn;
+  }
+  // A dead letter not requeued holds `k` back from `table`: reported as dead-lettered.
+  bool HeldByDeadLetter(const std::string& target, const RowKey& k, const std::string& table) const {
+    auto d = dead_.find({target, k});
+    return d != dead_.end() && !d->second.requeued && !d->second.applied.count(table);
+  }
+  const std::vector<DeadLetter>& letters() const { return letters_; }
+  int64_t TxnOf(const std::string& table) const {
+    auto it = txn_.find(table);
+    return it == txn_.end() ? -1 : it->second;
+  }
+
+ private:
+  static std::set<std::string> ParseTextArray(const std::string& s) {
+    // PostgreSQL text[] output of table names: {a,b} (names need no quoting).
+    std::set<std::string> out;
+    if (s.size() < 2) return out;
+    std::string cur;
+    for (size_t i = 1; i + 1 < s.size(); ++i) {
+      if (s[i] == ',') {
+        if (!cur.empty()) out.insert(cur);
+        cur.clear();
+      } else if (s[i] != '"') {
+        cur += s[i];
+      }
+    }
+    if (!cur.empty()) out.insert(cur);
+    return out;
+  }
+
+  std::map<std::string, int64_t> txn_;
+  std::map<std::pair<std::string, RowKey>, DeadLetter> dead_;
+  std::map<std::pair<std::string, RowKey>, int64_t> lag_;
+  std::set<int64_t> requeue_rows_;
+  std::vector<DeadLetter> letters_;
+};
+
+// ---- silver rows from the fold -----------------------------------------------------------------
+
+json SilverRow(const std::string& tenant, const std::string& artifact_id, int64_t version,
+               const journal::ArtifactRow& a, int64_t seq) {
+  json r = {{"tenant_id", tenant},
+            {"artifact_id", artifact_id},
+            {"version", version},
+            {"workarea_id", a.workarea_id},
+            {"path", a.path},
+            {"writer_key_id", a.writer_key_id},
+            {"principal", a.principal},
+            {"provenance", a.simulation_id ? std::string("simulation") : a.provenance},
+            {"simulation_id", a.simulation_id ? json(*a.simulation_id) : json(nullptr)},
+            {"plaintext_sha256", a.plaintext_sha256},
+            {"ciphertext_sha256", a.ciphertext_sha256},
+            {"media_type", a.media_type},
+            {"size_bytes", a.size_bytes},
+            {"state", a.state},
+            {"last_event_seq", seq},
+            {"submitted_at", a.submitted_at},
+            {"promoted_at", a.promoted_at},
+            {"state_changed_at", a.state_at}};
+  return r;
+}
+
+struct SilverExpect {
+  json row;          // as of the newest delivered event that enqueued it; null: none delivered
+  int64_t seq = 0;   // that event
+  bool held_back = false;  // a newer row is held by a dead letter (reported as dead-lettered)
+};
+
+// ---- objects -----------------------------------------------------------------------------------
+
+struct NamedObject {
+  std::string tenant, artifact_id, what;  // what: "body" | "attachment <n>"
+  int64_t version = 0, seq = 0;           // the event that names it
+  std::string ciphertext_sha256;          // hex, from the signed event
+  std::optional<uint64_t> size;           // attachments: the journalled ciphertext_size
+  std::string place;                      // quarantine | bodies | none (erased)
+};
+
+Result<std::string> HashObject(blob::ObjectStore& store, const std::string& key, uint64_t size, int64_t* read) {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) return Internal("SHA-256 init failed");
+  constexpr uint64_t kChunk = 8u << 20;
+  for (uint64_t off = 0; off < size; off += kChunk) {
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> part, store.GetRange(key, off, kChunk));
+    if (!part) return NotFound("object " + key + " vanished while it was read");
+    if (part->empty()) break;
+    if (EVP_DigestUpdate(ctx.get(), part->data(), part->size()) != 1) return Internal("SHA-256 update failed");
+    *read += static_cast<int64_t>(part->size());
+  }
+  unsigned char md[32];
+  unsigned int n = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), md, &n) != 1 || n != 32) return Internal("SHA-256 final failed");
+  return crypto::Hex(std::string_view(reinterpret_cast<const char*>(md), 32));
+}
+
+// ---- the audit ---------------------------------------------------------------------------------
+
+class Auditor {
+ public:
+  Auditor(db::Conn& c, std::string lake_root, const Stores& stores, const Options& o)
+      : c_(c), lake_root_(std::move(lake_root)), stores_(stores), o_(o) {}
+
+  Result<Report> Run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    OML_ASSIGN_OR_RETURN(lake::OutboxStream stream, lake::ResolveStream(o_.stream));
+    const std::string app_id = lake::AppIdFor(stream.name);
+    // 1. The lake writer's position, outside any transaction (lake_status.h).
+    OML_ASSIGN_OR_RETURN(lake::LakeStatus st, lake::ReadLakeStatus(c_, stream, lake_root_));
+    WriterFindings(st);
+    // 2. The tables, each at one version with its txn: before the database snapshot.
+    std::map<std::string, int64_t> txns;
+    for (const char* name : {kBronze, kSilver, kGold}) {
+      OML_ASSIGN_OR_RETURN(TableRead t, ReadTable(lake_root_, name, app_id, &report_.findings));
+      for (const auto& ts : st.tables)
+        if (ts.name == name && ts.behind()) t.readable = false;  // being refilled: uncovered-outbox says so
+      report_.txn[name] = t.txn;
+      txns[name] = t.txn;
+      tables_[name] = std::move(t);
+    }
+    OML_RETURN_IF_ERROR(ParseBronze());
+    OML_RETURN_IF_ERROR(ParseSilver());
+    OML_RETURN_IF_ERROR(ParseGold());
+    // 3. One snapshot of the database.
+    OML_RETURN_IF_ERROR(c_.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
+    Status s = InSnapshot(stream, txns);
+    (void)c_.Exec(s.ok() ? "COMMIT" : "ROLLBACK");
+    OML_RETURN_IF_ERROR(s);
+    std::sort(report_.findings.begin(), report_.findings.end(), [](const Finding& a, const Finding& b) {
+      return std::tie(a.cls, a.table, a.tenant, a.seq, a.key, a.column) <
+             std::tie(b.cls, b.table, b.tenant, b.seq, b.key, b.column);
+    });
+    report_.key_material_uses = crypto::KeyMaterialUses();
+    report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::move(report_);
+  }
+
+ private:
+  void Add(Finding f) { report_.findings.push_back(std::move(f)); }
+  bool InScope(const std::string& tenant) const { return o_.only_tenant.empty() || tenant == o_.only_tenant; }
+
+  void WriterFindings(const lake::LakeStatus& st) {
+    if (st.lag_seconds && *st.lag_seconds > static_cast<double>(o_.stale_after.count())) {
+      std::string why;
+      if (!st.lease_held) why = "no lake writer holds the lease";
+      for (const auto& h : st.holders) {
+        if (!why.empty()) why += "; ";
+        why += "xid " + std::to_string(h.xid) + (h.pid ? " (pid " + std::to_string(*h.pid) + ")" : " (prepared " + h.gid + ")") +
+               " of role " + h.role + (h.application_name.empty() ? "" : " app " + h.application_name) +
+               (h.state.empty() ? "" : ", " + h.state) +
+               (h.xact_age_s ? ", open " + std::to_string(static_cast<int64_t>(*h.xact_age_s)) + " s" : "") +
+               " holds the horizon back";
+      }
+      if (why.empty()) why = "the lake writer is behind";
+      Add({"stale-frontier", "outbox", "", 0, st.stream, "lag_seconds",
+           "<= " + std::to_string(o_.stale_after.count()), std::to_string(static_cast<int64_t>(*st.lag_seconds)),
+           std::to_string(st.lag_rows) + " outbox rows above frontier " + std::to_string(st.frontier) + ": " + why});
+    }
+    for (const auto& t : st.tables) {
+      if (!t.behind()) continue;
+      Add({"uncovered-outbox", t.name, "", 0, t.name, "txn_version", std::to_string(t.recorded_txn),
+           std::to_string(std::max<int64_t>(t.txn_version, 0)),
+           "outbox rows (" + std::to_string(std::max<int64_t>(t.txn_version, 0)) + ", " +
+               std::to_string(t.recorded_txn) +
+               "] are below the frontier but no commit of the table holds them (it lost commits or is being rebuilt; "
+               "a lake writer refills it)"});
+    }
+  }
+
+  // Calls `row` with each row of table `name` (parsed, with a string tenant_id, in scope) and
+  // frees the text. `ok` decides whether a row has what the adapter writes.
+  template <typename Ok, typename Row>
+  Status ForEachRow(const char* name, int64_t* count, Ok ok, Row row) {
+    TableRead& t = tables_[name];
+    if (!t.readable) return Status::Ok();
+    std::istringstream in(t.rows_jsonl);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      json r = json::parse(line, nullptr, false);
+      if (r.is_discarded() || !r.is_object() || !r["tenant_id"].is_string() || !ok(r))
+        return Internal(std::string(name) + " row is not what the adapter writes: " + line.substr(0, 200));
+      ++*count;
+      std::string tenant = r["tenant_id"].get<std::string>();
+      if (InScope(tenant)) row(std::move(tenant), std::move(r));
+    }
+    t.rows_jsonl.clear();
+    t.rows_jsonl.shrink_to_fit();
+    return Status::Ok();
+  }
+
+  Status ParseBronze() {
+    return ForEachRow(kBronze, &report_.bronze_rows, [](json& r) { return r["seq"].is_number_integer(); },
+                      [this](std::string tenant, json r) {
+      LakeBronzeRow b;
+      b.seq = r["seq"].get<int64_t>();
+      b.prev_hash = r.value("prev_hash", "");
+      b.event_hash = r.value("event_hash", "");
+      auto sb = r["signed_bytes"].is_string() ? crypto::FromHex(r["signed_bytes"].get<std::string>())
+                                              : Result<std::string>(DataLoss("null"));
+      if (sb.ok()) b.signed_sha256 = crypto::Sha256(*sb);
+      auto sig = r["signature"].is_string() ? crypto::FromHex(r["signature"].get<std::string>())
+                                            : Result<std::string>(DataLoss("null"));
+      if (sig.ok()) b.signature = *sig;
+      b.columns = json::object();
+      b.columns["occurred_at"] = r.contains("occurred_at") ? r["occurred_at"] : json(nullptr);
+      for (const char* col : kDerivedColumns) b.columns[col] = r.contains(col) ? r[col] : json(nullptr);
+      bronze_[tenant][b.seq].push_back(std::move(b));
+    });
+  }
+
+  Status ParseSilver() {
+    return ForEachRow(
+        kSilver, &report_.silver_rows,
+        [](json& r) { return r["artifact_id"].is_string() && r["version"].is_number_integer(); },
+        [this](std::string tenant, json r) {
+          ArtKey k{std::move(tenant), r["artifact_id"].get<std::string>(), r["version"].get<int64_t>()};
+          silver_[k].push_back(std::move(r));
+        });
+  }
+
+  Status ParseGold() {
+    return ForEachRow(
+        kGold, &report_.gold_rows,
+        [](json& r) { return r["day"].is_string() && r["event_type"].is_string() && r["events"].is_number_integer(); },
+        [this](std::string tenant, json r) {
+          GoldKey k{std::move(tenant), r["day"].get<std::string>(),
+                    r["workarea_id"].is_string() ? r["workarea_id"].get<std::string>() : "",
+                    r["event_type"].get<std::string>()};
+          gold_found_[k].push_back(r["events"].get<int64_t>());
+        });
+  }
+
+  Status InSnapshot(const lake::OutboxStream& stream, const std::map<std::string, int64_t>& txns) {
+    int64_t floor = std::numeric_limits<int64_t>::max();
+    for (const auto& [name, t] : tables_)
+      if (t.readable) floor = std::min(floor, std::max<int64_t>(t.txn, 0));
+    if (floor == std::numeric_limits<int64_t>::max()) floor = 0;
+    delivery_ = std::make_unique<Delivery>(txns);
+    OML_RETURN_IF_ERROR(delivery_->Load(c_, stream.name, floor, o_.only_tenant));
+    for (const DeadLetter& d : delivery_->letters()) {
+      if (d.requeued) continue;
+      Add({"dead-lettered", d.target, d.tenant, d.journal_seq,
+           "dead letter " + std::to_string(d.id) +
+               (d.target == kSilver ? " (" + d.artifact_id + " v" + std::to_string(d.version) + ")" : ""),
+           "", "", "",
+           "outbox seq " + std::to_string(d.outbox_seq) + " was skipped (materialize-skipped at seq " +
+               std::to_string(d.skipped_seq) + "): " + d.error + "; requeue it with `oml dead-letter requeue " +
+               std::to_string(d.id) + "` once the cause is fixed"});
+    }
+    OML_ASSIGN_OR_RETURN(db::Rows heads, c_.Query("SELECT tenant_id::text, seq FROM oml.chain_heads ORDER BY tenant_id"));
+    bool found = o_.only_tenant.empty();
+    for (int i = 0; i < heads.size(); ++i) {
+      const std::string tenant = heads.Get(i, 0);
+      if (!InScope(tenant)) continue;
+      found = true;
+      OML_RETURN_IF_ERROR(Chain(tenant, heads.GetInt(i, 1)));
+    }
+    if (!found) return NotFound("no chain for tenant " + o_.only_tenant, "tenant-not-found");
+    // Rows of tenants with no chain.
+    for (auto& [tenant, rows] : bronze_)
+      for (auto& [seq, v] : rows)
+        for (size_t k = 0; k < v.size(); ++k)
+          Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "", "no chain of this tenant has the event"});
+    CompareSilver();
+    CompareGold();
+    if (o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr) OML_RETURN_IF_ERROR(Objects());
+    return Status::Ok();
+  }
+
+  // Replays one chain up to its head, comparing bronze row by row and collecting what silver,
+  // gold and the buckets must hold.
+  Status Chain(const std::string& tenant, int64_t head) {
+    ++report_.tenants;
+    journal::ChainFold fold(tenant == journal::kProviderTenant);
+    std::map<int64_t, std::vector<LakeBronzeRow>> lake_rows;
+    if (auto it = bronze_.find(tenant); it != bronze_.end()) {
+      lake_rows = std::move(it->second);
+      bronze_.erase(it);
+    }
+    const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
+    std::map<std::pair<std::string, int64_t>, std::vector<std::tuple<int64_t, std::string, uint64_t, int64_t>>> attachments;
+    for (int64_t after = 0; after < head;) {
+      OML_ASSIGN_OR_RETURN(
+          auto page, c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
+                                   "WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+                                   {db::Text(tenant), db::Int(after), db::Int(head), db::Int(o_.page_rows)},
+                                   "reconcile_page", true}}));
+      const db::Rows& r = page[0];
+      if (r.size() == 0) break;
+      for (int i = 0; i < r.size(); ++i) {
+        const int64_t seq = r.GetInt(i, 0);
+        const std::string prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), signed_bytes = r.GetBytes(i, 3),
+                          signature = r.GetBytes(i, 4);
+        ++report_.events;
+        auto env = journal::Envelope::FromSignedBytes(signed_bytes);
+        if (!env.ok()) {
+          Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
+               "the event's signed bytes do not parse (" + env.status().message() + "): run `oml verify`"});
+          return Status::Ok();  // nothing after it can be replayed
+        }
+        const json expect = journal::BronzeRow(*env, hash, signed_bytes, signature);
+        const RowKey bk{tenant, seq, "", 0};
+        // Bronze.
+        auto lr = lake_rows.find(seq);
+        const size_t n = lr == lake_rows.end() ? 0 : lr->second.size();
+        if (bronze_ok) {
+          const bool delivered = delivery_->Delivered(kBronze, bk, kBronze);
+          if (delivered && n == 0) {
+            Add({"missing-in-lake", kBronze, tenant, seq, "", "", env->type, "", "the event is not in the table"});
+          } else if (!delivered && n > 0) {
+            Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", std::to_string(n) + " row(s)",
+                 "the lake writer has not delivered this event (its outbox row is above the table's txn " +
+                     std::to_string(delivery_->TxnOf(kBronze)) + ")"});
+          } else if (n > 1) {
+            Add({"duplicate-in-lake", kBronze, tenant, seq, "", "", "1", std::to_string(n),
+                 "the event is stored " + std::to_string(n) + " times"});
+          }
+          if (n >= 1) CompareBronze(tenant, seq, prev, hash, signature, expect, lr->second.front());
+        }
+        if (lr != lake_rows.end()) lake_rows.erase(lr);
+        // Gold counts delivered bronze rows.
+        if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
+          const json& w = expect["workarea_id"];
+          ++gold_expected_[{tenant, DayOf(env->time), w.is_string() ? w.get<std::string>() : "", env->type}];
+        }
+        // Folds, then the silver rows this event enqueues.
+        std::vector<std::pair<std::string, int64_t>> touched = Touched(fold, *env);
+        if (Status s = fold.Apply(seq, *env); !s.ok()) {
+          Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
+               "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
+          return Status::Ok();
+        }
+        for (const auto& [artifact, version] : touched) {
+          auto a = fold.artifacts.find({artifact, version});
+          if (a == fold.artifacts.end() || a->second.promoted_seq == 0) continue;  // never promoted: no row
+          SilverExpect& e = silver_expected_[{tenant, artifact, version}];
+          const RowKey sk{tenant, seq, artifact, version};
+          if (delivery_->Delivered(kSilver, sk, kSilver)) {
+            e.row = SilverRow(tenant, artifact, version, a->second, seq);
+            e.seq = seq;
+            e.held_back = false;
+          } else if (delivery_->HeldByDeadLetter(kSilver, sk, kSilver)) {
+            e.held_back = true;
+          }
+        }
+        if (env->type == "submission.attach") {
+          const json& p = env->payload;
+          if (p.contains("artifact_id") && p["artifact_id"].is_string() && p.value("version", 0) > 0 &&
+              p.contains("ciphertext_sha256") && p["ciphertext_sha256"].is_string())
+            attachments[{p["artifact_id"].get<std::string>(), p["version"].get<int64_t>()}].emplace_back(
+                p.value("ordinal", 0), p["ciphertext_sha256"].get<std::string>(), p.value("ciphertext_size", uint64_t{0}),
+                seq);
+        }
+      }
+      after = r.GetInt(r.size() - 1, 0);
+    }
+    // Lake rows the journal (up to the head) has no event for.
+    for (auto& [seq, v] : lake_rows)
+      for (size_t k = 0; k < v.size(); ++k)
+        Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "",
+             seq > head ? "beyond the chain's head " + std::to_string(head) : "the journal has no such event"});
+    // What the buckets must hold, from the folded states.
+    for (const auto& [k, a] : fold.artifacts) {
+      if (tenant == journal::kProviderTenant) break;
+      const std::string place = a.erased_seq != 0 ? "none" : a.promoted_seq != 0 ? "bodies" : "quarantine";
+      artifacts_[{tenant, k.first, k.second}] = {a.ciphertext_sha256, place, a.submitted_seq};
+      auto at = attachments.find(k);
+      if (at == attachments.end()) continue;
+      for (const auto& [ordinal, digest, size, seq] : at->second)
+        named_.push_back({tenant, k.first, "attachment " + std::to_string(ordinal), k.second, seq, digest, size, place});
+    }
+    return Status::Ok();
+  }
+
+  // The (artifact, version) keys whose silver row event `e` enqueues (sql/0009, 0014, 0015):
+  // taken before the event is folded, since an erasure or a simulation's end is defined on the
+  // versions as they were.
+  static std::vector<std::pair<std::string, int64_t>> Touched(const journal::ChainFold& fold, const journal::Envelope& e) {
+    std::vector<std::pair<std::string, int64_t>> out;
+    const json& p = e.payload;
+    auto str = [&](const char* k) { return p.contains(k) && p[k].is_string() ? p[k].get<std::string>() : std::string(); };
+    if (e.type == "claim.promoted" || e.type == "claim.demoted") {
+      if (p.contains("version") && p["version"].is_number_integer()) out.emplace_back(str("artifact_id"), p["version"].get<int64_t>());
+    } else if (e.type == "artifact.erased") {
+      const std::string id = str("artifact_id");
+      for (auto it = fold.artifacts.lower_bound({id, std::numeric_limits<int64_t>::min()});
+           it != fold.artifacts.end() && it->first.first == id; ++it)
+        if (it->second.erased_seq == 0) out.push_back(it->first);
+    } else if (e.type == "claim.reassigned") {
+      const std::string id = str("artifact_id");
+      if (p.contains("versions") && p["versions"].is_array())
+        for (const auto& v : p["versions"])
+          if (v.is_number_integer()) out.emplace_back(id, v.get<int64_t>());
+    } else if (e.type == "simulation.ended") {
+      const std::string sim = str("simulation_id");
+      for (const auto& [k, a] : fold.artifacts)
+        if (a.simulation_id == sim && a.erased_seq == 0) out.push_back(k);
+    }
+    return out;
+  }
+
+  void CompareBronze(const std::string& tenant, int64_t seq, const std::string& prev, const std::string& hash,
+                     const std::string& signature, const json& expect, const LakeBronzeRow& b) {
+    auto mismatch = [&](const std::string& column, const std::string& want, const std::string& got) {
+      Add({"row-mismatch", kBronze, tenant, seq, "", column, want, got, "the lake's row differs from the journal"});
+    };
+    if (b.signed_sha256 != hash)
+      mismatch("signed_bytes", "SHA-256 " + crypto::Hex(hash),
+               b.signed_sha256.empty() ? "not hex" : "SHA-256 " + crypto::Hex(b.signed_sha256));
+    if (b.signature != signature)
+      mismatch("signature", crypto::Hex(signature), b.signature.empty() ? "not hex" : crypto::Hex(b.signature));
+    if (b.event_hash != crypto::Hex(hash)) mismatch("event_hash", crypto::Hex(hash), b.event_hash);
+    if (b.prev_hash != crypto::Hex(prev)) mismatch("prev_hash", crypto::Hex(prev), b.prev_hash);
+    if (!SameValue("occurred_at", expect["occurred_at"], b.columns["occurred_at"]))
+      mismatch("occurred_at", Show(expect["occurred_at"]), Show(b.columns["occurred_at"]));
+    for (const char* col : kDerivedColumns) {
+      const json want = expect.contains(col) ? expect[col] : json(nullptr);
+      if (!SameValue(col, want, b.columns[col])) mismatch(col, Show(want), Show(b.columns[col]));
+    }
+  }
+
+  void CompareSilver() {
+    if (!tables_[kSilver].readable) return;
+    for (auto& [key, rows] : silver_) {
+      const auto& [tenant, artifact, version] = key;
+      const std::string k = artifact + " v" + std::to_string(version);
+      auto e = silver_expected_.find(key);
+      if (e == silver_expected_.end()) {
+        auto a = artifacts_.find(key);
+        Add({"containment-breach", kSilver, tenant, 0, k, "", "no row", Show(rows.front().value("state", json(nullptr))),
+             a == artifacts_.end() ? "the journal has no such claim version"
+                                   : "the journal never promoted this claim version: its metadata left quarantine"});
+        continue;
+      }
+      if (e->second.row.is_null()) {
+        Add({"extra-in-lake", kSilver, tenant, 0, k, "", "no row yet", Show(rows.front().value("state", json(nullptr))),
+             "no event that enqueues this row has been delivered"});
+        continue;
+      }
+      if (rows.size() > 1)
+        Add({"duplicate-in-lake", kSilver, tenant, e->second.seq, k, "", "1", std::to_string(rows.size()),
+             "the claim version has " + std::to_string(rows.size()) + " rows"});
+      const json& want = e->second.row;
+      const json& got = rows.front();
+      for (const char* col : kSilverColumns) {
+        const json g = got.contains(col) ? got[col] : json(nullptr);
+        if (!SameValue(col, want[col], g))
+          Add({"state-mismatch", kSilver, tenant, e->second.seq, k, col, Show(want[col]), Show(g),
+               "silver differs from the journal replayed to seq " + std::to_string(e->second.seq)});
+      }
+    }
+    for (const auto& [key, e] : silver_expected_) {
+      if (e.row.is_null() || silver_.count(key)) continue;
+      const auto& [tenant, artifact, version] = key;
+      Add({"missing-in-lake", kSilver, tenant, e.seq, artifact + " v" + std::to_string(version), "",
+           Show(e.row["state"]), "no row", "the promoted claim version has no row"});
+    }
+  }
+
+  void CompareGold() {
+    if (!tables_[kGold].readable) return;
+    auto name = [](const GoldKey& k) {
+      return std::get<1>(k) + " " + (std::get<2>(k).empty() ? std::string("-") : std::get<2>(k)) + " " + std::get<3>(k);
+    };
+    for (const auto& [k, want] : gold_expected_) {
+      auto f = gold_found_.find(k);
+      int64_t got = 0;
+      if (f != gold_found_.end())
+        for (int64_t n : f->second) got += n;
+      if (f != gold_found_.end() && f->second.size() > 1)
+        Add({"duplicate-in-lake", kGold, std::get<0>(k), 0, name(k), "", "1", std::to_string(f->second.size()),
+             "the key has " + std::to_string(f->second.size()) + " rows"});
+      if (got != want)
+        Add({"count-mismatch", kGold, std::get<0>(k), 0, name(k), "events", std::to_string(want), std::to_string(got),
+             "bronze's delivered events of this day, workarea and type"});
+    }
+    for (const auto& [k, v] : gold_found_) {
+      if (gold_expected_.count(k)) continue;
+      int64_t got = 0;
+      for (int64_t n : v) got += n;
+      Add({"count-mismatch", kGold, std::get<0>(k), 0, name(k), "events", "0", std::to_string(got),
+           "no delivered event has this day, workarea and type"});
+    }
+  }
+
+  // ---- objects ----
+
+  Status Objects() {
+    // Bodies: where each version's ciphertext lives (sql/0015); an inline one is hashed here.
+    OML_ASSIGN_OR_RETURN(db::Rows bodies,
+                         c_.Query("SELECT tenant_id::text, artifact_id::text, version, location, coalesce(object_key, ''), "
+                                  "CASE WHEN ciphertext IS NULL THEN '' ELSE encode(sha256(ciphertext), 'hex') END "
+                                  "FROM oml.artifact_bodies"));
+    for (int i = 0; i < bodies.size(); ++i) {
+      const std::string tenant = bodies.Get(i, 0);
+      if (!InScope(tenant)) continue;
+      const ArtKey key{tenant, bodies.Get(i, 1), bodies.GetInt(i, 2)};
+      auto a = artifacts_.find(key);
+      if (a == artifacts_.end()) continue;  // a row without an event: `oml verify --folds` reports it
+      const std::string location = bodies.Get(i, 3);
+      const std::string k = std::get<1>(key) + " v" + std::to_string(std::get<2>(key));
+      if (location == "postgres") {
+        if (a->second.place != "none" && bodies.Get(i, 5) != a->second.digest)
+          Add({"object-digest-mismatch", "postgres", tenant, a->second.seq, "artifact_bodies " + k, "ciphertext_sha256",
+               a->second.digest, bodies.Get(i, 5), "the inline body's ciphertext is not what claim.submitted signed"});
+        continue;
+      }
+      named_.push_back({tenant, std::get<1>(key), "body", std::get<2>(key), a->second.seq, a->second.digest,
+                        std::nullopt, a->second.place});
+    }
+    OML_ASSIGN_OR_RETURN(db::Rows sessions,
+                         c_.Query("SELECT tenant_id::text, upload_id::text, state, coalesce(object_key, ''), "
+                                  "expires_at < now() FROM oml.upload_sessions_audit"));
+    std::map<std::pair<std::string, std::string>, std::pair<std::string, bool>> session;  // (tenant, id) -> state, expired
+    std::set<std::string> pending_objects;  // objects of sessions not yet attached or ended
+    for (int i = 0; i < sessions.size(); ++i) {
+      session[{sessions.Get(i, 0), sessions.Get(i, 1)}] = {sessions.Get(i, 2), sessions.Get(i, 4) == "t"};
+      if (!sessions.Get(i, 3).empty()) pending_objects.insert(sessions.Get(i, 3));
+    }
+    std::map<std::string, blob::ObjectStore::Meta> in_q, in_b;
+    for (auto [store, name, out] : {std::tuple{stores_.quarantine, "quarantine", &in_q}, std::tuple{stores_.bodies, "bodies", &in_b}}) {
+      OML_ASSIGN_OR_RETURN(std::vector<blob::ObjectStore::Meta> listed, store->ListMeta(""));
+      report_.objects_listed += static_cast<int64_t>(listed.size());
+      for (auto& m : listed) (*out)[m.key] = std::move(m);
+      (void)name;
+    }
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    auto young = [&](const blob::ObjectStore::Meta& m) {
+      return m.modified_ms != 0 && now_ms - m.modified_ms < static_cast<int64_t>(o_.object_grace.count()) * 1000;
+    };
+    std::set<std::string> named_keys;
+    for (const NamedObject& n : named_) {
+      const std::string key = n.tenant + "/" + n.ciphertext_sha256;
+      named_keys.insert(key);
+      const std::string what = n.artifact_id + " v" + std::to_string(n.version) + " " + n.what;
+      auto q = in_q.find(key), b = in_b.find(key);
+      const bool has_q = q != in_q.end(), has_b = b != in_b.end();
+      if (n.place == "none") {
+        if (has_q)
+          Add({"erased-object-present", "quarantine", n.tenant, n.seq, key, "", "deleted", "present",
+               what + ": the claim was erased, its object remains (ciphertext whose key is destroyed)"});
+        if (has_b)
+          Add({"erased-object-present", "bodies", n.tenant, n.seq, key, "", "deleted", "present",
+               what + ": the claim was erased, its object remains (ciphertext whose key is destroyed)"});
+        continue;
+      }
+      const bool promoted = n.place == "bodies";
+      if (!promoted && has_b && !young(b->second))
+        Add({"misplaced-object", "bodies", n.tenant, n.seq, key, "containment-breach", "quarantine", "bodies",
+             what + ": the journal never promoted this claim, yet its object is in the bodies bucket"});
+      if (promoted && has_q && !young(q->second))
+        Add({"misplaced-object", "quarantine", n.tenant, n.seq, key, "", "bodies", "quarantine",
+             what + ": promoted, yet a copy remains in quarantine"});
+      auto& here = promoted ? in_b : in_q;
+      auto it = promoted ? b : q;
+      const char* bucket = promoted ? "bodies" : "quarantine";
+      if (it == here.end()) {
+        Add({"missing-object", bucket, n.tenant, n.seq, key, "", "present", "missing",
+             what + ": the object its state places in " + bucket + " is not there"});
+        continue;
+      }
+      if (n.size && it->second.size != *n.size) {
+        Add({"object-digest-mismatch", bucket, n.tenant, n.seq, key, "size", std::to_string(*n.size),
+             std::to_string(it->second.size), what + ": the object's size is not the journalled ciphertext_size"});
+        continue;
+      }
+      blob::ObjectStore* store = promoted ? stores_.bodies : stores_.quarantine;
+      auto digest = HashObject(*store, key, it->second.size, &report_.bytes_hashed);
+      if (!digest.ok()) {
+        if (digest.status().code() == Code::kNotFound) {
+          Add({"missing-object", bucket, n.tenant, n.seq, key, "", "present", "missing", what + ": deleted while read"});
+          continue;
+        }
+        return digest.status();
+      }
+      ++report_.objects_read;
+      if (*digest != n.ciphertext_sha256)
+        Add({"object-digest-mismatch", bucket, n.tenant, n.seq, key, "ciphertext_sha256", n.ciphertext_sha256, *digest,
+             what + ": the object's bytes are not what the signed event names"});
+    }
+    // What nothing names.
+    for (auto [listing, bucket] : {std::pair{&in_q, "quarantine"}, std::pair{&in_b, "bodies"}}) {
+      for (const auto& [key, m] : *listing) {
+        if (named_keys.count(key)) continue;
+        const size_t slash = key.find('/');
+        const std::string tenant = slash == std::string::npos ? "" : key.substr(0, slash);
+        if (!tenant.empty() && !InScope(tenant)) continue;
+        if (young(m)) continue;
+        const std::string rest = slash == std::string::npos ? key : key.substr(slash + 1);
+        if (rest.rfind("uploads/", 0) == 0) {
+          const std::string id = rest.substr(8, rest.find('/', 8) == std::string::npos ? std::string::npos : rest.find('/', 8) - 8);
+          auto s = session.find({tenant, id});
+          const bool live = s != session.end() && (s->second.first == "created" || s->second.first == "receiving") &&
+                            !s->second.second;
+          if (!live)
+            Add({"stale-upload", bucket, tenant, 0, key, "", "",
+                 s == session.end() ? "no session" : s->second.first + (s->second.second ? " (expired)" : ""),
+                 "a part of an upload session that is no longer receiving"});
+          continue;
+        }
+        if (IsHex64(rest) && pending_objects.count(key)) continue;  // a completed upload not yet attached
+        Add({"orphan-object", bucket, tenant, 0, key, "", "", std::to_string(m.size) + " bytes",
+             "no signed event or upload session names this object"});
+      }
+    }
+    return Status::Ok();
+  }
+
+  using ArtKey = std::tuple<std::string, std::string, int64_t>;  // tenant, artifact, version
+  using GoldKey = std::tuple<std::string, std::string, std::string, std::string>;
+  struct ArtInfo {
+    std::string digest, place;
+    int64_t seq = 0;
+  };
+
+  db::Conn& c_;
+  std::string lake_root_;
+  Stores stores_;
+  Options o_;
+  Report report_;
+  std::map<std::string, TableRead> tables_;
+  std::unique_ptr<Delivery> delivery_;
+  std::map<std::string, std::map<int64_t, std::vector<LakeBronzeRow>>> bronze_;  // tenant -> seq -> rows
+  std::map<ArtKey, std::vector<json>> silver_;
+  std::map<ArtKey, SilverExpect> silver_expected_;
+  std::map<GoldKey, std::vector<int64_t>> gold_found_;
+  std::map<GoldKey, int64_t> gold_expected_;
+  std::map<ArtKey, ArtInfo> artifacts_;
+  std::vector<NamedObject> named_;
+};
+
+}  // namespace
+
+json Finding::ToJson() const {
+  json j = {{"class", cls}, {"table", table}};
+  j["tenant"] = tenant.empty() ? json(nullptr) : json(tenant);
+  j["seq"] = seq > 0 ? json(seq) : json(nullptr);
+  j["key"] = key.empty() ? json(nullptr) : json(key);
+  j["column"] = column.empty() ? json(nullptr) : json(column);
+  j["expected"] = expected.empty() ? json(nullptr) : json(expected);
+  j["found"] = found.empty() ? json(nullptr) : json(found);
+  j["detail"] = detail;
+  return j;
+}
+
+std::string Finding::ToText() const {
+  std::string s = cls + " " + table;
+  if (!tenant.empty()) s += " tenant " + tenant;
+  if (seq > 0) s += " seq " + std::to_string(seq);
+  if (!key.empty()) s += " " + key;
+  s += ":";
+  if (!column.empty()) s += " " + column;
+  if (!expected.empty() || !found.empty()) s += " expected " + expected + ", found " + found + ";";
+  s += " " + detail;
+  return s;
+}
+
+std::map<std::string, int64_t> Report::Counts() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& f : findings) ++out[f.cls];
+  return out;
+}
+
+json Report::ToJson() const {
+  json f = json::array();
+  for (const auto& x : findings) f.push_back(x.ToJson());
+  return {{"findings", f},
+          {"summary",
+           {{"findings", findings.size()},
+            {"classes", Counts()},
+            {"tenants", tenants},
+            {"events", events},
+            {"rows", {{"bronze/events", bronze_rows}, {"silver/claims", silver_rows}, {"gold/daily_activity", gold_rows}}},
+            {"txn", txn},
+            {"objects_listed", objects_listed},
+            {"objects_read", objects_read},
+            {"bytes_hashed", bytes_hashed},
+            {"key_material_uses", key_material_uses},
+            {"seconds", seconds}}}};
+}
+
+std::string Report::ToText() const {
+  std::string s;
+  for (const auto& f : findings) s += f.ToText() + "\n";
+  s += "reconcile: " + std::to_string(findings.size()) + " finding(s)";
+  if (!findings.empty()) {
+    s += " (";
+    bool first = true;
+    for (const auto& [c, n] : Counts()) {
+      s += (first ? "" : ", ") + c + " " + std::to_string(n);
+      first = false;
+    }
+    s += ")";
+  }
+  s += "; " + std::to_string(events) + " events of " + std::to_string(tenants) + " chain(s), " +
+       std::to_string(bronze_rows) + " bronze, " + std::to_string(silver_rows) + " silver and " +
+       std::to_string(gold_rows) + " gold rows, " + std::to_string(objects_listed) + " objects listed, " +
+       std::to_string(objects_read) + " read; no key loaded\n";
+  return s;
+}
+
+Result<Report> Reconcile(db::Conn& conn, const std::string& lake_root, const Stores& stores, const Options& o) {
+  Auditor a(conn, lake_root, stores, o);
+  return a.Run();
+}
+
+}  // namespace oml::reconcile

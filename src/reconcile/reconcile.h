@@ -1,0 +1,117 @@
+// `oml reconcile`: a key-less audit of the lake and the object store against the journal
+// (issue 20; seed: "the reconciler that audits the lake against the journal", "store bytes are
+// verified against what the signed event says, never store against store").
+//
+// Authority. The signed journal and the digests it carries are the truth; the lake tables, the
+// buckets and the metadata tables are compared with them, never with each other. Run `oml
+// verify` for the chain itself: this pass takes the journal as given.
+//
+// Key-less. Nothing here loads a signing key, a KEK or a DEK (crypto::KeyMaterialUses() stays 0;
+// the CLI reports it), and the role it runs as, oml_reconciler (sql/0023_reconciler.sql), has no
+// grant on a table that holds a wrapped key. Ciphertext is hashed, never opened.
+//
+// What is compared, and the finding classes (Finding::cls):
+//   bronze/events  every journal event the lake writer has delivered, exactly once and equal to
+//                  the journal: missing-in-lake, duplicate-in-lake, extra-in-lake, row-mismatch
+//                  (naming the column: signed_bytes, signature, event_hash, prev_hash, the
+//                  columns derived from the signed bytes).
+//   silver/claims  the journal's folds replayed (journal/chain_fold.h) over the delivered events:
+//                  one row per version ever promoted, its state and columns as the newest
+//                  delivered event that enqueued it left them: missing-in-lake, state-mismatch
+//                  (naming the column), duplicate-in-lake, extra-in-lake, containment-breach (a
+//                  row for a version the journal never promoted: a held body's metadata released).
+//   gold/daily_activity  the delivered bronze events counted per (tenant, UTC day, workarea,
+//                  type): count-mismatch.
+//   objects        every object a signed event names (a body kept as an object, an attachment)
+//                  where its claim's journalled state says (never promoted: quarantine; promoted
+//                  once: bodies; erased: nowhere), with the journalled SHA-256 (and, for an
+//                  attachment, size); an inline body's ciphertext hashed in PostgreSQL:
+//                  missing-object, object-digest-mismatch, misplaced-object (a never-promoted
+//                  claim's object in the bodies bucket is reported with column
+//                  "containment-breach"), erased-object-present, orphan-object (no event or
+//                  upload session names it), stale-upload (parts of an ended, expired or unknown
+//                  upload session). Objects younger than Options::object_grace are never orphans
+//                  or stale: a write in progress is not a finding.
+//   the lake writer  stale-frontier (the oldest undelivered outbox row older than
+//                  Options::stale_after, naming what holds the horizon back, as `oml status`),
+//                  dead-lettered (each dead letter not requeued, with its materialize-skipped
+//                  seq), uncovered-outbox (a table whose txn is below what the writer recorded it
+//                  holds: outbox rows below the frontier no commit of that table covers),
+//                  table-unreadable (a data file the table names is missing, or its log is
+//                  damaged: its rows cannot be compared; `oml lake rebuild` repairs it).
+//
+// Delivered. Each table is read first, at one version, with its txn (the last outbox seq it
+// holds); then one REPEATABLE READ snapshot of PostgreSQL. Every outbox row at or below a
+// table's txn committed before the table was read, so it is in the snapshot: an event is
+// delivered to a table iff its outbox row for that table's target is at or below the table's
+// txn (rows pruned from the outbox lay below the frontier: delivered), except a dead-lettered
+// row, delivered only to the tables it was applied to (dead_letter.applied_tables) or, once
+// requeued, when its requeued row is at or below the txn. Lag is therefore never a finding, and
+// a table ahead of the frontier is compared exactly.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "blob/object_store.h"
+#include "common/status.h"
+#include "db/conn.h"
+
+namespace oml::reconcile {
+
+struct Finding {
+  std::string cls;     // the class, e.g. "missing-in-lake"
+  std::string table;   // bronze/events | silver/claims | gold/daily_activity | quarantine | bodies |
+                       // postgres | outbox | dead_letter
+  std::string tenant;  // tenant uuid; "" when the finding is about no tenant
+  int64_t seq = 0;     // the chain seq the finding is about (0: none)
+  std::string key;     // object key, "<artifact_id> v<version>", gold key, data file, stream...
+  std::string column;  // the column that differs, where one does
+  std::string expected, found;  // the journalled value and the value found, where they apply
+  std::string detail;  // one sentence for a human
+
+  nlohmann::json ToJson() const;
+  std::string ToText() const;  // one line, no newline
+};
+
+struct Options {
+  std::string stream = "default";
+  std::string only_tenant;  // a tenant uuid; empty: every tenant
+  std::chrono::seconds stale_after{300};
+  std::chrono::seconds object_grace{3600};
+  bool objects = true;  // compare the buckets (the slow part: every named object is read)
+  int page_rows = 4096;  // journal rows per fetch
+};
+
+struct Stores {
+  blob::ObjectStore* quarantine = nullptr;  // both null: objects are not compared
+  blob::ObjectStore* bodies = nullptr;
+};
+
+struct Report {
+  std::vector<Finding> findings;  // sorted by class, table, tenant, seq, key, column
+  int64_t tenants = 0, events = 0;
+  int64_t bronze_rows = 0, silver_rows = 0, gold_rows = 0;  // rows read from each table
+  std::map<std::string, int64_t> txn;  // table -> its txn version as read (-1: none)
+  int64_t objects_listed = 0, objects_read = 0, bytes_hashed = 0;
+  uint64_t key_material_uses = 0;  // crypto::KeyMaterialUses() at the end: always 0
+  double seconds = 0;
+
+  std::map<std::string, int64_t> Counts() const;  // class -> findings
+  // {"findings": [...], "summary": {...}}
+  nlohmann::json ToJson() const;
+  std::string ToText() const;  // a line per finding, then a summary line; each ends in '\n'
+};
+
+// Runs the audit. `conn` connects as oml_reconciler (or a superuser) and is not in a
+// transaction. kNotFound "unknown-stream" for a stream without a frontier; kNotFound
+// "tenant-not-found" if only_tenant has no chain; kPermissionDenied if the role may not read
+// what the audit needs. Differences are findings, never errors.
+Result<Report> Reconcile(db::Conn& conn, const std::string& lake_root, const Stores& stores, const Options& o);
+
+}  // namespace oml::reconcile

@@ -1,0 +1,331 @@
+"""`oml reconcile`: the key-less audit of the lake and the buckets against the journal (issue 20).
+
+Each test damages the lake or a bucket the way it really goes wrong (a Parquet file deleted or
+rewritten, a duplicate commit appended with the `deltalake` package, a table's newest commit lost,
+a row updated or deleted behind the writer's back, a held file copied into the bodies bucket, a
+flipped byte, an orphan) and asserts the exact finding: class, table, tenant, seq or key, column.
+The run connects as oml_reconciler, with the key directory emptied: it never loads a key, and
+OML_FAULT=crypto.key_material:kill would kill it if it tried.
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from contextlib import contextmanager
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from conftest import OML_BIN
+from test_attachments import bucket, upload
+from test_lake_refill import drop_newest_commit
+from test_lake_tables import BRONZE, GOLD, SILVER, demote, erase, log_actions, poison, verdict
+from test_lakewriter import lakewriter
+
+KEYLESS = {"OML_FAULT": "crypto.key_material:kill"}
+
+
+@contextmanager
+def no_keys(d):
+    """The deployment's key directory replaced by an empty one for the duration."""
+    keys = d.home / "keys"
+    away = d.home / "keys.away"
+    keys.rename(away)
+    keys.mkdir(mode=0o700)
+    try:
+        yield
+    finally:
+        shutil.rmtree(keys)
+        away.rename(keys)
+
+
+def reconcile(d, *args, code=None):
+    """`oml reconcile --json` with no key anywhere; returns (exit code, report)."""
+    with no_keys(d):
+        r = d.run("reconcile", "--json", "--object-grace", "0", *args, env=KEYLESS, check=False)
+    assert r.returncode in (0, 3), (r.returncode, r.stderr)
+    rep = json.loads(r.stdout)
+    assert rep["summary"]["key_material_uses"] == 0
+    assert rep["summary"]["findings"] == len(rep["findings"])
+    assert r.returncode == (3 if rep["findings"] else 0), r.stderr
+    if code is not None:
+        assert r.returncode == code, rep["findings"]
+    return r.returncode, rep
+
+
+def brief(rep):
+    """The findings as (class, table, tenant, seq, key, column) tuples."""
+    return sorted((f["class"], f["table"], f["tenant"], f["seq"], f["key"], f["column"]) for f in rep["findings"])
+
+
+def populated(d):
+    """Claims in every state the buckets and silver distinguish, drained into the lake:
+    held (an attachment), promoted (a large body kept as an object and an attachment), demoted,
+    rejected, erased (an attachment). Returns the artifact ids by name."""
+    big = "x" * 100_000  # above inline_body_max_bytes (64 KiB): an object
+    ids = {}
+    ids["held"] = d.submit(d.writer, body="held one", attachments=[upload(d, d.writer, os.urandom(5000))]).json()["artifact_id"]
+    ids["promoted"] = d.submit(d.writer, body=big, attachments=[upload(d, d.writer, os.urandom(6000))]).json()["artifact_id"]
+    ids["demoted"] = d.submit(d.writer, body="to demote").json()["artifact_id"]
+    ids["rejected"] = d.submit(d.writer, body="to reject").json()["artifact_id"]
+    ids["erased"] = d.submit(d.writer, body="to erase", attachments=[upload(d, d.writer, os.urandom(7000))]).json()["artifact_id"]
+    for name in ("promoted", "demoted", "erased"):
+        # A verdict needs every file served to the reviewer first.
+        claim = d.get(f"/v1/claims/{ids[name]}", d.reviewer)
+        assert claim.status_code == 200, claim.text
+        if name != "demoted":
+            assert d.get(f"/v1/claims/{ids[name]}/attachments/1", d.reviewer).status_code == 200
+        verdict(d, d.reviewer, ids[name], "accept")
+    r = d.post(f"/v1/claims/{ids['rejected']}/verdict", d.reviewer, json={"verdict": "reject"})
+    assert r.status_code == 200, r.text
+    demote(d, d.reviewer, ids["demoted"])
+    erase(d, d.admin, ids["erased"])
+    lakewriter(d)
+    return ids
+
+
+def head(d):
+    with d.su() as c:
+        return c.execute("SELECT seq FROM oml.chain_heads WHERE tenant_id = %s", (d.tenant_id,)).fetchone()[0]
+
+
+def data_files(d, table):
+    live = {}
+    for _, a in log_actions(d, table):
+        if "add" in a:
+            live[a["add"]["path"]] = a["add"]
+        if "remove" in a:
+            live.pop(a["remove"]["path"], None)
+    return live
+
+
+def test_a_clean_deployment_reconciles_to_nothing_and_touches_no_key(served):
+    d = served
+    populated(d)
+    code, rep = reconcile(d, code=0)
+    s = rep["summary"]
+    assert rep["findings"] == []
+    with d.su() as c:
+        events = c.execute("SELECT count(*) FROM oml.journal").fetchone()[0]
+    assert s["events"] == events
+    assert s["tenants"] == 2  # the provider and acme
+    assert s["rows"]["bronze/events"] == events  # all delivered
+    assert s["rows"]["silver/claims"] == 3  # promoted, demoted, erased
+    # Read and hashed: the held and the promoted attachment and the promoted body object; the
+    # erased claim's file is gone, inline bodies are hashed by PostgreSQL.
+    assert s["objects_read"] == 3
+    # The fault would have killed it on a key: prove the point fires on a path that loads one.
+    r = subprocess.run([OML_BIN, "key", "public"], env={**d.env, **KEYLESS}, capture_output=True, text=True)
+    assert r.returncode == -9, (r.returncode, r.stderr)
+    # And as text: one summary line, exit 0.
+    with no_keys(d):
+        t = d.run("reconcile", "--object-grace", "0", env=KEYLESS, check=False)
+    assert t.returncode == 0, t.stderr
+    assert t.stdout.startswith("reconcile: 0 finding(s); ")
+    assert "no key loaded" in t.stdout
+
+
+def test_bronze_damage_is_named_by_seq_and_column(served):
+    d = served
+    populated(d)
+    from deltalake import DeltaTable, write_deltalake
+    # 1. A duplicate commit through the deltalake package: two of the tenant's rows again.
+    t = DeltaTable(str(d.home / "lake" / BRONZE))
+    whole = t.to_pyarrow_table()
+    rows = [r for r in whole.to_pylist() if r["tenant_id"] == d.tenant_id]
+    rows.sort(key=lambda r: r["seq"])
+    dup = [rows[2], rows[3]]
+    write_deltalake(str(d.home / "lake" / BRONZE), pa.Table.from_pylist(dup, schema=whole.schema),
+                    mode="append")
+    # 2. A row of an event the journal never had (a forged seq beyond the head).
+    forged = dict(rows[4], seq=head(d) + 5)
+    write_deltalake(str(d.home / "lake" / BRONZE), pa.Table.from_pylist([forged], schema=whole.schema),
+                    mode="append")
+    code, rep = reconcile(d, "--no-objects", code=3)
+    assert brief(rep) == sorted([
+        ("duplicate-in-lake", BRONZE, d.tenant_id, dup[0]["seq"], None, None),
+        ("duplicate-in-lake", BRONZE, d.tenant_id, dup[1]["seq"], None, None),
+        ("extra-in-lake", BRONZE, d.tenant_id, head(d) + 5, None, None),
+    ])
+    dupf = [f for f in rep["findings"] if f["class"] == "duplicate-in-lake"][0]
+    assert (dupf["expected"], dupf["found"]) == ("1", "2")
+
+
+def test_a_parquet_file_rewritten_with_a_changed_column_is_a_row_mismatch(served):
+    d = served
+    populated(d)
+    files = data_files(d, BRONZE)
+    # The file holding the tenant's claim.submitted rows: rewrite one row's principal.
+    for path, add in files.items():
+        f = d.home / "lake" / BRONZE / path
+        tab = pq.read_table(f)
+        rows = tab.to_pylist()
+        hit = [i for i, r in enumerate(rows) if r["tenant_id"] == d.tenant_id and r["event_type"] == "claim.submitted"]
+        if hit:
+            break
+    else:
+        raise AssertionError("no file holds a claim.submitted row")
+    i = hit[0]
+    seq = rows[i]["seq"]
+    rows[i]["principal"] = "mallory"
+    pq.write_table(pa.Table.from_pylist(rows, schema=tab.schema), f)
+    # A writer bug, not a torn file: the log's size names the new bytes.
+    size = f.stat().st_size
+    for logf in sorted((d.home / "lake" / BRONZE / "_delta_log").glob("*.json")):
+        lines = logf.read_text().splitlines()
+        out = []
+        for line in lines:
+            a = json.loads(line) if line.strip() else None
+            if a and "add" in a and a["add"]["path"] == path:
+                a["add"]["size"] = size
+                a["add"].pop("stats", None)
+                line = json.dumps(a)
+            out.append(line)
+        logf.write_text("\n".join(out) + "\n")
+    code, rep = reconcile(d, "--no-objects", code=3)
+    assert brief(rep) == [("row-mismatch", BRONZE, d.tenant_id, seq, None, "principal")]
+    f = rep["findings"][0]
+    assert (f["expected"], f["found"]) == ("alice", "mallory")
+
+
+def test_a_deleted_parquet_file_makes_the_table_unreadable_by_name(served):
+    d = served
+    populated(d)
+    files = data_files(d, BRONZE)
+    victim = sorted(files)[0]
+    (d.home / "lake" / BRONZE / victim).unlink()
+    code, rep = reconcile(d, "--no-objects", code=3)
+    assert brief(rep) == [("table-unreadable", BRONZE, None, None, victim, None)]
+
+
+def test_a_lost_commit_is_uncovered_outbox(served):
+    d = served
+    populated(d)
+    d.submit(d.writer, body="one more")
+    lakewriter(d)
+    lost = drop_newest_commit(d, GOLD)
+    code, rep = reconcile(d, "--no-objects", code=3)
+    assert brief(rep) == [("uncovered-outbox", GOLD, None, None, GOLD, "txn_version")]
+    assert lost > 0
+
+
+def test_silver_and_gold_damage_behind_the_writer(served):
+    d = served
+    ids = populated(d)
+    from deltalake import DeltaTable, write_deltalake
+    silver = DeltaTable(str(d.home / "lake" / SILVER))
+    # A demoted claim put back to promoted; a promoted one deleted; a held one's metadata released.
+    silver.update(predicate=f"artifact_id = '{ids['demoted']}'", updates={"state": "'promoted'"})
+    silver = DeltaTable(str(d.home / "lake" / SILVER))
+    silver.delete(predicate=f"artifact_id = '{ids['promoted']}'")
+    silver = DeltaTable(str(d.home / "lake" / SILVER))
+    whole = silver.to_pyarrow_table()
+    some = whole.to_pylist()[0]
+    breach = dict(some, artifact_id=ids["held"], version=1, state="promoted")
+    write_deltalake(str(d.home / "lake" / SILVER), pa.Table.from_pylist([breach], schema=whole.schema),
+                    mode="append")
+    gold = DeltaTable(str(d.home / "lake" / GOLD))
+    g = [r for r in gold.to_pyarrow_table().to_pylist() if r["event_type"] == "claim.promoted"][0]
+    gold.update(predicate="event_type = 'claim.promoted'", updates={"events": "events + 1"})
+    code, rep = reconcile(d, "--no-objects", code=3)
+    with d.su() as c:
+        seqs = {name: c.execute("SELECT coalesce(demoted_seq, promoted_seq) FROM oml.artifacts WHERE artifact_id = %s",
+                                (ids[name],)).fetchone()[0] for name in ("demoted", "promoted")}
+    gold_key = f"{g['day']} {g['workarea_id'] or '-'} claim.promoted"
+    assert brief(rep) == sorted([
+        ("containment-breach", SILVER, d.tenant_id, None, f"{ids['held']} v1", None),
+        ("count-mismatch", GOLD, d.tenant_id, None, gold_key, "events"),
+        ("missing-in-lake", SILVER, d.tenant_id, seqs["promoted"], f"{ids['promoted']} v1", None),
+        ("state-mismatch", SILVER, d.tenant_id, seqs["demoted"], f"{ids['demoted']} v1", "state"),
+    ])
+    f = {x["class"]: x for x in rep["findings"]}
+    assert (f["state-mismatch"]["expected"], f["state-mismatch"]["found"]) == ("demoted", "promoted")
+    assert (f["count-mismatch"]["expected"], f["count-mismatch"]["found"]) == (str(g["events"]), str(g["events"] + 1))
+
+
+def test_objects_are_audited_against_the_signed_digests(served):
+    d = served
+    ids = populated(d)
+    with d.su() as c:
+        rows = c.execute("SELECT a.artifact_id::text, encode(a.ciphertext_sha256, 'hex'), a.attach_seq "
+                         "FROM oml.attachments a ORDER BY attach_seq").fetchall()
+        body = c.execute("SELECT object_key FROM oml.artifact_bodies WHERE artifact_id = %s",
+                         (ids["promoted"],)).fetchone()[0]
+    att = {a: (h, s) for a, h, s in rows}
+    q, b = bucket(d, "oml-quarantine"), bucket(d, "oml-bodies")
+    held_digest, held_seq = att[ids["held"]]
+    prom_digest, prom_seq = att[ids["promoted"]]
+    er_digest, er_seq = att[ids["erased"]]
+    # A flipped byte in the held file (same size).
+    p = q / held_digest
+    raw = bytearray(p.read_bytes())
+    raw[100] ^= 0x01
+    p.write_bytes(bytes(raw))
+    # The held file copied into the bodies bucket: a containment breach.
+    shutil.copy(p, b / held_digest)
+    # The promoted claim's body object deleted from bodies.
+    body_digest = body.split("/")[1]
+    (b / body_digest).unlink()
+    # The erased claim's file put back.
+    (b / er_digest).write_bytes(b"ciphertext whose key is gone")
+    # An orphan, and a part of an upload session that never existed.
+    orphan = hashlib.sha256(b"orphan").hexdigest()
+    (q / orphan).write_bytes(b"left by a failed submit")
+    ghost = str(uuid.uuid4())
+    (q / "uploads" / ghost).mkdir(parents=True)
+    (q / "uploads" / ghost / "00000001").write_bytes(b"part")
+    code, rep = reconcile(d, code=3)
+    with d.su() as c:
+        prom_submitted = c.execute("SELECT submitted_seq FROM oml.artifacts WHERE artifact_id = %s",
+                                   (ids["promoted"],)).fetchone()[0]
+    t = d.tenant_id
+    assert brief(rep) == sorted([
+        ("erased-object-present", "bodies", t, er_seq, f"{t}/{er_digest}", None),
+        ("misplaced-object", "bodies", t, held_seq, f"{t}/{held_digest}", "containment-breach"),
+        ("missing-object", "bodies", t, prom_submitted, f"{t}/{body_digest}", None),
+        ("object-digest-mismatch", "quarantine", t, held_seq, f"{t}/{held_digest}", "ciphertext_sha256"),
+        ("orphan-object", "quarantine", t, None, f"{t}/{orphan}", None),
+        ("stale-upload", "quarantine", t, None, f"{t}/uploads/{ghost}/00000001", None),
+    ])
+    mism = [f for f in rep["findings"] if f["class"] == "object-digest-mismatch"][0]
+    assert mism["expected"] == held_digest
+    assert mism["found"] == hashlib.sha256(bytes(raw)).hexdigest()
+    assert prom_digest  # the promoted attachment is intact: no finding names it
+
+
+def test_dead_letters_and_a_stale_frontier_are_reported(served):
+    d = served
+    populated(d)
+    bad = poison(d, d.tenant_id, "gold/unknown", {"x": 1})
+    lakewriter(d)
+    with d.su() as c:
+        dl = c.execute("SELECT id, journal_seq, skipped_seq FROM oml.dead_letter WHERE outbox_seq = %s",
+                       (bad,)).fetchone()
+    assert dl is not None
+    d.submit(d.writer, body="not yet in the lake")
+    code, rep = reconcile(d, "--no-objects", "--stale-after", "0", code=3)
+    assert brief(rep) == sorted([
+        ("dead-lettered", "gold/unknown", d.tenant_id, dl[1], f"dead letter {dl[0]}", None),
+        ("stale-frontier", "outbox", None, None, "default", "lag_seconds"),
+    ])
+    f = [x for x in rep["findings"] if x["class"] == "dead-lettered"][0]
+    assert f"materialize-skipped at seq {dl[2]}" in f["detail"]
+    # The undelivered claim is lag, not a missing row; with a generous bound it is not stale either.
+    code, rep = reconcile(d, "--no-objects", code=3)
+    assert [x["class"] for x in rep["findings"]] == ["dead-lettered"]
+
+
+def test_tenant_scope_and_access_errors(served):
+    d = served
+    populated(d)
+    code, rep = reconcile(d, "--tenant", d.tenant_id, code=0)
+    assert rep["summary"]["tenants"] == 1
+    with no_keys(d):
+        r = d.run("reconcile", "--tenant", str(uuid.uuid4()), env=KEYLESS, check=False)
+    assert r.returncode == 4, r.stderr
+    assert "tenant-not-found" in r.stderr
+    with no_keys(d):
+        r = d.run("reconcile", "--stream", "nope", env=KEYLESS, check=False)
+    assert r.returncode == 4, r.stderr
