@@ -55,6 +55,36 @@ def reconcile(d, *args, code=None):
     return r.returncode, rep
 
 
+def repair(d, code=0):
+    """`oml reconcile --repair --json` with the signing key but no KEK; returns the report."""
+    r = d.run("reconcile", "--json", "--object-grace", "0", "--repair",
+              env={"OML_KEK_FILE": str(d.home / "no-such-kek")}, check=False)
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout)
+
+
+def repair_events(d):
+    """The lake.repair events' payloads, in journal order (all chains)."""
+    with d.su() as c:
+        rows = c.execute("SELECT signed_bytes FROM oml.journal WHERE event_type = 'lake.repair' "
+                         "ORDER BY tenant_id, seq").fetchall()
+    return [json.loads(bytes(r[0]))["payload"] for r in rows]
+
+
+def assert_clean_after_refill(d):
+    """After the lake writer ran: nothing found, verify --from-lake passes, bronze exactly once."""
+    lakewriter(d)
+    reconcile(d, code=0)
+    v = d.run("verify", "--from-lake", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    with d.su() as c:
+        journal = sorted((str(t), s) for t, s in c.execute("SELECT tenant_id, seq FROM oml.journal").fetchall())
+    from deltalake import DeltaTable
+    bronze = sorted((r["tenant_id"], r["seq"]) for r in DeltaTable(str(d.home / "lake" / BRONZE)).to_pyarrow_table()
+                    .select(["tenant_id", "seq"]).to_pylist())
+    assert bronze == journal
+
+
 def brief(rep):
     """The findings as (class, table, tenant, seq, key, column) tuples."""
     return sorted((f["class"], f["table"], f["tenant"], f["seq"], f["key"], f["column"]) for f in rep["findings"])
@@ -147,10 +177,23 @@ def test_bronze_damage_is_named_by_seq_and_column(served):
     assert brief(rep) == sorted([
         ("duplicate-in-lake", BRONZE, d.tenant_id, dup[0]["seq"], None, None),
         ("duplicate-in-lake", BRONZE, d.tenant_id, dup[1]["seq"], None, None),
-        ("extra-in-lake", BRONZE, d.tenant_id, head(d) + 5, None, None),
+        ("extra-in-lake", BRONZE, d.tenant_id, forged["seq"], None, None),
     ])
     dupf = [f for f in rep["findings"] if f["class"] == "duplicate-in-lake"][0]
     assert (dupf["expected"], dupf["found"]) == ("1", "2")
+    # One rebuild of bronze for both groups, each group journalled first.
+    out = repair(d)
+    acts = [(a["class"], a["table"], a["action"], a["seqs"], a["ok"]) for a in out["repair"]["actions"]]
+    assert acts == [("duplicate-in-lake", BRONZE, "rebuild", [dup[0]["seq"], dup[1]["seq"]], True),
+                    ("extra-in-lake", BRONZE, "rebuild", [forged["seq"]], True)]
+    assert out["repair"]["left"] == []
+    assert [(e["class"], e["action"], e["seqs"]) for e in repair_events(d)] == [
+        ("duplicate-in-lake", "rebuild", [dup[0]["seq"], dup[1]["seq"]]), ("extra-in-lake", "rebuild", [forged["seq"]])]
+    # Right after (the writer has not refilled yet): nothing to repair, bronze is being refilled.
+    again = repair(d, code=3)
+    assert again["repair"]["actions"] == []
+    assert [f["class"] for f in again["repair"]["left"]] == ["uncovered-outbox"]
+    assert_clean_after_refill(d)
 
 
 def test_a_parquet_file_rewritten_with_a_changed_column_is_a_row_mismatch(served):
@@ -188,6 +231,9 @@ def test_a_parquet_file_rewritten_with_a_changed_column_is_a_row_mismatch(served
     assert brief(rep) == [("row-mismatch", BRONZE, d.tenant_id, seq, None, "principal")]
     f = rep["findings"][0]
     assert (f["expected"], f["found"]) == ("alice", "mallory")
+    out = repair(d)
+    assert [(a["class"], a["action"], a["seqs"]) for a in out["repair"]["actions"]] == [("row-mismatch", "rebuild", [seq])]
+    assert_clean_after_refill(d)
 
 
 def test_a_deleted_parquet_file_makes_the_table_unreadable_by_name(served):
@@ -198,6 +244,10 @@ def test_a_deleted_parquet_file_makes_the_table_unreadable_by_name(served):
     (d.home / "lake" / BRONZE / victim).unlink()
     code, rep = reconcile(d, "--no-objects", code=3)
     assert brief(rep) == [("table-unreadable", BRONZE, None, None, victim, None)]
+    out = repair(d)
+    assert [(a["tenant"], a["class"], a["action"], a["keys"]) for a in out["repair"]["actions"]] == [
+        (None, "table-unreadable", "rebuild", [victim])]
+    assert_clean_after_refill(d)
 
 
 def test_a_lost_commit_is_uncovered_outbox(served):
@@ -209,6 +259,10 @@ def test_a_lost_commit_is_uncovered_outbox(served):
     code, rep = reconcile(d, "--no-objects", code=3)
     assert brief(rep) == [("uncovered-outbox", GOLD, None, None, GOLD, "txn_version")]
     assert lost > 0
+    out = repair(d, code=3)  # nothing to do but let the lake writer refill it
+    assert out["repair"]["actions"] == []
+    assert repair_events(d) == []
+    assert_clean_after_refill(d)
 
 
 def test_silver_and_gold_damage_behind_the_writer(served):
@@ -243,6 +297,11 @@ def test_silver_and_gold_damage_behind_the_writer(served):
     f = {x["class"]: x for x in rep["findings"]}
     assert (f["state-mismatch"]["expected"], f["state-mismatch"]["found"]) == ("demoted", "promoted")
     assert (f["count-mismatch"]["expected"], f["count-mismatch"]["found"]) == (str(g["events"]), str(g["events"] + 1))
+    out = repair(d)
+    assert sorted((a["class"], a["table"], a["action"]) for a in out["repair"]["actions"]) == [
+        ("containment-breach", SILVER, "rebuild"), ("count-mismatch", GOLD, "rebuild"),
+        ("missing-in-lake", SILVER, "rebuild"), ("state-mismatch", SILVER, "rebuild")]
+    assert_clean_after_refill(d)
 
 
 def test_objects_are_audited_against_the_signed_digests(served):
@@ -265,8 +324,10 @@ def test_objects_are_audited_against_the_signed_digests(served):
     p.write_bytes(bytes(raw))
     # The held file copied into the bodies bucket: a containment breach.
     shutil.copy(p, b / held_digest)
-    # The promoted claim's body object deleted from bodies.
+    # The promoted claim's body object lost from bodies, while a copy its promotion failed to
+    # drop is still in quarantine.
     body_digest = body.split("/")[1]
+    shutil.copy(b / body_digest, q / body_digest)
     (b / body_digest).unlink()
     # The erased claim's file put back.
     (b / er_digest).write_bytes(b"ciphertext whose key is gone")
@@ -284,6 +345,7 @@ def test_objects_are_audited_against_the_signed_digests(served):
     assert brief(rep) == sorted([
         ("erased-object-present", "bodies", t, er_seq, f"{t}/{er_digest}", None),
         ("misplaced-object", "bodies", t, held_seq, f"{t}/{held_digest}", "containment-breach"),
+        ("misplaced-object", "quarantine", t, prom_submitted, f"{t}/{body_digest}", None),
         ("missing-object", "bodies", t, prom_submitted, f"{t}/{body_digest}", None),
         ("object-digest-mismatch", "quarantine", t, held_seq, f"{t}/{held_digest}", "ciphertext_sha256"),
         ("orphan-object", "quarantine", t, None, f"{t}/{orphan}", None),
@@ -293,6 +355,26 @@ def test_objects_are_audited_against_the_signed_digests(served):
     assert mism["expected"] == held_digest
     assert mism["found"] == hashlib.sha256(bytes(raw)).hexdigest()
     assert prom_digest  # the promoted attachment is intact: no finding names it
+    body_bytes = (q / body_digest).read_bytes()
+    # Repair: the body copied back from quarantine, then the leftover, the breach copy, the erased
+    # file, the orphan and the stale part deleted. The flipped byte has no good copy left anywhere.
+    out = repair(d, code=3)
+    acts = {(a["class"], a["table"], a["action"]): a for a in out["repair"]["actions"]}
+    assert sorted(acts) == sorted([
+        ("erased-object-present", "bodies", "delete"), ("misplaced-object", "bodies", "delete"),
+        ("misplaced-object", "quarantine", "delete"), ("missing-object", "bodies", "copy"),
+        ("object-digest-mismatch", "quarantine", "copy"), ("orphan-object", "quarantine", "delete"),
+        ("stale-upload", "quarantine", "delete")])
+    assert not acts[("object-digest-mismatch", "quarantine", "copy")]["ok"]
+    assert "no copy with the signed digest" in acts[("object-digest-mismatch", "quarantine", "copy")]["outcome"]
+    assert all(a["ok"] for k, a in acts.items() if k[0] != "object-digest-mismatch")
+    assert (b / body_digest).read_bytes() == body_bytes
+    assert hashlib.sha256(body_bytes).hexdigest() == body_digest
+    for gone in (q / body_digest, b / held_digest, b / er_digest, q / orphan, q / "uploads" / ghost / "00000001"):
+        assert not gone.exists(), gone
+    assert len(repair_events(d)) == 7
+    code, rep = reconcile(d, code=3)
+    assert brief(rep) == [("object-digest-mismatch", "quarantine", t, held_seq, f"{t}/{held_digest}", "ciphertext_sha256")]
 
 
 def test_dead_letters_and_a_stale_frontier_are_reported(served):

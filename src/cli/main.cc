@@ -48,6 +48,7 @@
 #include "lake/dead_letter.h"
 #include "lake/lakewriter.h"
 #include "reconcile/reconcile.h"
+#include "reconcile/repair.h"
 #include "lake/lake_status.h"
 #include "lake/rebuild.h"
 
@@ -726,14 +727,16 @@ Status LakeTail(const Config& c, int64_t n, const std::string& tenant_id) {
 
 // `oml reconcile` (reconcile/reconcile.h): the key-less audit, as oml_reconciler. Prints the
 // findings (text, or one JSON object with --json); exit 0 when clean, 3 with findings, 4 on a
-// usage or access error. Loads no key: the report's key_material_uses must be 0, else the run
-// fails (a code path reached key material it must never touch).
+// usage or access error. The audit loads no key: the report's key_material_uses must be 0, else
+// the run fails (a code path reached key material it must never touch). With --repair
+// (reconcile/repair.h), the signing key is loaded after the audit, for the lake.repair events.
 struct ReconcileArgs {
   reconcile::Options opts;
   bool json = false;
   int64_t stale_after_s = 300;
   int64_t object_grace_s = 3600;
   bool no_objects = false;
+  bool repair = false;
 };
 
 int RunReconcile(const Config& c, ReconcileArgs a) {
@@ -745,14 +748,14 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
   auto conn = db::Conn::Connect(*url);
   if (!conn.ok()) return Fail(conn.status());
   std::unique_ptr<blob::ObjectStore> quarantine, bodies;
+  auto open_buckets = [&]() -> Status {
+    OML_ASSIGN_OR_RETURN(quarantine, blob::OpenBucket(c, c.quarantine_bucket));
+    OML_ASSIGN_OR_RETURN(bodies, blob::OpenBucket(c, c.bodies_bucket));
+    return Status::Ok();
+  };
   reconcile::Stores stores;
   if (a.opts.objects) {
-    auto q = blob::OpenBucket(c, c.quarantine_bucket);
-    if (!q.ok()) return Fail(q.status());
-    auto b = blob::OpenBucket(c, c.bodies_bucket);
-    if (!b.ok()) return Fail(b.status());
-    quarantine = std::move(*q);
-    bodies = std::move(*b);
+    if (Status s = open_buckets(); !s.ok()) return Fail(s);
     stores = {quarantine.get(), bodies.get()};
   }
   auto report = reconcile::Reconcile(*conn, c.lake_root, stores, a.opts);
@@ -774,9 +777,58 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
                                     {"key", f.key}, {"column", f.column}});
   log::Info("reconcile done", {{"findings", report->findings.size()}, {"events", report->events},
                                {"seconds", report->seconds}});
-  if (a.json) std::cout << report->ToJson().dump() << "\n";
-  else std::cout << report->ToText();
-  return report->findings.empty() ? kExitOk : kExitVerifyFailed;
+  if (!a.repair || report->findings.empty()) {
+    if (a.json) std::cout << report->ToJson().dump() << "\n";
+    else std::cout << report->ToText();
+    return report->findings.empty() ? kExitOk : kExitVerifyFailed;
+  }
+  // --repair: only now is the signing key loaded (the lake.repair events), never a KEK.
+  auto rt = Runtime::Open(c, /*need_key=*/true);
+  if (!rt.ok()) return Fail(rt.status());
+  Runtime& R = **rt;
+  if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
+  if (Status s = R.RequireOwnKeyTrusted(); !s.ok()) return Fail(s);
+  std::vector<std::string> chains = {std::string(journal::kProviderTenant)};
+  for (const auto& f : report->findings)
+    if (!f.tenant.empty()) chains.push_back(f.tenant);
+  std::sort(chains.begin(), chains.end());
+  chains.erase(std::unique(chains.begin(), chains.end()), chains.end());
+  auto forks = R.CheckForks(chains, /*repair=*/false);
+  if (!forks.ok()) return Fail(forks.status());
+  for (const auto& f : forks->findings)
+    if (!f.invalid_head) return Fail(Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork"));
+  auto lw_url = LakewriterUrl(c);
+  if (!lw_url.ok()) return Fail(lw_url.status());
+  auto lw = db::Conn::Connect(*lw_url);
+  if (!lw.ok()) return Fail(lw.status());
+  if (!a.opts.objects) {
+    if (Status s = open_buckets(); !s.ok()) return Fail(s);
+  }
+  reconcile::RepairDeps deps;
+  deps.journal = R.journal.get();
+  deps.lakewriter = &*lw;
+  deps.reader = &*conn;
+  deps.quarantine = quarantine.get();
+  deps.bodies = bodies.get();
+  deps.lake_root = c.lake_root;
+  deps.stream = a.opts.stream;
+  auto repaired = reconcile::Repair(*report, deps);
+  if (!repaired.ok()) return Fail(repaired.status());
+  bool all_ok = repaired->left.empty();
+  for (const auto& act : repaired->actions) {
+    all_ok = all_ok && act.ok;
+    log::Info("reconcile repair", {{"action", act.action}, {"class", act.cls}, {"table", act.table},
+                                   {"tenant", act.tenant}, {"event_seq", act.event_seq}, {"ok", act.ok},
+                                   {"outcome", act.outcome}});
+  }
+  if (a.json) {
+    json out = report->ToJson();
+    out["repair"] = repaired->ToJson();
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << report->ToText() << repaired->ToText();
+  }
+  return all_ok ? kExitOk : kExitVerifyFailed;
 }
 
 class ProgressBar {
@@ -1006,6 +1058,10 @@ int Main(int argc, char** argv) {
                             "(default 3600: writes in progress are not findings)")
       ->check(CLI::NonNegativeNumber);
   reconcile_cmd->add_flag("--no-objects", rc_args.no_objects, "compare the lake only, not the buckets");
+  reconcile_cmd->add_flag("--repair", rc_args.repair,
+                          "then repair what was found, each group journalled as a signed lake.repair event first "
+                          "(loads the signing key, never a KEK); exit 0 when everything found was repaired or is "
+                          "being refilled");
 
   // `oml claim submit` (cli/claim_submit.h): an HTTP client of a running server.
   ClaimSubmitOptions claim_opts;

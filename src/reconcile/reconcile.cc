@@ -296,6 +296,20 @@ Result<std::string> HashObject(blob::ObjectStore& store, const std::string& key,
   return crypto::Hex(std::string_view(reinterpret_cast<const char*>(md), 32));
 }
 
+}  // namespace
+
+Result<std::optional<std::string>> ObjectSha256(blob::ObjectStore& store, const std::string& key) {
+  OML_ASSIGN_OR_RETURN(std::optional<uint64_t> size, store.Size(key));
+  if (!size) return std::optional<std::string>();
+  int64_t read = 0;
+  auto h = HashObject(store, key, *size, &read);
+  if (!h.ok() && h.status().code() == Code::kNotFound) return std::optional<std::string>();
+  if (!h.ok()) return h.status();
+  return std::optional<std::string>(std::move(*h));
+}
+
+namespace {
+
 // ---- the audit ---------------------------------------------------------------------------------
 
 class Auditor {

@@ -53,6 +53,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,9 @@ struct Report {
 // transaction. kNotFound "unknown-stream" for a stream without a frontier; kNotFound
 // "tenant-not-found" if only_tenant has no chain; kPermissionDenied if the role may not read
 // what the audit needs. Differences are findings, never errors.
+// The lowercase hex SHA-256 of object `key`, read in 8 MiB ranges; nullopt if it does not exist.
+Result<std::optional<std::string>> ObjectSha256(blob::ObjectStore& store, const std::string& key);
+
 Result<Report> Reconcile(db::Conn& conn, const std::string& lake_root, const Stores& stores, const Options& o);
 
 }  // namespace oml::reconcile
