@@ -101,17 +101,19 @@ def populated(d):
     ids["demoted"] = d.submit(d.writer, body="to demote").json()["artifact_id"]
     ids["rejected"] = d.submit(d.writer, body="to reject").json()["artifact_id"]
     ids["erased"] = d.submit(d.writer, body="to erase", attachments=[upload(d, d.writer, os.urandom(7000))]).json()["artifact_id"]
-    for name in ("promoted", "demoted", "erased"):
+    ids["erased_big"] = d.submit(d.writer, body="y" * 100_000).json()["artifact_id"]  # a body object, erased
+    for name in ("promoted", "demoted", "erased", "erased_big"):
         # A verdict needs every file served to the reviewer first.
         claim = d.get(f"/v1/claims/{ids[name]}", d.reviewer)
         assert claim.status_code == 200, claim.text
-        if name != "demoted":
+        if name in ("promoted", "erased"):
             assert d.get(f"/v1/claims/{ids[name]}/attachments/1", d.reviewer).status_code == 200
         verdict(d, d.reviewer, ids[name], "accept")
     r = d.post(f"/v1/claims/{ids['rejected']}/verdict", d.reviewer, json={"verdict": "reject"})
     assert r.status_code == 200, r.text
     demote(d, d.reviewer, ids["demoted"])
     erase(d, d.admin, ids["erased"])
+    erase(d, d.admin, ids["erased_big"])
     lakewriter(d)
     return ids
 
@@ -133,7 +135,7 @@ def data_files(d, table):
 
 def test_a_clean_deployment_reconciles_to_nothing_and_touches_no_key(served):
     d = served
-    populated(d)
+    ids = populated(d)
     code, rep = reconcile(d, code=0)
     s = rep["summary"]
     assert rep["findings"] == []
@@ -142,10 +144,33 @@ def test_a_clean_deployment_reconciles_to_nothing_and_touches_no_key(served):
     assert s["events"] == events
     assert s["tenants"] == 2  # the provider and acme
     assert s["rows"]["bronze/events"] == events  # all delivered
-    assert s["rows"]["silver/claims"] == 3  # promoted, demoted, erased
+    assert s["rows"]["silver/claims"] == 4  # promoted, demoted, erased, erased_big
+    # The erased body object's row says so (the MERGE updates body_location since issue 20).
+    from deltalake import DeltaTable
+    big = [r for r in DeltaTable(str(d.home / "lake" / SILVER)).to_pyarrow_table().to_pylist()
+           if r["artifact_id"] == ids["erased_big"]]
+    assert [r["body_location"].split(":")[0] for r in big] == ["none"]
+    assert [r["state"] for r in big] == ["erased"]
     # Read and hashed: the held and the promoted attachment and the promoted body object; the
     # erased claim's file is gone, inline bodies are hashed by PostgreSQL.
     assert s["objects_read"] == 3
+    # Recorded for `oml doctor`, and as Prometheus text for a textfile collector.
+    with d.su() as c:
+        runs = c.execute("SELECT findings, classes, events, objects, repaired, checkpoint FROM oml.reconcile_runs "
+                         "ORDER BY id").fetchall()
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in runs] == [(0, {}, events, True, 0)]
+    assert runs[0][5]["heads"][d.tenant_id] == head(d)
+    assert set(runs[0][5]["txn"]) == {BRONZE, SILVER, GOLD}
+    doc = d.run("doctor", check=False)
+    assert "reconcile: last run " in doc.stdout and " 0 finding(s)" in doc.stdout, doc.stdout
+    prom = d.home / "reconcile.prom"
+    with no_keys(d):
+        d.run("reconcile", "--no-objects", "--metrics-file", str(prom), env=KEYLESS)
+    text = prom.read_text()
+    assert 'oml_reconcile_findings{class="missing-in-lake"} 0\n' in text
+    assert 'oml_reconcile_findings{class="dead-lettered"} 0\n' in text
+    assert f"oml_reconcile_events_audited {events}\n" in text
+    assert "oml_reconcile_last_run_timestamp_seconds " in text
     # The fault would have killed it on a key: prove the point fires on a path that loads one.
     r = subprocess.run([OML_BIN, "key", "public"], env={**d.env, **KEYLESS}, capture_output=True, text=True)
     assert r.returncode == -9, (r.returncode, r.stderr)
@@ -397,6 +422,14 @@ def test_dead_letters_and_a_stale_frontier_are_reported(served):
     # The undelivered claim is lag, not a missing row; with a generous bound it is not stale either.
     code, rep = reconcile(d, "--no-objects", code=3)
     assert [x["class"] for x in rep["findings"]] == ["dead-lettered"]
+    doc = d.run("doctor", check=False)
+    assert doc.returncode == 3, doc.stdout
+    assert 'RECONCILE: last run ' in doc.stdout and '1 finding(s) {"dead-lettered": 1}' in doc.stdout, doc.stdout
+    prom = d.home / "reconcile.prom"
+    with no_keys(d):
+        r = d.run("reconcile", "--no-objects", "--metrics-file", str(prom), env=KEYLESS, check=False)
+    assert r.returncode == 3
+    assert 'oml_reconcile_findings{class="dead-lettered"} 1\n' in prom.read_text()
 
 
 def test_tenant_scope_and_access_errors(served):

@@ -737,7 +737,29 @@ struct ReconcileArgs {
   int64_t object_grace_s = 3600;
   bool no_objects = false;
   bool repair = false;
+  std::string metrics_file;
 };
+
+// Records the run (oml.reconcile_runs, for `oml doctor`) and writes the Prometheus textfile;
+// a failure of either is logged, never hides the findings.
+void RecordReconcile(db::Conn& conn, const reconcile::Report& r, const ReconcileArgs& a, int64_t repaired) {
+  if (Status s = reconcile::RecordRun(conn, r, a.opts, repaired); !s.ok())
+    log::Warn("reconcile: the run was not recorded in oml.reconcile_runs", {{"error", s.ToString()}});
+  if (a.metrics_file.empty()) return;
+  // Atomically, as the textfile collector needs: a reader sees the old file or the new one.
+  const std::string tmp = a.metrics_file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << r.PrometheusText();
+    if (!out) {
+      log::Warn("reconcile: cannot write the metrics file", {{"file", tmp}});
+      return;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, a.metrics_file, ec);
+  if (ec) log::Warn("reconcile: cannot write the metrics file", {{"file", a.metrics_file}, {"error", ec.message()}});
+}
 
 int RunReconcile(const Config& c, ReconcileArgs a) {
   a.opts.stale_after = std::chrono::seconds(a.stale_after_s);
@@ -762,7 +784,7 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
   if (!report.ok()) {
     const Status& s = report.status();
     // An access error (a role without the grants, a wrong stream or tenant) is exit 4, like verify.
-    if (s.code() == Code::kPermissionDenied || s.code() == Code::kNotFound) {
+    if (s.code() == Code::kPermissionDenied || s.type() == "tenant-not-found" || s.type() == "unknown-stream") {
       std::cerr << "oml: " << s.ToString() << "\n";
       return kExitPrecondition;
     }
@@ -778,6 +800,7 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
   log::Info("reconcile done", {{"findings", report->findings.size()}, {"events", report->events},
                                {"seconds", report->seconds}});
   if (!a.repair || report->findings.empty()) {
+    RecordReconcile(*conn, *report, a, 0);
     if (a.json) std::cout << report->ToJson().dump() << "\n";
     else std::cout << report->ToText();
     return report->findings.empty() ? kExitOk : kExitVerifyFailed;
@@ -814,6 +837,7 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
   deps.stream = a.opts.stream;
   auto repaired = reconcile::Repair(*report, deps);
   if (!repaired.ok()) return Fail(repaired.status());
+  RecordReconcile(*conn, *report, a, static_cast<int64_t>(repaired->actions.size()));
   bool all_ok = repaired->left.empty();
   for (const auto& act : repaired->actions) {
     all_ok = all_ok && act.ok;
@@ -1058,6 +1082,9 @@ int Main(int argc, char** argv) {
                             "(default 3600: writes in progress are not findings)")
       ->check(CLI::NonNegativeNumber);
   reconcile_cmd->add_flag("--no-objects", rc_args.no_objects, "compare the lake only, not the buckets");
+  reconcile_cmd->add_option("--metrics-file", rc_args.metrics_file,
+                            "also write the run's metrics here, in Prometheus text (for node_exporter's textfile "
+                            "collector): oml_reconcile_findings{class}, oml_reconcile_last_run_timestamp_seconds, ...");
   reconcile_cmd->add_flag("--repair", rc_args.repair,
                           "then repair what was found, each group journalled as a signed lake.repair event first "
                           "(loads the signing key, never a KEK); exit 0 when everything found was repaired or is "
@@ -1516,6 +1543,27 @@ int Main(int argc, char** argv) {
                       << "\n";
           }
         }
+      }
+    }
+    {
+      // The newest whole-deployment `oml reconcile` (sql/0024): when, and what it found.
+      auto h = R.pool->Acquire();
+      auto r = h.ok() ? (*h)->Query("SELECT to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+                                    "extract(epoch FROM now() - finished_at)::bigint, findings, classes::text, repaired "
+                                    "FROM oml.reconcile_runs WHERE tenant_id IS NULL ORDER BY id DESC LIMIT 1")
+                      : Result<db::Rows>(h.status());
+      if (r.ok() && r->size() == 0) {
+        std::cout << "reconcile: never run (run `oml reconcile` daily: it audits the lake and the buckets against "
+                     "the journal)\n";
+      } else if (r.ok()) {
+        const int64_t n = r->GetInt(0, 2);
+        if (n > 0) ++problems;
+        std::cout << (n > 0 ? "RECONCILE" : "reconcile") << ": last run " << r->Get(0, 0) << " (" << r->GetInt(0, 1)
+                  << " s ago): " << n << " finding(s)" << (n > 0 ? " " + r->Get(0, 3) : std::string())
+                  << (r->GetInt(0, 4) > 0 ? ", " + std::to_string(r->GetInt(0, 4)) + " repair group(s) journalled"
+                                          : std::string())
+                  << (n > 0 ? ".\n  Run `oml reconcile` to see them and `oml reconcile --repair` to repair them.\n"
+                            : "\n");
       }
     }
     auto store = blob::OpenObjectStore(cfg.object_store_url);

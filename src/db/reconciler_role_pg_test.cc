@@ -103,6 +103,9 @@ TEST_F(ReconcilerRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
   for (const auto& t : kReadable) want.insert(t + ":SELECT");
   want.insert("schema_migrations:SELECT");
   want.insert("upload_sessions_audit:SELECT");
+  // Its one write (sql/0024): a row per run.
+  want.insert("reconcile_runs:SELECT");
+  want.insert("reconcile_runs:INSERT");
   EXPECT_EQ(Column("SELECT c.relname || ':' || p FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                    "CROSS JOIN unnest(ARRAY['SELECT','INSERT','UPDATE','DELETE','TRUNCATE','REFERENCES','TRIGGER']) p "
                    "WHERE n.nspname = 'oml' AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
@@ -170,7 +173,7 @@ TEST_F(ReconcilerRoleTest, CannotReadKeysSearchTextCredentialsOrUploadSessions) 
   }
 }
 
-// (b) It writes nothing.
+// (b) It writes nothing but its run record (oml.reconcile_runs, INSERT only).
 TEST_F(ReconcilerRoleTest, CannotWriteJournalOutboxFrontierOrClaims) {
   ExpectDenied(rc_->Query("INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, "
                           "signed_bytes, signature) VALUES ($1, 999, '\\x00', '\\x00', 'x', 'k', '', '')",
@@ -179,6 +182,8 @@ TEST_F(ReconcilerRoleTest, CannotWriteJournalOutboxFrontierOrClaims) {
   ExpectDenied(rc_->Query("UPDATE oml.journal SET event_type = 'x' WHERE tenant_id = $1", {Text(tenant_a_)}),
                "UPDATE journal");
   ExpectDenied(rc_->Query("DELETE FROM oml.journal WHERE tenant_id = $1", {Text(tenant_a_)}), "DELETE journal");
+  ExpectDenied(rc_->Query("UPDATE oml.reconcile_runs SET findings = 0"), "UPDATE reconcile_runs");
+  ExpectDenied(rc_->Query("DELETE FROM oml.reconcile_runs"), "DELETE reconcile_runs");
   ExpectDenied(rc_->Query("INSERT INTO oml.outbox (seq, tenant_id, xid, target_table, journal_seq, row_data) "
                           "VALUES (999999, $1, pg_current_xact_id(), 'bronze/events', 1, '{}')",
                           {Text(tenant_a_)}),

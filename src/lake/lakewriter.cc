@@ -223,7 +223,8 @@ const std::vector<TargetTable>& TargetTables() {
   static const auto* t = new std::vector<TargetTable>{
       {kBronze, {"signed_bytes", "signature"}, TableWrite::kAppend, {}, false},
       // Promotion inserts; demotion, erasure and a simulation's end (later rows of the same key)
-      // set the state, a reassignment the workarea (admission/lifecycle.h). The identity and
+      // set the state (an erasure also body_location: none:<key>), a reassignment the workarea
+      // (admission/lifecycle.h). The identity and
       // provenance columns (path at write included) are the promotion's and never change.
       {"silver/claims",
        {},
@@ -231,8 +232,8 @@ const std::vector<TargetTable>& TargetTables() {
        // Applied only when newer by chain seq (issue 18): a requeued or replayed row of an earlier
        // event never puts an older state back.
        MergeSpec{{"tenant_id", "artifact_id", "version"},
-                 std::vector<std::string>{"workarea_id", "promoted_at", "state", "state_changed_at", "last_event_seq",
-                                          "outbox_seq"},
+                 std::vector<std::string>{"workarea_id", "promoted_at", "state", "state_changed_at", "body_location",
+                                          "last_event_seq", "outbox_seq"},
                  {},
                  "last_event_seq"},
        false},

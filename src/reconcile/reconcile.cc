@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -34,12 +35,12 @@ constexpr char kGold[] = "gold/daily_activity";
 constexpr const char* kDerivedColumns[] = {"event_type", "key_id",      "principal",     "artifact_id",
                                            "version",    "workarea_id", "path",          "provenance",
                                            "simulation_id", "plaintext_sha256", "ciphertext_sha256"};
-// The silver/claims columns the journal determines, compared one by one (docs/data/delta-tables.md;
-// body_location and outbox_seq depend on where the writer put things, not on an event).
+// The silver/claims columns compared one by one (docs/data/delta-tables.md): all but the key and
+// outbox_seq (where the writer put the row); body_location from artifact_bodies and the state.
 constexpr const char* kSilverColumns[] = {"workarea_id",      "path",          "writer_key_id",    "principal",
                                           "provenance",       "simulation_id", "plaintext_sha256", "ciphertext_sha256",
                                           "media_type",       "size_bytes",    "state",            "last_event_seq",
-                                          "submitted_at",     "promoted_at",   "state_changed_at"};
+                                          "submitted_at",     "promoted_at",   "state_changed_at", "body_location"};
 constexpr const char* kTimeColumns[] = {"submitted_at", "promoted_at", "state_changed_at"};
 
 std::string Show(const json& v) {
@@ -62,14 +63,24 @@ bool SameValue(const std::string& column, const json& want, const json& got) {
   return want == got;
 }
 
-bool IsHex64(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+// UTC day "YYYY-MM-DD" of an envelope time (as the lake writer derives gold's day); "" if the
+// time does not parse.
+std::string DayOf(const std::string& time) {
+  const std::optional<int64_t> us = lake::UtcMicros(json(time));
+  if (!us) return "";
+  using namespace std::chrono;
+  const sys_days day = floor<days>(sys_time<microseconds>(microseconds(*us)));
+  const year_month_day ymd(day);
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04d-%02u-%02u", static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                static_cast<unsigned>(ymd.day()));
+  return buf;
 }
 
-// UTC day "YYYY-MM-DD" of an envelope time.
-std::string DayOf(const std::string& time) { return time.size() >= 10 ? time.substr(0, 10) : time; }
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // ---- the lake, read first ------------------------------------------------------------------------
 
@@ -141,15 +152,21 @@ using RowKey = std::tuple<std::string, int64_t, std::string, int64_t>;
 
 class Delivery {
  public:
-  // txn: each table's txn (-1: none). Rows of the outbox above `floor` are loaded by Load.
+  // txn: each table's txn (-1: none), as read.
   explicit Delivery(std::map<std::string, int64_t> txn) : txn_(std::move(txn)) {}
 
-  Status Load(db::Conn& c, const std::string& stream, int64_t floor, const std::string& only_tenant) {
+  // Loads the dead letters and the outbox rows above what each target's tables hold (the lag:
+  // normally small), a page at a time. Payload members are read only from silver rows, and
+  // only when they have the right JSON type (a dead letter's row may be malformed).
+  Status Load(db::Conn& c, const std::string& stream, const std::string& outbox_table, const std::string& only_tenant) {
     OML_ASSIGN_OR_RETURN(
         db::Rows dl,
         c.Query("SELECT id, outbox_seq, tenant_id::text, target_table, journal_seq, coalesce(skipped_seq, 0), error, "
                 "requeued_at IS NOT NULL, coalesce(requeued_outbox_seq, 0), applied_tables::text[], "
-                "coalesce(payload_ref->>'artifact_id', ''), coalesce((payload_ref->>'version')::bigint, 0) "
+                "CASE WHEN target_table = 'silver/claims' AND jsonb_typeof(payload_ref->'artifact_id') = 'string' "
+                "THEN payload_ref->>'artifact_id' ELSE '' END, "
+                "CASE WHEN target_table = 'silver/claims' AND jsonb_typeof(payload_ref->'version') = 'number' "
+                "THEN (payload_ref->>'version')::numeric::bigint ELSE 0 END "
                 "FROM oml.dead_letter WHERE stream = $1 ORDER BY id",
                 {db::Text(stream)}));
     for (int i = 0; i < dl.size(); ++i) {
@@ -164,48 +181,62 @@ class Delivery {
       d.requeued = dl.Get(i, 7) == "t";
       d.requeued_outbox_seq = dl.GetInt(i, 8);
       d.applied = ParseTextArray(dl.Get(i, 9));
-      if (d.target == kSilver) {
-        d.artifact_id = dl.Get(i, 10);
-        d.version = dl.GetInt(i, 11);
-      }
+      d.artifact_id = dl.Get(i, 10);
+      d.version = dl.GetInt(i, 11);
       if (!only_tenant.empty() && d.tenant != only_tenant) continue;
-      requeue_rows_.insert(d.requeued_outbox_seq);
-      // The newest dead letter of a row decides (a requeued row can be dead-lettered again).
-      dead_[{d.target, RowKey{d.tenant, d.journal_seq, d.artifact_id, d.version}}] = d;
+      if (d.requeued_outbox_seq > 0) requeue_rows_.insert(d.requeued_outbox_seq);
+      // A row's dead letters in order: a requeued row can be dead-lettered again.
+      dead_[{d.target, RowKey{d.tenant, d.journal_seq, d.artifact_id, d.version}}].push_back(d);
       letters_.push_back(std::move(d));
     }
-    OML_ASSIGN_OR_RETURN(
-        db::Rows lag,
-        c.Query("SELECT seq, tenant_id::text, target_table, journal_seq, coalesce(row_data->>'artifact_id', ''), "
-                "coalesce((row_data->>'version')::bigint, 0) FROM oml.outbox WHERE seq > $1 ORDER BY seq",
-                {db::Int(floor)}));
-    for (int i = 0; i < lag.size(); ++i) {
-      const int64_t seq = lag.GetInt(i, 0);
-      if (requeue_rows_.count(seq)) continue;
-      const std::string target = lag.Get(i, 2);
-      const bool silver = target == kSilver;
-      lag_[{target, RowKey{lag.Get(i, 1), lag.GetInt(i, 3), silver ? lag.Get(i, 4) : "", silver ? lag.GetInt(i, 5) : 0}}] =
-          seq;
+    // Silver rows above silver's txn; bronze rows above the lower of bronze's and gold's.
+    const int64_t silver_floor = std::max<int64_t>(TxnOf(kSilver), 0);
+    const int64_t bronze_floor = std::max<int64_t>(std::min(TxnOf(kBronze), TxnOf(kGold)), 0);
+    for (int64_t after = std::min(silver_floor, bronze_floor);;) {
+      OML_ASSIGN_OR_RETURN(
+          db::Rows lag,
+          c.Query("SELECT seq, tenant_id::text, target_table, journal_seq, "
+                  "CASE WHEN target_table = 'silver/claims' AND json_typeof(row_data->'artifact_id') = 'string' "
+                  "THEN row_data->>'artifact_id' ELSE '' END, "
+                  "CASE WHEN target_table = 'silver/claims' AND json_typeof(row_data->'version') = 'number' "
+                  "THEN (row_data->>'version')::numeric::bigint ELSE 0 END FROM " +
+                      outbox_table +
+                      " WHERE seq > $1 AND ((target_table = 'silver/claims' AND seq > $2) OR "
+                      "(target_table <> 'silver/claims' AND seq > $3)) ORDER BY seq LIMIT 10000",
+                  {db::Int(after), db::Int(silver_floor), db::Int(bronze_floor)}));
+      if (lag.size() == 0) break;
+      for (int i = 0; i < lag.size(); ++i) {
+        const int64_t seq = lag.GetInt(i, 0);
+        if (requeue_rows_.count(seq)) continue;
+        const std::string tenant = lag.Get(i, 1);
+        if (!only_tenant.empty() && tenant != only_tenant) continue;
+        lag_[{lag.Get(i, 2), RowKey{tenant, lag.GetInt(i, 3), lag.Get(i, 4), lag.GetInt(i, 5)}}] = seq;
+      }
+      after = lag.GetInt(lag.size() - 1, 0);
     }
     return Status::Ok();
   }
 
-  // Whether the outbox row `k` of `target` has reached `table`.
+  // Whether the outbox row `k` of `target` has reached `table`. A dead-lettered row reached the
+  // tables it was applied to (at the outbox seq of that dead letter's row: the table's txn must
+  // have passed it), or, once requeued, the tables whose txn passed the requeued row.
   bool Delivered(const std::string& target, const RowKey& k, const std::string& table) const {
     const int64_t txn = TxnOf(table);
     auto d = dead_.find({target, k});
     if (d != dead_.end()) {
-      if (d->second.applied.count(table)) return true;
-      return d->second.requeued && d->second.requeued_outbox_seq <= txn;
+      for (const DeadLetter& x : d->second)
+        if (x.applied.count(table) && x.outbox_seq <= txn) return true;
+      const DeadLetter& newest = d->second.back();
+      return newest.requeued && newest.requeued_outbox_seq <= txn;
     }
     auto l = lag_.find({target, k});
-    if (l == lag_.end()) return true;  // at or below every txn read (or pruned below the frontier)
+    if (l == lag_.end()) return true;  // at or below the floor (or pruned below the frontier)
     return l->second <= txn;
   }
   // A dead letter not requeued holds `k` back from `table`: reported as dead-lettered.
   bool HeldByDeadLetter(const std::string& target, const RowKey& k, const std::string& table) const {
     auto d = dead_.find({target, k});
-    return d != dead_.end() && !d->second.requeued && !d->second.applied.count(table);
+    return d != dead_.end() && !d->second.back().requeued && !Delivered(target, k, table);
   }
   const std::vector<DeadLetter>& letters() const { return letters_; }
   int64_t TxnOf(const std::string& table) const {
@@ -232,7 +263,7 @@ class Delivery {
   }
 
   std::map<std::string, int64_t> txn_;
-  std::map<std::pair<std::string, RowKey>, DeadLetter> dead_;
+  std::map<std::pair<std::string, RowKey>, std::vector<DeadLetter>> dead_;
   std::map<std::pair<std::string, RowKey>, int64_t> lag_;
   std::set<int64_t> requeue_rows_;
   std::vector<DeadLetter> letters_;
@@ -277,6 +308,7 @@ struct NamedObject {
   std::string ciphertext_sha256;          // hex, from the signed event
   std::optional<uint64_t> size;           // attachments: the journalled ciphertext_size
   std::string place;                      // quarantine | bodies | none (erased)
+  int64_t place_since_us = 0;             // signed time of the event that set `place` (0: submission)
 };
 
 Result<std::string> HashObject(blob::ObjectStore& store, const std::string& key, uint64_t size, int64_t* read) {
@@ -319,29 +351,35 @@ class Auditor {
 
   Result<Report> Run() {
     const auto t0 = std::chrono::steady_clock::now();
+    report_.started_unix_ms = NowMicros() / 1000;
     OML_ASSIGN_OR_RETURN(lake::OutboxStream stream, lake::ResolveStream(o_.stream));
     const std::string app_id = lake::AppIdFor(stream.name);
     // 1. The lake writer's position, outside any transaction (lake_status.h).
     OML_ASSIGN_OR_RETURN(lake::LakeStatus st, lake::ReadLakeStatus(c_, stream, lake_root_));
     WriterFindings(st);
-    // 2. The tables, each at one version with its txn: before the database snapshot.
+    // 2. The tables, each at one version with its txn: before the database snapshot. Each is
+    // parsed (and its text freed) before the next is read.
     std::map<std::string, int64_t> txns;
     for (const char* name : {kBronze, kSilver, kGold}) {
       OML_ASSIGN_OR_RETURN(TableRead t, ReadTable(lake_root_, name, app_id, &report_.findings));
       for (const auto& ts : st.tables)
         if (ts.name == name && ts.behind()) t.readable = false;  // being refilled: uncovered-outbox says so
       report_.txn[name] = t.txn;
+      report_.table_version[name] = t.version;
       txns[name] = t.txn;
       tables_[name] = std::move(t);
+      const std::string n = name;
+      OML_RETURN_IF_ERROR(n == kBronze ? ParseBronze() : n == kSilver ? ParseSilver() : ParseGold());
     }
-    OML_RETURN_IF_ERROR(ParseBronze());
-    OML_RETURN_IF_ERROR(ParseSilver());
-    OML_RETURN_IF_ERROR(ParseGold());
-    // 3. One snapshot of the database.
+    // 3. One snapshot of the database: the journal and what the buckets must hold.
     OML_RETURN_IF_ERROR(c_.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
     Status s = InSnapshot(stream, txns);
     (void)c_.Exec(s.ok() ? "COMMIT" : "ROLLBACK");
     OML_RETURN_IF_ERROR(s);
+    // 4. Outside it (no snapshot held through the bucket reads): the comparisons.
+    CompareSilver();
+    CompareGold();
+    if (o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr) OML_RETURN_IF_ERROR(Objects());
     std::sort(report_.findings.begin(), report_.findings.end(), [](const Finding& a, const Finding& b) {
       return std::tie(a.cls, a.table, a.tenant, a.seq, a.key, a.column) <
              std::tie(b.cls, b.table, b.tenant, b.seq, b.key, b.column);
@@ -389,12 +427,16 @@ class Auditor {
   Status ForEachRow(const char* name, int64_t* count, Ok ok, Row row) {
     TableRead& t = tables_[name];
     if (!t.readable) return Status::Ok();
-    std::istringstream in(t.rows_jsonl);
-    for (std::string line; std::getline(in, line);) {
+    const std::string_view text(t.rows_jsonl);
+    for (size_t at = 0; at < text.size();) {
+      size_t nl = text.find('\n', at);
+      if (nl == std::string_view::npos) nl = text.size();
+      const std::string_view line = text.substr(at, nl - at);
+      at = nl + 1;
       if (line.empty()) continue;
       json r = json::parse(line, nullptr, false);
       if (r.is_discarded() || !r.is_object() || !r["tenant_id"].is_string() || !ok(r))
-        return Internal(std::string(name) + " row is not what the adapter writes: " + line.substr(0, 200));
+        return Internal(std::string(name) + " row is not what the adapter writes: " + std::string(line.substr(0, 200)));
       ++*count;
       std::string tenant = r["tenant_id"].get<std::string>();
       if (InScope(tenant)) row(std::move(tenant), std::move(r));
@@ -447,12 +489,8 @@ class Auditor {
   }
 
   Status InSnapshot(const lake::OutboxStream& stream, const std::map<std::string, int64_t>& txns) {
-    int64_t floor = std::numeric_limits<int64_t>::max();
-    for (const auto& [name, t] : tables_)
-      if (t.readable) floor = std::min(floor, std::max<int64_t>(t.txn, 0));
-    if (floor == std::numeric_limits<int64_t>::max()) floor = 0;
     delivery_ = std::make_unique<Delivery>(txns);
-    OML_RETURN_IF_ERROR(delivery_->Load(c_, stream.name, floor, o_.only_tenant));
+    OML_RETURN_IF_ERROR(delivery_->Load(c_, stream.name, stream.table, o_.only_tenant));
     for (const DeadLetter& d : delivery_->letters()) {
       if (d.requeued) continue;
       Add({"dead-lettered", d.target, d.tenant, d.journal_seq,
@@ -477,16 +515,14 @@ class Auditor {
       for (auto& [seq, v] : rows)
         for (size_t k = 0; k < v.size(); ++k)
           Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "", "no chain of this tenant has the event"});
-    CompareSilver();
-    CompareGold();
-    if (o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr) OML_RETURN_IF_ERROR(Objects());
-    return Status::Ok();
+    return ReadPlaces();
   }
 
   // Replays one chain up to its head, comparing bronze row by row and collecting what silver,
   // gold and the buckets must hold.
   Status Chain(const std::string& tenant, int64_t head) {
     ++report_.tenants;
+    report_.heads[tenant] = head;
     journal::ChainFold fold(tenant == journal::kProviderTenant);
     std::map<int64_t, std::vector<LakeBronzeRow>> lake_rows;
     if (auto it = bronze_.find(tenant); it != bronze_.end()) {
@@ -579,11 +615,14 @@ class Auditor {
     for (const auto& [k, a] : fold.artifacts) {
       if (tenant == journal::kProviderTenant) break;
       const std::string place = a.erased_seq != 0 ? "none" : a.promoted_seq != 0 ? "bodies" : "quarantine";
-      artifacts_[{tenant, k.first, k.second}] = {a.ciphertext_sha256, place, a.submitted_seq};
+      const std::string& since = a.erased_seq != 0 ? a.state_at : a.promoted_seq != 0 ? a.promoted_at : a.submitted_at;
+      const int64_t since_us = lake::UtcMicros(json(since)).value_or(0);
+      artifacts_[{tenant, k.first, k.second}] = {a.ciphertext_sha256, place, a.submitted_seq, since_us};
       auto at = attachments.find(k);
       if (at == attachments.end()) continue;
       for (const auto& [ordinal, digest, size, seq] : at->second)
-        named_.push_back({tenant, k.first, "attachment " + std::to_string(ordinal), k.second, seq, digest, size, place});
+        named_.push_back(
+            {tenant, k.first, "attachment " + std::to_string(ordinal), k.second, seq, digest, size, place, since_us});
     }
     return Status::Ok();
   }
@@ -656,7 +695,14 @@ class Auditor {
       if (rows.size() > 1)
         Add({"duplicate-in-lake", kSilver, tenant, e->second.seq, k, "", "1", std::to_string(rows.size()),
              "the claim version has " + std::to_string(rows.size()) + " rows"});
-      const json& want = e->second.row;
+      json want = e->second.row;
+      // Where the ciphertext lives (silver_claim_row, sql/0015): an inline body in PostgreSQL; one
+      // kept as an object in bodies from its promotion, and nowhere once erased.
+      auto b = bodies_.find(key);
+      if (b == bodies_.end() || b->second.location == "postgres")
+        want["body_location"] = "postgres:oml.artifact_bodies";
+      else
+        want["body_location"] = (want["state"] == "erased" ? "none:" : "bodies:") + b->second.object_key;
       const json& got = rows.front();
       for (const char* col : kSilverColumns) {
         const json g = got.contains(col) ? got[col] : json(nullptr);
@@ -701,80 +747,114 @@ class Auditor {
 
   // ---- objects ----
 
+  // In the snapshot: where each body lives (sql/0015) and the upload sessions (their objects
+  // and parts may still be in use).
+  Status ReadPlaces() {
+    OML_ASSIGN_OR_RETURN(
+        db::Rows bodies,
+        c_.Query("SELECT tenant_id::text, artifact_id::text, version, location, coalesce(object_key, ''), "
+                 "CASE WHEN ciphertext IS NULL THEN '' ELSE encode(sha256(ciphertext), 'hex') END "
+                 "FROM oml.artifact_bodies WHERE $1 = '' OR tenant_id::text = $1",
+                 {db::Text(o_.only_tenant)}));
+    for (int i = 0; i < bodies.size(); ++i)
+      bodies_[{bodies.Get(i, 0), bodies.Get(i, 1), bodies.GetInt(i, 2)}] = {bodies.Get(i, 3), bodies.Get(i, 4),
+                                                                           bodies.Get(i, 5)};
+    if (!o_.objects) return Status::Ok();
+    OML_ASSIGN_OR_RETURN(
+        db::Rows sessions,
+        c_.Query("SELECT tenant_id::text, upload_id::text, state, coalesce(object_key, ''), "
+                 "greatest(updated_at, expires_at) > now() - make_interval(secs => $1), "
+                 "state IN ('created', 'receiving') OR (state = 'complete' AND expires_at > now()) "
+                 "FROM oml.upload_sessions_audit WHERE $2 = '' OR tenant_id::text = $2",
+                 {db::Int(o_.object_grace.count()), db::Text(o_.only_tenant)}));
+    for (int i = 0; i < sessions.size(); ++i) {
+      sessions_[{sessions.Get(i, 0), sessions.Get(i, 1)}] = {sessions.Get(i, 2), sessions.Get(i, 4) == "t",
+                                                            sessions.Get(i, 5) == "t"};
+      if (!sessions.Get(i, 3).empty()) session_objects_[sessions.Get(i, 3)] = sessions.Get(i, 1);
+    }
+    return Status::Ok();
+  }
+
+  // The claim version's place now, outside the snapshot: a finding about an object whose claim
+  // moved on since (promoted, erased) is not one. nullopt if the row is gone.
+  Result<std::optional<std::string>> PlaceNow(const NamedObject& n) {
+    OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query("SELECT erased_seq IS NOT NULL, promoted_seq IS NOT NULL FROM oml.artifacts "
+                                              "WHERE tenant_id = $1::uuid AND artifact_id = $2::uuid AND version = $3",
+                                              {db::Text(n.tenant), db::Text(n.artifact_id), db::Int(n.version)}));
+    if (r.size() == 0) return std::optional<std::string>();
+    return std::optional<std::string>(r.Get(0, 0) == "t" ? "none" : r.Get(0, 1) == "t" ? "bodies" : "quarantine");
+  }
+
   Status Objects() {
-    // Bodies: where each version's ciphertext lives (sql/0015); an inline one is hashed here.
-    OML_ASSIGN_OR_RETURN(db::Rows bodies,
-                         c_.Query("SELECT tenant_id::text, artifact_id::text, version, location, coalesce(object_key, ''), "
-                                  "CASE WHEN ciphertext IS NULL THEN '' ELSE encode(sha256(ciphertext), 'hex') END "
-                                  "FROM oml.artifact_bodies"));
-    for (int i = 0; i < bodies.size(); ++i) {
-      const std::string tenant = bodies.Get(i, 0);
-      if (!InScope(tenant)) continue;
-      const ArtKey key{tenant, bodies.Get(i, 1), bodies.GetInt(i, 2)};
-      auto a = artifacts_.find(key);
-      if (a == artifacts_.end()) continue;  // a row without an event: `oml verify --folds` reports it
-      const std::string location = bodies.Get(i, 3);
-      const std::string k = std::get<1>(key) + " v" + std::to_string(std::get<2>(key));
-      if (location == "postgres") {
-        if (a->second.place != "none" && bodies.Get(i, 5) != a->second.digest)
-          Add({"object-digest-mismatch", "postgres", tenant, a->second.seq, "artifact_bodies " + k, "ciphertext_sha256",
-               a->second.digest, bodies.Get(i, 5), "the inline body's ciphertext is not what claim.submitted signed"});
+    const int64_t now_us = NowMicros();
+    const int64_t grace_us = static_cast<int64_t>(o_.object_grace.count()) * 1000000;
+    // Bodies: an inline one is hashed by PostgreSQL; one kept as an object is named like a file.
+    for (const auto& [key, a] : artifacts_) {
+      const auto& [tenant, artifact, version] = key;
+      const std::string k = artifact + " v" + std::to_string(version);
+      auto b = bodies_.find(key);
+      if (b == bodies_.end()) {
+        if (a.place != "none")
+          Add({"missing-object", "postgres", tenant, a.seq, "artifact_bodies " + k, "", "present", "missing",
+               "the claim version has no body row: its ciphertext is nowhere"});
         continue;
       }
-      named_.push_back({tenant, std::get<1>(key), "body", std::get<2>(key), a->second.seq, a->second.digest,
-                        std::nullopt, a->second.place});
-    }
-    OML_ASSIGN_OR_RETURN(db::Rows sessions,
-                         c_.Query("SELECT tenant_id::text, upload_id::text, state, coalesce(object_key, ''), "
-                                  "expires_at < now() FROM oml.upload_sessions_audit"));
-    std::map<std::pair<std::string, std::string>, std::pair<std::string, bool>> session;  // (tenant, id) -> state, expired
-    std::set<std::string> pending_objects;  // objects of sessions not yet attached or ended
-    for (int i = 0; i < sessions.size(); ++i) {
-      session[{sessions.Get(i, 0), sessions.Get(i, 1)}] = {sessions.Get(i, 2), sessions.Get(i, 4) == "t"};
-      if (!sessions.Get(i, 3).empty()) pending_objects.insert(sessions.Get(i, 3));
+      if (b->second.location == "postgres") {
+        if (a.place != "none" && b->second.inline_sha256 != a.digest)
+          Add({"object-digest-mismatch", "postgres", tenant, a.seq, "artifact_bodies " + k, "ciphertext_sha256",
+               a.digest, b->second.inline_sha256, "the inline body's ciphertext is not what claim.submitted signed"});
+        continue;
+      }
+      named_.push_back({tenant, artifact, "body", version, a.seq, a.digest, std::nullopt, a.place, a.since_us});
     }
     std::map<std::string, blob::ObjectStore::Meta> in_q, in_b;
-    for (auto [store, name, out] : {std::tuple{stores_.quarantine, "quarantine", &in_q}, std::tuple{stores_.bodies, "bodies", &in_b}}) {
+    for (auto [store, out] : {std::pair{stores_.quarantine, &in_q}, std::pair{stores_.bodies, &in_b}}) {
       OML_ASSIGN_OR_RETURN(std::vector<blob::ObjectStore::Meta> listed, store->ListMeta(""));
       report_.objects_listed += static_cast<int64_t>(listed.size());
       for (auto& m : listed) (*out)[m.key] = std::move(m);
-      (void)name;
     }
-    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
     auto young = [&](const blob::ObjectStore::Meta& m) {
-      return m.modified_ms != 0 && now_ms - m.modified_ms < static_cast<int64_t>(o_.object_grace.count()) * 1000;
+      return m.modified_ms != 0 && now_us / 1000 - m.modified_ms < grace_us / 1000;
     };
     std::set<std::string> named_keys;
     for (const NamedObject& n : named_) {
       const std::string key = n.tenant + "/" + n.ciphertext_sha256;
       named_keys.insert(key);
       const std::string what = n.artifact_id + " v" + std::to_string(n.version) + " " + n.what;
+      const bool settled = n.place_since_us == 0 || now_us - n.place_since_us >= grace_us;  // the follow-up ran
       auto q = in_q.find(key), b = in_b.find(key);
       const bool has_q = q != in_q.end(), has_b = b != in_b.end();
+      // A finding only if the claim is still where the snapshot put it.
+      auto still = [&]() -> Result<bool> {
+        OML_ASSIGN_OR_RETURN(std::optional<std::string> now, PlaceNow(n));
+        return now && *now == n.place;
+      };
       if (n.place == "none") {
-        if (has_q)
-          Add({"erased-object-present", "quarantine", n.tenant, n.seq, key, "", "deleted", "present",
-               what + ": the claim was erased, its object remains (ciphertext whose key is destroyed)"});
-        if (has_b)
-          Add({"erased-object-present", "bodies", n.tenant, n.seq, key, "", "deleted", "present",
-               what + ": the claim was erased, its object remains (ciphertext whose key is destroyed)"});
+        if (!settled) continue;  // the erasure's deletes follow its commit
+        for (auto [has, bucket] : {std::pair{has_q, "quarantine"}, std::pair{has_b, "bodies"}})
+          if (has)
+            Add({"erased-object-present", bucket, n.tenant, n.seq, key, "", "deleted", "present",
+                 what + ": the claim was erased, its object remains (ciphertext whose key is destroyed)"});
         continue;
       }
       const bool promoted = n.place == "bodies";
-      if (!promoted && has_b && !young(b->second))
-        Add({"misplaced-object", "bodies", n.tenant, n.seq, key, "containment-breach", "quarantine", "bodies",
-             what + ": the journal never promoted this claim, yet its object is in the bodies bucket"});
-      if (promoted && has_q && !young(q->second))
+      if (!promoted && has_b && !young(b->second)) {
+        OML_ASSIGN_OR_RETURN(bool st, still());
+        if (st)
+          Add({"misplaced-object", "bodies", n.tenant, n.seq, key, "containment-breach", "quarantine", "bodies",
+               what + ": the journal never promoted this claim, yet its object is in the bodies bucket"});
+      }
+      if (promoted && has_q && settled && !young(q->second))
         Add({"misplaced-object", "quarantine", n.tenant, n.seq, key, "", "bodies", "quarantine",
              what + ": promoted, yet a copy remains in quarantine"});
       auto& here = promoted ? in_b : in_q;
       auto it = promoted ? b : q;
       const char* bucket = promoted ? "bodies" : "quarantine";
       if (it == here.end()) {
-        Add({"missing-object", bucket, n.tenant, n.seq, key, "", "present", "missing",
-             what + ": the object its state places in " + bucket + " is not there"});
+        OML_ASSIGN_OR_RETURN(bool st, still());
+        if (st)
+          Add({"missing-object", bucket, n.tenant, n.seq, key, "", "present", "missing",
+               what + ": the object its state places in " + bucket + " is not there"});
         continue;
       }
       if (n.size && it->second.size != *n.size) {
@@ -785,11 +865,11 @@ class Auditor {
       blob::ObjectStore* store = promoted ? stores_.bodies : stores_.quarantine;
       auto digest = HashObject(*store, key, it->second.size, &report_.bytes_hashed);
       if (!digest.ok()) {
-        if (digest.status().code() == Code::kNotFound) {
+        if (digest.status().code() != Code::kNotFound) return digest.status();
+        OML_ASSIGN_OR_RETURN(bool st, still());
+        if (st)
           Add({"missing-object", bucket, n.tenant, n.seq, key, "", "present", "missing", what + ": deleted while read"});
-          continue;
-        }
-        return digest.status();
+        continue;
       }
       ++report_.objects_read;
       if (*digest != n.ciphertext_sha256)
@@ -806,19 +886,20 @@ class Auditor {
         if (young(m)) continue;
         const std::string rest = slash == std::string::npos ? key : key.substr(slash + 1);
         if (rest.rfind("uploads/", 0) == 0) {
-          const std::string id = rest.substr(8, rest.find('/', 8) == std::string::npos ? std::string::npos : rest.find('/', 8) - 8);
-          auto s = session.find({tenant, id});
-          const bool live = s != session.end() && (s->second.first == "created" || s->second.first == "receiving") &&
-                            !s->second.second;
-          if (!live)
-            Add({"stale-upload", bucket, tenant, 0, key, "", "",
-                 s == session.end() ? "no session" : s->second.first + (s->second.second ? " (expired)" : ""),
-                 "a part of an upload session that is no longer receiving"});
+          const size_t end = rest.find('/', 8);
+          const std::string id = rest.substr(8, end == std::string::npos ? std::string::npos : end - 8);
+          auto s = sessions_.find({tenant, id});
+          if (s != sessions_.end() && (s->second.pending || s->second.recent)) continue;
+          Add({"stale-upload", bucket, tenant, 0, key, "", "", s == sessions_.end() ? "no session" : s->second.state,
+               "a part of an upload session that is no longer receiving"});
           continue;
         }
-        if (IsHex64(rest) && pending_objects.count(key)) continue;  // a completed upload not yet attached
+        if (auto so = session_objects_.find(key); so != session_objects_.end()) {
+          auto s = sessions_.find({tenant, so->second});
+          if (s != sessions_.end() && (s->second.pending || s->second.recent)) continue;  // not attached yet
+        }
         Add({"orphan-object", bucket, tenant, 0, key, "", "", std::to_string(m.size) + " bytes",
-             "no signed event or upload session names this object"});
+             "no signed event or live upload session names this object"});
       }
     }
     return Status::Ok();
@@ -828,7 +909,16 @@ class Auditor {
   using GoldKey = std::tuple<std::string, std::string, std::string, std::string>;
   struct ArtInfo {
     std::string digest, place;
-    int64_t seq = 0;
+    int64_t seq = 0;       // claim.submitted
+    int64_t since_us = 0;  // when `place` was set
+  };
+  struct BodyRow {
+    std::string location, object_key, inline_sha256;  // inline_sha256: SHA-256 of an inline ciphertext
+  };
+  struct SessionRow {
+    std::string state;
+    bool recent = false;   // changed or expired within the grace: the sweeper may not have run
+    bool pending = false;  // its object may still be attached: receiving, or complete and not expired
   };
 
   db::Conn& c_;
@@ -845,6 +935,9 @@ class Auditor {
   std::map<GoldKey, int64_t> gold_expected_;
   std::map<ArtKey, ArtInfo> artifacts_;
   std::vector<NamedObject> named_;
+  std::map<ArtKey, BodyRow> bodies_;                                      // artifact_bodies, in scope
+  std::map<std::pair<std::string, std::string>, SessionRow> sessions_;  // (tenant, upload_id)
+  std::map<std::string, std::string> session_objects_;                  // object key -> upload_id
 };
 
 }  // namespace
@@ -915,6 +1008,51 @@ std::string Report::ToText() const {
        std::to_string(gold_rows) + " gold rows, " + std::to_string(objects_listed) + " objects listed, " +
        std::to_string(objects_read) + " read; no key loaded\n";
   return s;
+}
+
+const std::vector<std::string>& FindingClasses() {
+  static const std::vector<std::string> k = {
+      "missing-in-lake",  "duplicate-in-lake",  "extra-in-lake",   "row-mismatch",       "state-mismatch",
+      "containment-breach", "count-mismatch",   "missing-object",  "object-digest-mismatch", "misplaced-object",
+      "erased-object-present", "orphan-object", "stale-upload",    "stale-frontier",     "dead-lettered",
+      "uncovered-outbox", "table-unreadable",   "journal-unreadable"};
+  return k;
+}
+
+std::string Report::PrometheusText() const {
+  const auto counts = Counts();
+  std::string s =
+      "# HELP oml_reconcile_findings Findings of the last oml reconcile run, by class.\n"
+      "# TYPE oml_reconcile_findings gauge\n";
+  for (const auto& c : FindingClasses()) {
+    auto it = counts.find(c);
+    s += "oml_reconcile_findings{class=\"" + c + "\"} " + std::to_string(it == counts.end() ? 0 : it->second) + "\n";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(started_unix_ms) / 1000.0 + seconds);
+  s += "# HELP oml_reconcile_last_run_timestamp_seconds When the last oml reconcile run ended (Unix time).\n"
+       "# TYPE oml_reconcile_last_run_timestamp_seconds gauge\n"
+       "oml_reconcile_last_run_timestamp_seconds " + std::string(buf) + "\n";
+  std::snprintf(buf, sizeof(buf), "%.3f", seconds);
+  s += "# HELP oml_reconcile_last_run_duration_seconds How long the last oml reconcile run took.\n"
+       "# TYPE oml_reconcile_last_run_duration_seconds gauge\n"
+       "oml_reconcile_last_run_duration_seconds " + std::string(buf) + "\n"
+       "# HELP oml_reconcile_events_audited Journal events the last oml reconcile run audited.\n"
+       "# TYPE oml_reconcile_events_audited gauge\n"
+       "oml_reconcile_events_audited " + std::to_string(events) + "\n";
+  return s;
+}
+
+Status RecordRun(db::Conn& conn, const Report& r, const Options& o, int64_t repaired) {
+  json checkpoint = {{"table_version", r.table_version}, {"txn", r.txn}, {"heads", r.heads}};
+  return conn
+      .Query("INSERT INTO oml.reconcile_runs (stream, tenant_id, started_at, findings, classes, events, objects, "
+             "repaired, checkpoint) VALUES ($1, nullif($2, '')::uuid, to_timestamp($3::double precision / 1000), $4, "
+             "$5::jsonb, $6, $7, $8, $9::jsonb)",
+             {db::Text(o.stream), db::Text(o.only_tenant), db::Int(r.started_unix_ms),
+              db::Int(static_cast<int64_t>(r.findings.size())), db::Text(json(r.Counts()).dump()), db::Int(r.events),
+              db::Text(o.objects ? "true" : "false"), db::Int(repaired), db::Text(checkpoint.dump())})
+      .status();
 }
 
 Result<Report> Reconcile(db::Conn& conn, const std::string& lake_root, const Stores& stores, const Options& o) {

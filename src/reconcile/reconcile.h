@@ -102,12 +102,27 @@ struct Report {
   int64_t objects_listed = 0, objects_read = 0, bytes_hashed = 0;
   uint64_t key_material_uses = 0;  // crypto::KeyMaterialUses() at the end: always 0
   double seconds = 0;
+  int64_t started_unix_ms = 0;
+  std::map<std::string, int64_t> table_version;  // table -> the Delta version read (-1: none)
+  std::map<std::string, int64_t> heads;          // tenant -> the chain head seq audited
 
   std::map<std::string, int64_t> Counts() const;  // class -> findings
   // {"findings": [...], "summary": {...}}
   nlohmann::json ToJson() const;
   std::string ToText() const;  // a line per finding, then a summary line; each ends in '\n'
+  // Prometheus text (the node_exporter textfile collector's format): oml_reconcile_findings{class}
+  // for every class (0 when none), oml_reconcile_last_run_timestamp_seconds,
+  // oml_reconcile_last_run_duration_seconds, oml_reconcile_events_audited.
+  std::string PrometheusText() const;
 };
+
+// Every finding class, in the order of reconcile.h's table.
+const std::vector<std::string>& FindingClasses();
+
+// Records the run in oml.reconcile_runs (sql/0024) over `conn` (not in a transaction):
+// findings by class, events, the checkpoint (table versions and txns, chain heads), and how many
+// lake.repair events were journalled.
+Status RecordRun(db::Conn& conn, const Report& r, const Options& o, int64_t repaired);
 
 // Runs the audit. `conn` connects as oml_reconciler (or a superuser) and is not in a
 // transaction. kNotFound "unknown-stream" for a stream without a frontier; kNotFound
