@@ -1009,6 +1009,8 @@ int Main(int argc, char** argv) {
   int lw_poll_ms = 200;
   int lw_compact_every = 100;
   int lw_compact_target_mb = 128;
+  int64_t lw_vacuum_every_s = 6 * 3600;
+  int64_t lw_vacuum_retention_h = 7 * 24;
   lakewriter->add_option("--stream", lw_stream, "outbox stream (default: default)");
   lakewriter->add_flag("--once", lw_once, "drain up to the stable horizon found at start, then exit 0");
   lakewriter->add_option("--max-rows", lw_max_rows, "outbox rows per batch at most (default 10000)")
@@ -1020,6 +1022,13 @@ int Main(int argc, char** argv) {
                          "compaction bin-packs files smaller than this into files of about this size "
                          "(MiB, default 128)")
       ->check(CLI::Range(1, 1 << 20));
+  lakewriter->add_option("--vacuum-every", lw_vacuum_every_s,
+                         "VACUUM every table this often, in seconds, while holding the lease (default 21600; 0: never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{366} * 86400));
+  lakewriter->add_option("--vacuum-retention-hours", lw_vacuum_retention_h,
+                         "VACUUM deletes only files removed from the log (or never in it) longer ago than this "
+                         "(default 168: readers of any version of the last 7 days find their files; at least 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
   // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
@@ -1194,6 +1203,8 @@ int Main(int argc, char** argv) {
     o.poll_every = std::chrono::milliseconds(lw_poll_ms);
     o.compact_every = lw_compact_every;
     o.compact_target_bytes = static_cast<uint64_t>(lw_compact_target_mb) << 20;
+    o.vacuum_every = std::chrono::seconds(lw_vacuum_every_s);
+    o.vacuum_retention_hours = lw_vacuum_retention_h;
     o.bypass_lease = lw_bypass_lease;
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
     return s.ok() ? 0 : Fail(s);

@@ -72,6 +72,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                   .Name("oml_lake_compaction_seconds")
                                   .Help("Lake writer: one compaction (OPTIMIZE) off the batch path, by table and result")
                                   .Register(*registry_);
+  lake_vacuums_ = &prometheus::BuildCounter()
+                       .Name("oml_lake_vacuums_total")
+                       .Help("Lake writer: VACUUM runs, by table and result")
+                       .Register(*registry_);
+  lake_vacuum_files_ = &prometheus::BuildCounter()
+                            .Name("oml_lake_vacuum_files_deleted_total")
+                            .Help("Lake writer: data files VACUUM deleted, by table")
+                            .Register(*registry_);
   auto& lake_gauges = prometheus::BuildGauge()
                           .Name("oml_lake_position")
                           .Help("Lake writer: frontier seq, lag in rows past it, age of the oldest of them (s)")
@@ -123,6 +131,12 @@ void Metrics::LakeDeadLetter() { lake_dead_letters_->Increment(); }
 
 void Metrics::LakeCompaction(const std::string& table, const std::string& result, double seconds) {
   lake_compaction_seconds_->Add({{"table", table}, {"result", result}}, kLatency).Observe(seconds);
+}
+
+void Metrics::LakeVacuum(const std::string& table, const std::string& result, int64_t files_deleted,
+                         double /*seconds*/) {
+  lake_vacuums_->Add({{"table", table}, {"result", result}}).Increment();
+  lake_vacuum_files_->Add({{"table", table}}).Increment(static_cast<double>(files_deleted));
 }
 
 void Metrics::LakeLag(int64_t frontier, int64_t rows, double seconds) {

@@ -53,6 +53,9 @@ class Metrics {
   // hold the lease); and one observation per attempt refused because a newer rewrite removed a
   // file it read, result refused (oml_lake_compaction_seconds).
   void LakeCompaction(const std::string& table, const std::string& result, double seconds);
+  // One VACUUM of `table` by the lake writer (LakeWriterOptions::vacuum_every), result ok or
+  // failed: oml_lake_vacuums_total{table,result} and oml_lake_vacuum_files_deleted_total{table}.
+  void LakeVacuum(const std::string& table, const std::string& result, int64_t files_deleted, double seconds);
   // Where the stream stands, set every poll: frontier, rows enqueued past it, and the age of the
   // oldest of them in seconds (0 when none) (oml_lake_frontier_seq, oml_lake_lag_rows,
   // oml_lake_lag_seconds).
@@ -78,6 +81,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* lake_retries_;
   prometheus::Counter* lake_dead_letters_;
   prometheus::Family<prometheus::Histogram>* lake_compaction_seconds_;
+  prometheus::Family<prometheus::Counter>* lake_vacuums_;
+  prometheus::Family<prometheus::Counter>* lake_vacuum_files_;
   prometheus::Gauge* lake_frontier_;
   prometheus::Gauge* lake_lag_rows_;
   prometheus::Gauge* lake_lag_seconds_;

@@ -1302,6 +1302,7 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       OML_RETURN_IF_ERROR(CheckTables());
       checked_at = Clock::now();
     }
+    MaybeVacuum();
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
       SleepUnlessStopped(opts_.poll_every, stop);
@@ -1311,6 +1312,29 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
     lag_at = Clock::now();
   }
   return Status::Ok();
+}
+
+void LakeWriter::MaybeVacuum() {
+  if (opts_.vacuum_every.count() <= 0 || Clock::now() - vacuumed_at_ < opts_.vacuum_every) return;
+  vacuumed_at_ = Clock::now();
+  if (!lease_held_ || opts_.bypass_lease) return;  // only the lease holder tends the tables
+  const int64_t hours = std::max<int64_t>(opts_.vacuum_retention_hours, 1);
+  for (const auto& target : TargetTables()) {
+    const auto t0 = Clock::now();
+    auto table = DeltaTable::Open(TableUri(opts_.lake_root, target.name));
+    auto deleted = table.ok() ? table->Vacuum(hours) : Result<int64_t>(table.status());
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!deleted.ok()) {
+      // Not fatal: the next round tries again; the files stay until then.
+      log::Warn("lake writer: vacuum failed", {{"stream", stream_.name}, {"table", target.name},
+                                               {"error", deleted.status().ToString()}});
+      Metrics::Get().LakeVacuum(target.name, "failed", 0, ms / 1000.0);
+      continue;
+    }
+    Metrics::Get().LakeVacuum(target.name, "ok", *deleted, ms / 1000.0);
+    log::Info("lake writer: table vacuumed", {{"stream", stream_.name}, {"table", target.name},
+                                              {"files_deleted", *deleted}, {"retention_hours", hours}, {"ms", ms}});
+  }
 }
 
 Status LakeWriter::Session(const std::atomic<bool>* stop, bool once) {

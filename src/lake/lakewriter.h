@@ -158,11 +158,22 @@ struct LakeWriterOptions {
   // rewrites the whole table. Files per table stay below about 2 x compact_every (the commits
   // made while a compaction runs) + the data since the last large run / the small target + the
   // table's size / the target. Removed files remain until a
-  // VACUUM (an operator's job, deployment.md). Only a writer that holds the lease compacts (never
+  // VACUUM (vacuum_every below). Only a writer that holds the lease compacts (never
   // with bypass_lease), and no OPTIMIZE lands over another rewrite of the files it read
   // (DeltaTable::Optimize, "lake-rewrite-stale"; docs/data/delta-tables.md "Compaction").
   int compact_every = 100;
   uint64_t compact_target_bytes = uint64_t{128} << 20;
+  // VACUUM (issue 20, "The lake's upkeep"): every `vacuum_every` (0: never) a writer holding the
+  // lease VACUUMs each table between batches (DeltaTable::Vacuum, full mode): data files that
+  // compaction, MERGEs and rebuilds removed from the log more than `vacuum_retention_hours` ago,
+  // and files no commit names older than that (a killed writer's), are deleted. A reader of any
+  // version committed within the retention still finds every file it names (time travel to it
+  // works); the retention is at least 1 hour (a writer's uncommitted files are younger). The
+  // first VACUUM runs one `vacuum_every` after the writer starts. Checkpoints need nothing here:
+  // every commit writes one each delta.checkpointInterval (10) versions, and delta-rs removes
+  // expired log files after each checkpoint (delta.logRetentionDuration, 30 days).
+  std::chrono::seconds vacuum_every{6 * 3600};
+  int64_t vacuum_retention_hours = 7 * 24;
   // While a batch is applied, read the next one (up to max_rows more rows of the same stable
   // horizon) on a second connection, so that reading PostgreSQL and writing Delta overlap.
   bool prefetch = true;
@@ -248,6 +259,8 @@ class LakeWriter {
   // While idle: every table refreshed; kAborted "lake-table-behind" if one moved back below what
   // this writer knows it holds (emptied by a rebuild, replaced), or its log is damaged.
   Status CheckTables();
+  // VACUUMs every table when vacuum_every has passed since the last (see LakeWriterOptions).
+  void MaybeVacuum();
   // Table(name), refreshed; damaged commits at the head of its log are set aside first
   // (SetAsideDamagedHead), under the lease, by recovery only.
   Result<DeltaTable*> RecoverTable(const std::string& name);
@@ -341,6 +354,7 @@ class LakeWriter {
   std::shared_ptr<CompactionLease> compaction_lease_;  // shared with compactor_'s lease_check
   bool warned_no_lease_compaction_ = false;
   std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
+  std::chrono::steady_clock::time_point vacuumed_at_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace oml::lake
