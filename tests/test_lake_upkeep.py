@@ -78,3 +78,41 @@ def test_vacuum_keeps_what_readers_of_the_retention_window_need(served):
     assert [r["state"] for r in DeltaTable(str(silver)).to_pyarrow_table().to_pylist()] == ["demoted"]
     reconcile = d.run("reconcile", "--no-objects", check=False)
     assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
+
+
+def test_a_signing_key_rotation_reaches_a_running_lake_writer(served):
+    """`oml key rotate` while the writer runs: its next dead letter is signed with the new key,
+    read again from the key file, with no restart (before, the stream waited on the row until
+    the writer was restarted: its key was no longer the key in force)."""
+    from test_lake_tables import poison
+    d = served
+    d.submit(d.writer, body="before the rotation")
+    p = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50"], env={**d.env, "OML_LOG_LEVEL": "info"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        old = json.loads(d.run("key", "public").stdout)["key_id"]
+        d.run("key", "rotate")
+        new = json.loads(d.run("key", "public").stdout)["key_id"]
+        assert new != old
+        bad = poison(d, d.tenant_id, "gold/unknown", {"x": 1})
+        deadline = time.time() + 60
+        row = None
+        while time.time() < deadline and row is None:
+            with d.su() as c:
+                row = c.execute("SELECT skipped_seq FROM oml.dead_letter WHERE outbox_seq = %s", (bad,)).fetchone()
+            time.sleep(0.2)
+        assert row is not None, "the running writer never dead-lettered the row"
+        with d.su() as c:
+            key_id, signed = c.execute("SELECT key_id, signed_bytes FROM oml.journal WHERE tenant_id = %s AND seq = %s",
+                                       (d.tenant_id, row[0])).fetchone()
+        assert key_id == new
+        assert json.loads(bytes(signed))["type"] == "materialize-skipped"
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err[-2000:]
+    reread = [json.loads(line) for line in err.splitlines()
+              if line.startswith("{") and "signing key re-read after a rotation" in line]
+    assert [(x["old_key_id"], x["key_id"]) for x in reread] == [(old, new)]
+    v = d.run("verify", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr

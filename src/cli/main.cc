@@ -554,6 +554,8 @@ Status Dev(Config c) {
       o.database_url = *lw_url;
       o.lake_root = c.lake_root;
       o.signing_key = lw_key.get();  // outlives the thread: joined below
+      o.signing_key_file = c.signing_key_file;  // re-read after a rotation
+      o.allow_insecure_key_files = c.allow_insecure_key_files;
       lw_thread = std::thread([o = std::move(o), &lw_stop]() mutable {
         lake::LakeWriter writer(std::move(o));
         Status s = writer.Run(&lw_stop);
@@ -584,6 +586,8 @@ Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
   o.lake_root = c.lake_root;
   std::unique_ptr<crypto::SigningKey> key = LakeWriterKey(c);
   o.signing_key = key.get();
+  o.signing_key_file = c.signing_key_file;  // re-read after a rotation (LakeWriterOptions)
+  o.allow_insecure_key_files = c.allow_insecure_key_files;
   // Staging files or multipart uploads of Parquet and commit files a killed writer left.
   OML_ASSIGN_OR_RETURN(auto lake_store, blob::OpenObjectStore(c.lake_root));
   blob::StagingSweeper staging_sweeper({lake_store.get()}, {"lake"}, std::chrono::seconds(c.staging_grace_s),

@@ -744,7 +744,21 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p, std::vector<std::string>*
                                              {"target_table", p.row->target_table}, {"attempt", attempts},
                                              {"budget", opts_.dead_letter_after}, {"error", p.error}});
   if (attempts < opts_.dead_letter_after) return false;
-  if (opts_.signing_key == nullptr) {
+  // The key in use: the one re-read from the key file after a rotation, else the one given.
+  auto reload = [&]() -> const crypto::SigningKey* {
+    if (opts_.signing_key_file.empty()) return nullptr;
+    auto k = crypto::SigningKey::LoadFile(opts_.signing_key_file, opts_.allow_insecure_key_files);
+    if (!k.ok()) {
+      log::Warn("lake writer: cannot re-read the signing key", {{"file", opts_.signing_key_file},
+                                                               {"error", k.status().ToString()}});
+      return nullptr;
+    }
+    reloaded_key_ = std::make_unique<crypto::SigningKey>(std::move(k).value());
+    return reloaded_key_.get();
+  };
+  const crypto::SigningKey* key = reloaded_key_ ? reloaded_key_.get() : opts_.signing_key;
+  if (key == nullptr) key = reload();  // the key file may have appeared since the start
+  if (key == nullptr) {
     log::Error("lake writer: a poison row cannot be dead-lettered without a signing key; the stream waits",
                {{"stream", stream_.name}, {"outbox_seq", p.row->seq}});
     return false;
@@ -752,8 +766,17 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p, std::vector<std::string>*
   if (opts_.bypass_lease) return FailedPrecondition("dead letters need the lease", "lease-bypassed");
   OML_RETURN_IF_ERROR(CheckLease());
   OML_ASSIGN_OR_RETURN(*applied, TablesHolding(*p.row));
-  OML_ASSIGN_OR_RETURN(DeadLetterResult dl, DeadLetterRow(*conn_, *opts_.signing_key, stream_.name, epoch_, *p.row,
-                                                          p.error, attempts, *applied));
+  auto signed_dl = DeadLetterRow(*conn_, *key, stream_.name, epoch_, *p.row, p.error, attempts, *applied);
+  if (!signed_dl.ok() && signed_dl.status().type() == "signing-key-not-in-force") {
+    // Rotated since this key was read (`oml key rotate` installs the new key in the key file).
+    const crypto::SigningKey* fresh = reload();
+    if (fresh != nullptr && fresh->key_id() != key->key_id()) {
+      log::Info("lake writer: signing key re-read after a rotation",
+                {{"stream", stream_.name}, {"old_key_id", key->key_id()}, {"key_id", fresh->key_id()}});
+      signed_dl = DeadLetterRow(*conn_, *fresh, stream_.name, epoch_, *p.row, p.error, attempts, *applied);
+    }
+  }
+  OML_ASSIGN_OR_RETURN(DeadLetterResult dl, std::move(signed_dl));
   refusals_.erase(p.row->seq);
   ++stats_.dead_letters;
   Metrics::Get().LakeDeadLetter();

@@ -147,6 +147,12 @@ struct LakeWriterOptions {
   // key a poison row stops the writer (retried with backoff, logged), and nothing is skipped.
   int dead_letter_after = 3;
   const crypto::SigningKey* signing_key = nullptr;
+  // Where the deployment's signing key lives (Config::signing_key_file). Set, the writer re-reads
+  // it when a dead letter is refused because its key is no longer the key in force (`oml key
+  // rotate` installs the new key there): a rotation reaches a running writer without a restart.
+  // The key read replaces signing_key from then on.
+  std::string signing_key_file;
+  bool allow_insecure_key_files = false;
   // Compaction: after every `compact_every` commits to a table (0: never), the table is
   // OPTIMIZEd (DeltaTable::Optimize, files below compact_target_bytes bin-packed). bronze/events
   // (append only, one row per event) is compacted by a Compactor (lake/compactor.h) on its own
@@ -353,6 +359,8 @@ class LakeWriter {
   LakeWriterStats stats_;
   std::shared_ptr<CompactionLease> compaction_lease_;  // shared with compactor_'s lease_check
   bool warned_no_lease_compaction_ = false;
+  // The signing key re-read from LakeWriterOptions::signing_key_file (HandlePoison); null until then.
+  std::unique_ptr<crypto::SigningKey> reloaded_key_;
   std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
   std::chrono::steady_clock::time_point vacuumed_at_ = std::chrono::steady_clock::now();
 };
