@@ -18,7 +18,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 JOBS ?= $(shell nproc)
 OML := $(BUILD)/oml
 
-.PHONY: all deps build run test test-cpp test-py venv bench bench-lake bench-uploads clean format
+.PHONY: all deps build run test test-cpp test-py venv bench bench-lake bench-uploads bench-reconcile clean format
 
 all: build
 
@@ -73,6 +73,11 @@ bench-lake: build venv
 # and a claim's attachments through submit, serve and accept. E.g. BENCH_UPLOADS_ARGS="--size 64MiB".
 bench-uploads: build venv
 	OML_BIN=$(OML) OML_VENV=$(VENV) $(VENV)/bin/python bench/uploads $(BENCH_UPLOADS_ARGS)
+
+# `oml reconcile` (docs/performance.md "Reconcile"): a full audit of 1,000,000 events and 10,000
+# objects against pyarrow + psycopg reading the same rows. E.g. BENCH_RECONCILE_ARGS="--events 20000 --objects 200".
+bench-reconcile: build venv
+	OML_BIN=$(OML) OML_VENV=$(VENV) $(VENV)/bin/python bench/reconcile $(BENCH_RECONCILE_ARGS)
 
 clean:
 	rm -rf $(BUILD)
