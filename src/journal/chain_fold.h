@@ -1,8 +1,9 @@
 // The fold state of one chain, replayed from its events in seq order: what the fold statements
-// of each event type write to tenants, signing_keys, api_keys, artifacts and simulations, as far
-// as the signed events determine it. Shared by `oml verify --folds` (folds.h), which compares it
-// with the tables, and `oml reconcile` (reconcile/reconcile.h), which derives the lake's
-// silver/claims rows and the objects' expected places from it.
+// of each event type write to tenants, signing_keys, api_keys, artifacts, simulations,
+// attachments and review_served, as far as the signed events determine it. Shared by `oml verify
+// --folds` (folds.h), which compares it with the tables, and `oml reconcile`
+// (reconcile/reconcile.h), which derives the lake's silver/claims rows and the objects' expected
+// places from it.
 //
 // Not thread-safe; one replay per object. Apply must see a chain's events in seq order.
 #pragma once
@@ -12,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -56,12 +58,29 @@ struct SimulationRow {
   int64_t started_seq = 0, ended_seq = 0;
 };
 using ArtifactKey = std::pair<std::string, int64_t>;  // (artifact_id, version)
+struct AttachmentRow {  // sql/0013 attachments
+  std::string upload_id;
+  std::string plaintext_sha256, ciphertext_sha256;  // lowercase hex
+  int64_t size_bytes = 0, ciphertext_size = 0;
+  std::string media_type;
+  std::optional<std::string> filename;
+  std::string object_key;  // <tenant>/<ciphertext_sha256 hex>
+  std::string location;    // quarantine | bodies | none
+  std::string review;      // the signed `review` object, serialized by nlohmann::json::dump()
+  bool flagged = false;
+  int64_t attach_seq = 0;
+  int64_t location_seq = 0;  // the event that last set `location`: the attach, claim.promoted or artifact.erased
+};
+using AttachmentKey = std::tuple<std::string, int64_t, int64_t>;          // (artifact_id, version, ordinal)
+using ServedKey = std::tuple<std::string, int64_t, int64_t, std::string>;  // (artifact_id, version, item, reviewer)
 
 // One chain's fold state, replayed in seq order. Mirrors the fold statements of provider.cc
 // (tenant.created, key.issued, api_key.created, api_key.revoked), admission/claims.cc
-// (claim.submitted, claim.promoted, claim.rejected, claim.demoted, artifact.erased) and
-// admission/lifecycle.cc with sql/0014 (claim.reassigned, simulation.started, simulation.ended).
-// Any other event type has no fold on these tables.
+// (claim.submitted, claim.promoted, claim.rejected, claim.demoted, artifact.erased),
+// admission/lifecycle.cc with sql/0014 (claim.reassigned, simulation.started, simulation.ended)
+// and admission/attachments.cc (submission.attach, review.served, and the attachment statements
+// of claim.promoted and artifact.erased: PromoteFold, EraseFold). Any other event type has no
+// fold on these tables.
 class ChainFold {
  public:
   explicit ChainFold(bool provider) : provider_(provider) {}
@@ -80,6 +99,11 @@ class ChainFold {
   std::map<std::string, ApiKeyRow> api_keys;          // by key id, ak_ + 16 hex
   std::map<ArtifactKey, ArtifactRow> artifacts;
   std::map<std::string, SimulationRow> simulations;  // by simulation_id
+  // artifacts.body_review: claim.submitted's `review` member as signed (dumped), nullopt (NULL)
+  // when it has none. One entry per entry of `artifacts`.
+  std::map<ArtifactKey, std::optional<std::string>> body_reviews;
+  std::map<AttachmentKey, AttachmentRow> attachments;
+  std::map<ServedKey, int64_t> review_served;  // served_seq
 
  private:
   static std::string Str(const nlohmann::json& p, const char* k) { return p.at(k).get<std::string>(); }
@@ -122,7 +146,34 @@ class ChainFold {
       a.state_seq = seq;
       a.submitted_at = a.state_at = e.time;
       a.workarea_seq = seq;
-      artifacts.emplace(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()}, std::move(a));
+      const ArtifactKey key{Str(p, "artifact_id"), p.at("version").get<int64_t>()};
+      // INSERT … body_review = the payload's `review` (absent: NULL).
+      std::optional<std::string> review;
+      if (p.contains("review") && !p.at("review").is_null()) review = p.at("review").dump();
+      if (artifacts.emplace(key, std::move(a)).second) body_reviews.emplace(key, std::move(review));
+    } else if (e.type == "submission.attach") {
+      // INSERT oml.attachments (… location 'quarantine', attach_seq = seq): a second one with the
+      // same (artifact_id, version, ordinal) would have failed on the key.
+      AttachmentRow a;
+      a.upload_id = Str(p, "upload_id");
+      a.plaintext_sha256 = Str(p, "plaintext_sha256");
+      a.ciphertext_sha256 = Str(p, "ciphertext_sha256");
+      a.size_bytes = p.at("size").get<int64_t>();
+      a.ciphertext_size = p.at("ciphertext_size").get<int64_t>();
+      a.media_type = Str(p, "media_type");
+      if (!p.at("filename").is_null()) a.filename = Str(p, "filename");
+      a.object_key = e.tenant + "/" + a.ciphertext_sha256;  // uploads::ObjectKey
+      a.location = "quarantine";
+      a.review = p.at("review").dump();
+      a.flagged = p.at("flagged").get<bool>();
+      a.attach_seq = a.location_seq = seq;
+      attachments.emplace(
+          AttachmentKey{Str(p, "artifact_id"), p.at("version").get<int64_t>(), p.at("ordinal").get<int64_t>()},
+          std::move(a));
+    } else if (e.type == "review.served") {
+      // INSERT … ON CONFLICT (key) DO UPDATE SET served_seq: the latest serve names the row.
+      review_served[ServedKey{Str(p, "artifact_id"), p.at("version").get<int64_t>(), p.at("item").get<int64_t>(),
+                              e.principal}] = seq;
     } else if (e.type == "claim.promoted" || e.type == "claim.rejected" || e.type == "claim.demoted") {
       // UPDATE … SET state, <act>_seq = seq WHERE (artifact_id, version) AND state = <from>: the
       // fold refuses (the transaction fails) when the state is not the act's starting state, so a
@@ -144,6 +195,19 @@ class ChainFold {
         a.state_seq = seq;
         a.state_at = e.time;
       }
+      // Attachments::PromoteFold (UPDATE … SET location = 'bodies' WHERE (artifact_id, version) AND
+      // location = 'quarantine') runs when the server had attachments to list, and the payload
+      // then carries `attachments_served` (a server without the review gate writes neither).
+      if (e.type == "claim.promoted" && p.contains("attachments_served")) {
+        const std::string id = Str(p, "artifact_id");
+        const int64_t version = p.at("version").get<int64_t>();
+        for (auto at = attachments.lower_bound({id, version, std::numeric_limits<int64_t>::min()});
+             at != attachments.end() && std::get<0>(at->first) == id && std::get<1>(at->first) == version; ++at) {
+          if (at->second.location != "quarantine") continue;
+          at->second.location = "bodies";
+          at->second.location_seq = seq;
+        }
+      }
     } else if (e.type == "artifact.erased") {
       // UPDATE … SET state = 'erased', erased_seq = seq WHERE artifact_id AND erased_seq IS NULL
       // (every version).
@@ -156,6 +220,16 @@ class ChainFold {
         it->second.state_seq = seq;
         it->second.state_at = e.time;
       }
+      // Attachments::EraseFold (UPDATE … SET location = 'none' WHERE artifact_id, every version)
+      // runs when the erasure found attachments, and the payload then lists their digests in
+      // `attachments_ciphertext_sha256`.
+      constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+      if (p.contains("attachments_ciphertext_sha256"))
+        for (auto at = attachments.lower_bound({id, kMin, kMin});
+             at != attachments.end() && std::get<0>(at->first) == id; ++at) {
+          at->second.location = "none";
+          at->second.location_seq = seq;
+        }
     } else if (e.type == "claim.reassigned") {
       // UPDATE … SET workarea_id = to, reassigned_seq = seq WHERE artifact_id AND version IN
       // versions AND workarea_id = from AND erased_seq IS NULL, refused unless every listed

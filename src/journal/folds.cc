@@ -21,6 +21,19 @@ constexpr int kDefaultPage = 4096;
 std::string SeqText(int64_t seq) { return seq > 0 ? std::to_string(seq) : "NULL"; }
 std::string SetText(bool set) { return set ? "non-NULL" : "NULL"; }
 std::string OptText(const std::optional<std::string>& v) { return v ? *v : "NULL"; }
+// A jsonb column's text as nlohmann::json::dump() writes it (the expected side is the signed
+// member, dumped): key order and spacing are PostgreSQL's, not the signer's.
+std::string JsonText(const std::string& jsonb) {
+  nlohmann::json j = nlohmann::json::parse(jsonb, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? jsonb : j.dump();
+}
+std::string AttachmentKeyText(const AttachmentKey& k) {
+  return std::get<0>(k) + " v" + std::to_string(std::get<1>(k)) + " attachment " + std::to_string(std::get<2>(k));
+}
+std::string ServedKeyText(const ServedKey& k) {
+  return std::get<0>(k) + " v" + std::to_string(std::get<1>(k)) + " item " + std::to_string(std::get<2>(k)) +
+         " reviewer " + std::get<3>(k);
+}
 
 struct TenantRef {
   std::string id, name;
@@ -139,6 +152,11 @@ class FoldVerifier {
       OML_RETURN_IF_ERROR(CompareApiKeys(*c, t, fold, &diffs, &rows));
       OML_RETURN_IF_ERROR(CompareArtifacts(*c, t, fold, &diffs, &rows));
       OML_RETURN_IF_ERROR(CompareSimulations(*c, t, fold, &diffs, &rows));
+      // review_progress before attachments: it is checked against fold.attachments, which
+      // CompareAttachments consumes.
+      OML_RETURN_IF_ERROR(CompareReviewProgress(*c, t, fold, &diffs, &rows));
+      OML_RETURN_IF_ERROR(CompareAttachments(*c, t, fold, &diffs, &rows));
+      OML_RETURN_IF_ERROR(CompareReviewServed(*c, t, fold, &diffs, &rows));
     }
     if (provider) OML_RETURN_IF_ERROR(CompareProviderTables(*c, fold, compare && readable, readable, &diffs, &rows, customers));
     OML_RETURN_IF_ERROR(c->Pipeline({{"COMMIT", {}}}).status());
@@ -193,7 +211,7 @@ class FoldVerifier {
           c.Pipeline({{"SELECT artifact_id::text, version, workarea_id, path, principal, writer_key_id, provenance, "
                        "simulation_id, media_type, size_bytes, encode(plaintext_sha256, 'hex'), "
                        "encode(ciphertext_sha256, 'hex'), state, submitted_seq, erased_seq, promoted_seq, rejected_seq, "
-                       "demoted_seq, retracted_seq, reassigned_seq "
+                       "demoted_seq, retracted_seq, reassigned_seq, body_review::text "
                        "FROM oml.artifacts WHERE tenant_id = $1 AND (artifact_id, version) > ($2::uuid, $3::integer) "
                        "ORDER BY artifact_id, version LIMIT $4",
                        {db::Text(t.id), db::Text(after.first), db::Int(after.second), db::Int(page_)},
@@ -233,6 +251,9 @@ class FoldVerifier {
                   x.retracted_seq ? x.retracted_seq : s);
         d.Compare(key, "reassigned_seq", SeqText(x.reassigned_seq), r.IsNull(i, 19) ? "NULL" : SeqText(r.GetInt(i, 19)),
                   x.reassigned_seq ? x.reassigned_seq : s);
+        auto review = fold.body_reviews.find(after);
+        d.Compare(key, "body_review", review == fold.body_reviews.end() ? "NULL" : OptText(review->second),
+                  r.IsNull(i, 20) ? "NULL" : JsonText(r.Get(i, 20)), s);
         fold.artifacts.erase(it);
       }
       if (r.size() < page_) break;
@@ -270,6 +291,117 @@ class FoldVerifier {
       if (r.size() < page_) break;
     }
     for (const auto& [id, x] : fold.simulations) d.Missing(id, x.started_seq);
+    return Status::Ok();
+  }
+
+  Status CompareAttachments(db::Conn& c, const TenantRef& t, ChainFold& fold, std::vector<FoldDiff>* diffs,
+                            int64_t* rows) {
+    Differ d(diffs, "attachments", t);
+    AttachmentKey after{"00000000-0000-0000-0000-000000000000", 0, 0};
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(
+          auto page,
+          c.Pipeline({{"SELECT artifact_id::text, version, ordinal, upload_id::text, encode(plaintext_sha256, 'hex'), "
+                       "encode(ciphertext_sha256, 'hex'), size_bytes, ciphertext_size, media_type, filename, object_key, "
+                       "location, review::text, flagged::text, attach_seq FROM oml.attachments WHERE tenant_id = $1 AND "
+                       "(artifact_id, version, ordinal) > ($2::uuid, $3::integer, $4::smallint) "
+                       "ORDER BY artifact_id, version, ordinal LIMIT $5",
+                       {db::Text(t.id), db::Text(std::get<0>(after)), db::Int(std::get<1>(after)),
+                        db::Int(std::get<2>(after)), db::Int(page_)},
+                       "folds_attachments", true}}));
+      const db::Rows& r = page[0];
+      for (int i = 0; i < r.size(); ++i) {
+        ++*rows;
+        after = {r.Get(i, 0), r.GetInt(i, 1), r.GetInt(i, 2)};
+        const std::string key = AttachmentKeyText(after);
+        auto it = fold.attachments.find(after);
+        if (it == fold.attachments.end()) {
+          d.Extra(key);
+          continue;
+        }
+        const AttachmentRow& x = it->second;
+        const int64_t s = x.attach_seq;
+        d.Compare(key, "upload_id", x.upload_id, r.Get(i, 3), s);
+        d.Compare(key, "plaintext_sha256", x.plaintext_sha256, r.Get(i, 4), s);
+        d.Compare(key, "ciphertext_sha256", x.ciphertext_sha256, r.Get(i, 5), s);
+        d.Compare(key, "size_bytes", std::to_string(x.size_bytes), std::to_string(r.GetInt(i, 6)), s);
+        d.Compare(key, "ciphertext_size", std::to_string(x.ciphertext_size), std::to_string(r.GetInt(i, 7)), s);
+        d.Compare(key, "media_type", x.media_type, r.Get(i, 8), s);
+        d.Compare(key, "filename", OptText(x.filename), r.IsNull(i, 9) ? "NULL" : r.Get(i, 9), s);
+        d.Compare(key, "object_key", x.object_key, r.Get(i, 10), s);
+        d.Compare(key, "location", x.location, r.Get(i, 11), x.location_seq);
+        d.Compare(key, "review", x.review, JsonText(r.Get(i, 12)), s);
+        d.Compare(key, "flagged", x.flagged ? "true" : "false", r.Get(i, 13), s);
+        d.Compare(key, "attach_seq", SeqText(x.attach_seq), SeqText(r.GetInt(i, 14)), s);
+        fold.attachments.erase(it);
+      }
+      if (r.size() < page_) break;
+    }
+    for (const auto& [k, x] : fold.attachments) d.Missing(AttachmentKeyText(k), x.attach_seq);
+    return Status::Ok();
+  }
+
+  Status CompareReviewServed(db::Conn& c, const TenantRef& t, ChainFold& fold, std::vector<FoldDiff>* diffs,
+                             int64_t* rows) {
+    Differ d(diffs, "review_served", t);
+    ServedKey after{"00000000-0000-0000-0000-000000000000", 0, 0, ""};
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(
+          auto page,
+          c.Pipeline({{"SELECT artifact_id::text, version, item, reviewer, served_seq FROM oml.review_served "
+                       "WHERE tenant_id = $1 AND (artifact_id, version, item, reviewer) > "
+                       "($2::uuid, $3::integer, $4::smallint, $5::text) ORDER BY artifact_id, version, item, reviewer "
+                       "LIMIT $6",
+                       {db::Text(t.id), db::Text(std::get<0>(after)), db::Int(std::get<1>(after)),
+                        db::Int(std::get<2>(after)), db::Text(std::get<3>(after)), db::Int(page_)},
+                       "folds_review_served", true}}));
+      const db::Rows& r = page[0];
+      for (int i = 0; i < r.size(); ++i) {
+        ++*rows;
+        after = {r.Get(i, 0), r.GetInt(i, 1), r.GetInt(i, 2), r.Get(i, 3)};
+        const std::string key = ServedKeyText(after);
+        auto it = fold.review_served.find(after);
+        if (it == fold.review_served.end()) {
+          d.Extra(key);
+          continue;
+        }
+        d.Compare(key, "served_seq", SeqText(it->second), SeqText(r.GetInt(i, 4)), it->second);
+        fold.review_served.erase(it);
+      }
+      if (r.size() < page_) break;
+    }
+    for (const auto& [k, seq] : fold.review_served) d.Missing(ServedKeyText(k), seq);
+    return Status::Ok();
+  }
+
+  // review_progress is written by a reviewer's Range reads (Attachments::AdvanceProgress), with no
+  // event: no event defines a row or its values (served_upto, covered). What the events do
+  // determine is that a row names an attachment (its item is the ordinal of a submission.attach
+  // of that claim version; the foreign key reaches only `artifacts`): any other row is extra.
+  // Call before CompareAttachments, which consumes fold.attachments.
+  Status CompareReviewProgress(db::Conn& c, const TenantRef& t, const ChainFold& fold, std::vector<FoldDiff>* diffs,
+                               int64_t* rows) {
+    Differ d(diffs, "review_progress", t);
+    ServedKey after{"00000000-0000-0000-0000-000000000000", 0, 0, ""};
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(
+          auto page,
+          c.Pipeline({{"SELECT artifact_id::text, version, item, reviewer FROM oml.review_progress "
+                       "WHERE tenant_id = $1 AND (artifact_id, version, item, reviewer) > "
+                       "($2::uuid, $3::integer, $4::smallint, $5::text) ORDER BY artifact_id, version, item, reviewer "
+                       "LIMIT $6",
+                       {db::Text(t.id), db::Text(std::get<0>(after)), db::Int(std::get<1>(after)),
+                        db::Int(std::get<2>(after)), db::Text(std::get<3>(after)), db::Int(page_)},
+                       "folds_review_progress", true}}));
+      const db::Rows& r = page[0];
+      for (int i = 0; i < r.size(); ++i) {
+        ++*rows;
+        after = {r.Get(i, 0), r.GetInt(i, 1), r.GetInt(i, 2), r.Get(i, 3)};
+        if (!fold.attachments.count({std::get<0>(after), std::get<1>(after), std::get<2>(after)}))
+          d.Extra(ServedKeyText(after));
+      }
+      if (r.size() < page_) break;
+    }
     return Status::Ok();
   }
 

@@ -8,28 +8,55 @@
 // held claim, re-own it, or plant an API key without touching the chain. This pass replays every
 // chain (provider first, then every tenant that a tenant.created event names) and compares:
 //
-//   table         key                       columns compared           defined by
-//   ------------  ------------------------  -------------------------  ---------------------------------
-//   tenants       tenant_id                 name, created_seq          tenant.created (provider row: init)
-//   signing_keys  key_id                    public_key, issued_seq,    key.issued; retired by the next
-//                                           retired_at (NULL or not)   key.issued (its `supersedes`)
-//   api_keys      ak_ + 16 hex of key_hash  principal, role,           api_key.created, api_key.revoked
-//                                           created_seq, revoked_seq,
-//                                           revoked_at (NULL or not)
-//   artifacts     (artifact_id, version)    the columns events define  claim.submitted, claim.promoted,
-//                                           (every one but tenant_id,  claim.rejected, claim.demoted,
-//                                           created_at, body_review,   artifact.erased, claim.reassigned
-//                                           submitted_at)              (workarea_id, reassigned_seq),
-//                                                                      simulation.ended (state
-//                                                                      'retracted', retracted_seq)
-//   simulations   simulation_id             description, state,        simulation.started,
-//                                           started_seq, ended_seq     simulation.ended
+//   table            key                        columns compared           defined by
+//   ---------------  -------------------------  -------------------------  ------------------------------
+//   tenants          tenant_id                  name, created_seq          tenant.created (provider row:
+//                                                                          init)
+//   signing_keys     key_id                     public_key, issued_seq,    key.issued; retired by the
+//                                               retired_at (NULL or not)   next key.issued (its
+//                                                                          `supersedes`)
+//   api_keys         ak_ + 16 hex of key_hash   principal, role,           api_key.created,
+//                                               created_seq, revoked_seq,  api_key.revoked
+//                                               revoked_at (NULL or not)
+//   artifacts        (artifact_id, version)     the columns events define  claim.submitted (body_review:
+//                                               (every one but tenant_id,  its `review` as signed, NULL
+//                                               created_at and             without one), claim.promoted,
+//                                               submitted_at)              claim.rejected, claim.demoted,
+//                                                                          artifact.erased,
+//                                                                          claim.reassigned (workarea_id,
+//                                                                          reassigned_seq),
+//                                                                          simulation.ended (state
+//                                                                          'retracted', retracted_seq)
+//   simulations      simulation_id              description, state,        simulation.started,
+//                                               started_seq, ended_seq     simulation.ended
+//   attachments      (artifact_id, version,     every one but tenant_id:   submission.attach (location
+//                    ordinal)                   upload_id, both digests,   'quarantine'); location
+//                                               size_bytes,                'bodies' by the claim.promoted
+//                                               ciphertext_size,           of that version (when its
+//                                               media_type, filename,      payload has
+//                                               object_key (<tenant>/      `attachments_served`), 'none'
+//                                               <ciphertext_sha256 hex>),  by artifact.erased (when it
+//                                               location, review (as       has
+//                                               signed), flagged,          `attachments_ciphertext_sha256`)
+//                                               attach_seq
+//   review_served    (artifact_id, version,     served_seq: the latest     review.served (reviewer = its
+//                    item, reviewer)            review.served for the key  principal; ON CONFLICT DO
+//                                                                          UPDATE SET served_seq)
+//   review_progress  (artifact_id, version,     none: only that the row    no event: written by a
+//                    item, reviewer)            names an attachment        reviewer's Range reads
+//                                               (item = the ordinal of a   (Attachments::AdvanceProgress)
+//                                               submission.attach), else
+//                                               it is extra
 //
 // Timestamps written with the database's now() (created_at, issued_at, revoked_at, retired_at)
-// are not in any event: only whether they are NULL is compared. Event types other than those
-// above have no fold on these tables (chain.genesis has none; the provider row of `tenants` is
-// inserted by `oml init` with the provider genesis, and is expected as name `provider`,
-// created_seq NULL).
+// are not in any event: only whether they are NULL is compared (artifacts.submitted_at, which a
+// trigger copies from the journal row, is not compared either). No event
+// writes review_progress, so no row of it is missing and served_upto and covered (the byte
+// ranges a reviewer has read) are not compared: the events do not determine them. jsonb columns
+// (body_review, review) are compared as JSON values (PostgreSQL's key order and spacing are not
+// the signer's) and reported as nlohmann::json::dump() text. Event types other than those above
+// have no fold on these tables (chain.genesis has none; the provider row of `tenants` is inserted
+// by `oml init` with the provider genesis, and is expected as name `provider`, created_seq NULL).
 //
 // Each chain is read in one REPEATABLE READ transaction scoped to its tenant (RLS), journal and
 // fold rows from the same snapshot, up to the chain head of that snapshot: a write committing
@@ -62,10 +89,13 @@ enum class FoldDiffKind {
 };
 
 struct FoldDiff {
-  std::string table;  // tenants | signing_keys | api_keys | artifacts | simulations; "journal" for kUnreadable
+  std::string table;  // tenants | signing_keys | api_keys | artifacts | simulations | attachments |
+                      // review_served | review_progress; "journal" for kUnreadable
   std::string tenant_id, tenant_name;
-  std::string key;     // tenant_id, signing key_id, "ak_<16 hex>", "<artifact_id> v<version>", simulation_id;
-                       // "seq N" for kUnreadable
+  std::string key;     // tenant_id, signing key_id, "ak_<16 hex>", "<artifact_id> v<version>", simulation_id,
+                       // "<artifact_id> v<version> attachment <ordinal>" (attachments),
+                       // "<artifact_id> v<version> item <item> reviewer <principal>" (review_served,
+                       // review_progress); "seq N" for kUnreadable
   std::string column;  // kChanged only
   std::string expected, actual;  // kChanged: values ("NULL", "non-NULL" for timestamps); kUnreadable: expected = why
   FoldDiffKind kind = FoldDiffKind::kChanged;

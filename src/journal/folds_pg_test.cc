@@ -1,5 +1,6 @@
 // Fold verification (folds.h) against a real PostgreSQL cluster (db/test_cluster.h): events are
-// written through the real code paths (provider.cc, admission/claims.cc), fold rows are then
+// written through the real code paths (provider.cc, admission/claims.cc, admission/attachments.cc
+// for review.served and the review gate's body record), fold rows are then
 // changed, deleted or planted as the superuser, and every change must come back as exactly one
 // finding naming its table, key, column and seq.
 #include "journal/folds.h"
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "admission/attachments.h"
 #include "admission/claims.h"
 #include "common/sync_point.h"
 #include "common/sync_point_testing.h"
@@ -360,6 +362,172 @@ TEST_F(FoldsPgTest, UnreadablePayloadStopsTheChainAtItsSeq) {
   EXPECT_EQ(r.rows, 0);
   EXPECT_EQ(r.events, 3 + std::stoll(SuValue("SELECT seq FROM oml.chain_heads WHERE tenant_id = '" +
                                              std::string(kProviderTenant) + "'")));
+}
+
+// artifacts.body_review (sql/0013) is claim.submitted's `review` as signed (NULL without one), and
+// review_served has one row per (claim version, item, reviewer), pointing at the latest
+// review.served of it. The events come from the real paths: Claims::Submit with the review gate
+// on (an Attachments without buckets: a small body needs none) and Attachments::RecordServed.
+TEST_F(FoldsPgTest, BodyReviewAndReviewServedRows) {
+  Tenant t = MakeTenant("served");  // alice's key seq 2, her ungated claim seq 3
+  auto rita = CreateApiKey(*journal_, t.id, "rita", "reviewer");  // seq 4
+  ASSERT_TRUE(rita.ok());
+  const admission::Caller reviewer{t.id, "rita", "reviewer", rita->key_id, crypto::Sha256(rita->token)};
+  admission::Attachments atts(pool_, journal_, kek_, nullptr, nullptr, nullptr, review::Options{},
+                              admission::AttachmentsOptions{});
+  admission::Claims gated(journal_, pool_, kek_, 1 << 20);
+  gated.set_attachments(&atts);
+  auto sub = gated.Submit(t.alice, {"gated body", "wa-1", "notes/b.md", "agent", std::nullopt, "text/plain"});
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  ASSERT_EQ(sub->receipt.seq, 5);
+  const std::string gated_id = sub->meta.artifact_id, plain_id = t.artifact_id;
+  auto serve = [&](const std::string& artifact_id) {
+    admission::ClaimMeta m;
+    m.artifact_id = artifact_id;
+    m.state = "held";
+    Status st = atts.RecordServed(reviewer, m, 0, crypto::Sha256("p"), crypto::Sha256("c"));
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  };
+  serve(plain_id);  // seq 6
+  serve(gated_id);  // seq 7
+  ASSERT_EQ(SuValue("SELECT string_agg(served_seq::text, ',' ORDER BY served_seq) FROM oml.review_served WHERE "
+                    "tenant_id = '" + t.id + "'"),
+            "6,7");
+  const std::string signed_review =
+      nlohmann::json::parse(SuValue("SELECT convert_from(signed_bytes, 'UTF8') FROM oml.journal WHERE tenant_id = '" +
+                                    t.id + "' AND seq = 5"))["payload"]["review"]
+          .dump();
+  EXPECT_EQ(signed_review,
+            R"({"deny_list_hits":[],"flags":[],"hits_truncated":false,"method":"text","review":"text-extraction"})");
+  for (int page : {0, 1, 2}) {
+    FoldReport r = Verify("served", page);
+    EXPECT_EQ(Lines(r), std::vector<std::string>{}) << "page " << page;
+    EXPECT_EQ(r.rows, 2 + 2 + 2) << "page " << page;  // keys alice, rita; two claims; two served rows
+  }
+
+  // body_review: changed, removed, planted on a claim signed without one. Key order and spacing
+  // are jsonb's, not compared.
+  const std::string gated_where = " WHERE artifact_id = '" + gated_id + "'";
+  const std::string plain_where = " WHERE artifact_id = '" + plain_id + "'";
+  Su("UPDATE oml.artifacts SET body_review = '{\"review\": \"text-extraction\", \"method\": \"text\", "
+     "\"flags\": [], \"hits_truncated\": false, \"deny_list_hits\": []}'" + gated_where);
+  EXPECT_EQ(Lines(Verify("served")), std::vector<std::string>{});
+  Su("UPDATE oml.artifacts SET body_review = jsonb_set(body_review, '{flags}', '[\"x\"]')" + gated_where);
+  FoldReport changed = Verify("served");
+  ASSERT_EQ(changed.diffs.size(), 1u) << ::testing::PrintToString(Lines(changed));
+  const FoldDiff& d = changed.diffs[0];
+  EXPECT_EQ(d.table, "artifacts");
+  EXPECT_EQ(d.tenant_id, t.id);
+  EXPECT_EQ(d.key, gated_id + " v1");
+  EXPECT_EQ(d.column, "body_review");
+  EXPECT_EQ(d.expected, signed_review);
+  EXPECT_EQ(d.actual,
+            R"({"deny_list_hits":[],"flags":["x"],"hits_truncated":false,"method":"text","review":"text-extraction"})");
+  EXPECT_EQ(d.kind, FoldDiffKind::kChanged);
+  EXPECT_EQ(d.seq, 5);
+  Su("UPDATE oml.artifacts SET body_review = NULL" + gated_where);
+  Su("UPDATE oml.artifacts SET body_review = '{\"flags\": []}'" + plain_where);
+  std::vector<std::string> expected = {
+      "FOLD artifacts tenant served " + gated_id + " v1: body_review expected " + signed_review + ", found NULL (seq 5)",
+      "FOLD artifacts tenant served " + plain_id + " v1: body_review expected NULL, found {\"flags\":[]} (seq 3)"};
+  std::sort(expected.begin(), expected.end());  // ordered by artifact id
+  EXPECT_EQ(Lines(Verify("served")), expected);
+  Su("UPDATE oml.artifacts SET body_review = NULL" + plain_where);
+  Su("UPDATE oml.artifacts SET body_review = '" + signed_review + "'" + gated_where);
+  EXPECT_EQ(Lines(Verify("served")), std::vector<std::string>{});
+
+  // review_served: served_seq pointed elsewhere.
+  const std::string gated_key = gated_id + " v1 item 0 reviewer rita", plain_key = plain_id + " v1 item 0 reviewer rita";
+  Su("UPDATE oml.review_served SET served_seq = 4" + gated_where);
+  FoldReport moved = Verify("served");
+  ASSERT_EQ(moved.diffs.size(), 1u) << ::testing::PrintToString(Lines(moved));
+  EXPECT_EQ(moved.diffs[0].table, "review_served");
+  EXPECT_EQ(moved.diffs[0].key, gated_key);
+  EXPECT_EQ(moved.diffs[0].column, "served_seq");
+  EXPECT_EQ(moved.diffs[0].expected, "7");
+  EXPECT_EQ(moved.diffs[0].actual, "4");
+  EXPECT_EQ(moved.diffs[0].kind, FoldDiffKind::kChanged);
+  EXPECT_EQ(moved.diffs[0].seq, 7);
+  EXPECT_EQ(FormatFoldDiff(moved.diffs[0]),
+            "FOLD review_served tenant served " + gated_key + ": served_seq expected 7, found 4 (seq 7)");
+  // The row no longer names a review.served, so the next serve journals again (seq 8) and its
+  // fold (ON CONFLICT DO UPDATE) points the row at it: the latest serve defines served_seq.
+  serve(gated_id);
+  EXPECT_EQ(SuValue("SELECT served_seq FROM oml.review_served" + gated_where), "8");
+  EXPECT_EQ(Lines(Verify("served")), std::vector<std::string>{});
+  Su("UPDATE oml.review_served SET served_seq = 7" + gated_where);
+  EXPECT_EQ(Lines(Verify("served")),
+            std::vector<std::string>{"FOLD review_served tenant served " + gated_key +
+                                     ": served_seq expected 8, found 7 (seq 8)"});
+  Su("UPDATE oml.review_served SET served_seq = 8" + gated_where);
+
+  // A deleted row (a serve undone) and a planted one (a serve that never happened).
+  Su("DELETE FROM oml.review_served" + plain_where);
+  Su("INSERT INTO oml.review_served (tenant_id, artifact_id, version, item, reviewer, served_seq) VALUES ('" + t.id +
+     "', '" + gated_id + "', 1, 0, 'mallory', 8)");
+  FoldReport r = Verify("served");
+  expected = {"FOLD review_served tenant served " + plain_key + ": missing row (seq 6)",
+              "FOLD review_served tenant served " + gated_id + " v1 item 0 reviewer mallory: extra row (no event)"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(Lines(r), expected);
+  ASSERT_EQ(r.diffs.size(), 2u);
+  const bool missing_first = r.diffs[0].kind == FoldDiffKind::kMissing;
+  const FoldDiff& missing = r.diffs[missing_first ? 0 : 1];
+  const FoldDiff& extra = r.diffs[missing_first ? 1 : 0];
+  EXPECT_EQ(missing.table, "review_served");
+  EXPECT_EQ(missing.key, plain_key);
+  EXPECT_EQ(missing.seq, 6);
+  EXPECT_EQ(extra.table, "review_served");
+  EXPECT_EQ(extra.key, gated_id + " v1 item 0 reviewer mallory");
+  EXPECT_EQ(extra.kind, FoldDiffKind::kExtra);
+  EXPECT_EQ(extra.seq, 0);
+  Su("DELETE FROM oml.review_served WHERE reviewer = 'mallory' AND tenant_id = '" + t.id + "'");
+  Su("INSERT INTO oml.review_served (tenant_id, artifact_id, version, item, reviewer, served_seq) VALUES ('" + t.id +
+     "', '" + plain_id + "', 1, 0, 'rita', 6)");
+  EXPECT_EQ(Lines(Verify("served")), std::vector<std::string>{});
+}
+
+// review_progress has no event (a reviewer's Range reads write it): its values are not compared,
+// but a row must name an attachment a submission.attach defines. This claim has none, so planted
+// attachments rows are extra, and so are progress rows (a planted attachment does not anchor
+// them); three of each, read at every page size.
+TEST_F(FoldsPgTest, PlantedAttachmentAndReviewProgressRowsAtAnyPageSize) {
+  Tenant t = MakeTenant("progress");
+  for (int n = 1; n <= 3; ++n) {
+    const std::string item = std::to_string(n);
+    Su("INSERT INTO oml.attachments (tenant_id, artifact_id, version, ordinal, upload_id, plaintext_sha256, "
+       "ciphertext_sha256, size_bytes, ciphertext_size, media_type, object_key, review, flagged, attach_seq) VALUES ('" +
+       t.id + "', '" + t.artifact_id + "', 1, " + item + ", gen_random_uuid(), sha256('p'), sha256('c'), 5, 33, "
+       "'text/plain', 'k" + item + "', '{}', false, 3)");
+    Su("INSERT INTO oml.review_progress (tenant_id, artifact_id, version, item, reviewer, served_upto, covered) "
+       "VALUES ('" + t.id + "', '" + t.artifact_id + "', 1, " + item + ", 'rita', 5, '{[0,5)}')");
+  }
+  const std::string a = "FOLD attachments tenant progress " + t.artifact_id + " v1 attachment ";
+  const std::string p = "FOLD review_progress tenant progress " + t.artifact_id + " v1 item ";
+  for (int page : {0, 1, 2}) {
+    FoldReport r = Verify("progress", page);
+    EXPECT_EQ(Lines(r), (std::vector<std::string>{a + "1: extra row (no event)", a + "2: extra row (no event)",
+                                                   a + "3: extra row (no event)", p + "1 reviewer rita: extra row (no event)",
+                                                   p + "2 reviewer rita: extra row (no event)",
+                                                   p + "3 reviewer rita: extra row (no event)"}))
+        << "page " << page;
+    EXPECT_EQ(r.rows, 2 + 3 + 3) << "page " << page;  // alice's key, the claim, the planted rows
+    ASSERT_EQ(r.diffs.size(), 6u);
+    const FoldDiff& d = r.diffs[3];
+    EXPECT_EQ(d.table, "review_progress");
+    EXPECT_EQ(d.tenant_id, t.id);
+    EXPECT_EQ(d.tenant_name, "progress");
+    EXPECT_EQ(d.key, t.artifact_id + " v1 item 1 reviewer rita");
+    EXPECT_EQ(d.column, "");
+    EXPECT_EQ(d.kind, FoldDiffKind::kExtra);
+    EXPECT_EQ(d.seq, 0);
+    EXPECT_EQ(r.diffs[0].table, "attachments");
+    EXPECT_EQ(r.diffs[0].key, t.artifact_id + " v1 attachment 1");
+    EXPECT_EQ(r.diffs[0].kind, FoldDiffKind::kExtra);
+  }
+  Su("DELETE FROM oml.review_progress WHERE tenant_id = '" + t.id + "'; DELETE FROM oml.attachments WHERE tenant_id = '" +
+     t.id + "'");
+  EXPECT_EQ(Lines(Verify("progress")), std::vector<std::string>{});
 }
 
 TEST_F(FoldsPgTest, UnknownTenantIsNotFound) {
