@@ -73,3 +73,30 @@ def test_verify_from_lake_passes_then_names_the_tampered_seq_without_postgres(se
     missing = d.run("verify", "--from-lake", env={"OML_LAKE_ROOT": str(d.home / "no-lake")}, check=False)
     assert missing.returncode == 4
     assert "lake-table-missing" in missing.stderr or "no Delta table" in missing.stderr
+
+
+def test_a_lake_cut_short_of_a_published_head_is_named(served):
+    """verify --from-lake compares each chain's last lake row with its published signed head
+    (issue 20): a lake whose tail was cut (its newest rows deleted behind the writer's back) is a
+    finding once the head is older than --lag-grace, naming the missing seqs."""
+    from deltalake import DeltaTable
+    from test_lakewriter import lakewriter
+    d = served
+    for i in range(3):
+        assert d.submit(d.writer, body=f"c{i}").status_code == 201
+    with d.su() as c:
+        head = c.execute("SELECT seq FROM oml.chain_heads WHERE tenant_id = %s", (d.tenant_id,)).fetchone()[0]
+    d.wait_published(d.tenant_id, head)
+    lakewriter(d)
+    ok = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    DeltaTable(str(d.home / "lake" / "bronze" / "events")).delete(f"tenant_id = '{d.tenant_id}' AND seq > {head - 2}")
+    cut = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert cut.returncode == 3, cut.stdout + cut.stderr
+    line = [x for x in cut.stdout.splitlines() if x.startswith(f"FAIL tenant acme ({d.tenant_id})")]
+    assert len(line) == 1, cut.stdout
+    assert f"seq {head - 1}: the lake's chain ends at seq {head - 2} but its head was published at seq {head}" in line[0]
+    assert f"the lake lacks seq {head - 1} to {head}" in line[0]
+    # Within the grace it is lag, not a finding.
+    lag = d.run("verify", "--from-lake", "--lag-grace", "3600", check=False)
+    assert lag.returncode == 0, lag.stdout + lag.stderr
