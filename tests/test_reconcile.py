@@ -93,13 +93,13 @@ def brief(rep):
 def populated(d):
     """Claims in every state the buckets and silver distinguish, drained into the lake:
     held (an attachment), promoted (a large body kept as an object and an attachment), demoted,
-    rejected, erased (an attachment). Returns the artifact ids by name."""
+    rejected (an attachment), erased (an attachment). Returns the artifact ids by name."""
     big = "x" * 100_000  # above inline_body_max_bytes (64 KiB): an object
     ids = {}
     ids["held"] = d.submit(d.writer, body="held one", attachments=[upload(d, d.writer, os.urandom(5000))]).json()["artifact_id"]
     ids["promoted"] = d.submit(d.writer, body=big, attachments=[upload(d, d.writer, os.urandom(6000))]).json()["artifact_id"]
     ids["demoted"] = d.submit(d.writer, body="to demote").json()["artifact_id"]
-    ids["rejected"] = d.submit(d.writer, body="to reject").json()["artifact_id"]
+    ids["rejected"] = d.submit(d.writer, body="to reject", attachments=[upload(d, d.writer, os.urandom(4000))]).json()["artifact_id"]
     ids["erased"] = d.submit(d.writer, body="to erase", attachments=[upload(d, d.writer, os.urandom(7000))]).json()["artifact_id"]
     ids["erased_big"] = d.submit(d.writer, body="y" * 100_000).json()["artifact_id"]  # a body object, erased
     for name in ("promoted", "demoted", "erased", "erased_big"):
@@ -109,6 +109,8 @@ def populated(d):
         if name in ("promoted", "erased"):
             assert d.get(f"/v1/claims/{ids[name]}/attachments/1", d.reviewer).status_code == 200
         verdict(d, d.reviewer, ids[name], "accept")
+    assert d.get(f"/v1/claims/{ids['rejected']}", d.reviewer).status_code == 200
+    assert d.get(f"/v1/claims/{ids['rejected']}/attachments/1", d.reviewer).status_code == 200
     r = d.post(f"/v1/claims/{ids['rejected']}/verdict", d.reviewer, json={"verdict": "reject"})
     assert r.status_code == 200, r.text
     demote(d, d.reviewer, ids["demoted"])
@@ -151,9 +153,9 @@ def test_a_clean_deployment_reconciles_to_nothing_and_touches_no_key(served):
            if r["artifact_id"] == ids["erased_big"]]
     assert [r["body_location"].split(":")[0] for r in big] == ["none"]
     assert [r["state"] for r in big] == ["erased"]
-    # Read and hashed: the held and the promoted attachment and the promoted body object; the
-    # erased claim's file is gone, inline bodies are hashed by PostgreSQL.
-    assert s["objects_read"] == 3
+    # Read and hashed: the held, rejected and promoted attachments and the promoted body object;
+    # the erased claim's file is gone, inline bodies are hashed by PostgreSQL.
+    assert s["objects_read"] == 4
     # Recorded for `oml doctor`, and as Prometheus text for a textfile collector.
     with d.su() as c:
         runs = c.execute("SELECT findings, classes, events, objects, repaired, checkpoint FROM oml.reconcile_runs "
@@ -342,13 +344,14 @@ def test_objects_are_audited_against_the_signed_digests(served):
     held_digest, held_seq = att[ids["held"]]
     prom_digest, prom_seq = att[ids["promoted"]]
     er_digest, er_seq = att[ids["erased"]]
+    rej_digest, rej_seq = att[ids["rejected"]]
     # A flipped byte in the held file (same size).
     p = q / held_digest
     raw = bytearray(p.read_bytes())
     raw[100] ^= 0x01
     p.write_bytes(bytes(raw))
-    # The held file copied into the bodies bucket: a containment breach.
-    shutil.copy(p, b / held_digest)
+    # The rejected claim's file copied into the bodies bucket: a containment breach.
+    shutil.copy(q / rej_digest, b / rej_digest)
     # The promoted claim's body object lost from bodies, while a copy its promotion failed to
     # drop is still in quarantine.
     body_digest = body.split("/")[1]
@@ -369,7 +372,7 @@ def test_objects_are_audited_against_the_signed_digests(served):
     t = d.tenant_id
     assert brief(rep) == sorted([
         ("erased-object-present", "bodies", t, er_seq, f"{t}/{er_digest}", None),
-        ("misplaced-object", "bodies", t, held_seq, f"{t}/{held_digest}", "containment-breach"),
+        ("misplaced-object", "bodies", t, rej_seq, f"{t}/{rej_digest}", "containment-breach"),
         ("misplaced-object", "quarantine", t, prom_submitted, f"{t}/{body_digest}", None),
         ("missing-object", "bodies", t, prom_submitted, f"{t}/{body_digest}", None),
         ("object-digest-mismatch", "quarantine", t, held_seq, f"{t}/{held_digest}", "ciphertext_sha256"),
@@ -395,7 +398,8 @@ def test_objects_are_audited_against_the_signed_digests(served):
     assert all(a["ok"] for k, a in acts.items() if k[0] != "object-digest-mismatch")
     assert (b / body_digest).read_bytes() == body_bytes
     assert hashlib.sha256(body_bytes).hexdigest() == body_digest
-    for gone in (q / body_digest, b / held_digest, b / er_digest, q / orphan, q / "uploads" / ghost / "00000001"):
+    assert (q / rej_digest).exists()  # the breach's bodies copy went, the quarantine one stays
+    for gone in (q / body_digest, b / rej_digest, b / er_digest, q / orphan, q / "uploads" / ghost / "00000001"):
         assert not gone.exists(), gone
     assert len(repair_events(d)) == 7
     code, rep = reconcile(d, code=3)
@@ -444,3 +448,25 @@ def test_tenant_scope_and_access_errors(served):
     with no_keys(d):
         r = d.run("reconcile", "--stream", "nope", env=KEYLESS, check=False)
     assert r.returncode == 4, r.stderr
+
+
+def test_a_chain_that_cannot_be_replayed_blocks_every_repair(served):
+    """One event whose signed bytes do not parse: the audit names it and reports nothing else about
+    its tenant's objects and rows (their claims are unknown past it, so every object would look
+    orphaned), and --repair touches nothing, saying why."""
+    d = served
+    ids = populated(d)
+    with d.su() as c:
+        seq = c.execute("SELECT submitted_seq FROM oml.artifacts WHERE artifact_id = %s", (ids["held"],)).fetchone()[0]
+        c.execute("SET session_replication_role = replica")  # the journal's guard trigger off
+        c.execute("UPDATE oml.journal SET signed_bytes = 'not json'::bytea WHERE tenant_id = %s AND seq = %s",
+                  (d.tenant_id, seq))
+    q = bucket(d, "oml-quarantine")
+    before = sorted(p.name for p in q.iterdir() if p.is_file())
+    code, rep = reconcile(d, code=3)
+    assert brief(rep) == [("journal-unreadable", "journal", d.tenant_id, seq, None, None)]
+    out = repair(d, code=3)
+    assert out["repair"]["actions"] == []
+    assert out["repair"]["refused"].startswith(f"tenant {d.tenant_id}'s chain could not be replayed past seq {seq}")
+    assert repair_events(d) == []
+    assert sorted(p.name for p in q.iterdir() if p.is_file()) == before

@@ -84,11 +84,25 @@ def test_the_audit_and_its_repair_on_s3(s3_everything):
         ("orphan-object", "quarantine", t, None, orphan, None),
         ("table-unreadable", "bronze/events", None, None, victim, None),
     ])
-    out = repair(d)
+    # A held claim may still be accepted (its accept copies to that very key, then drops
+    # quarantine): its breach copy is left, with the reason, until the claim is decided.
+    out = repair(d, code=3)
+    acts = {a["class"]: a for a in out["repair"]["actions"]}
     assert sorted((a["class"], a["action"], a["ok"]) for a in out["repair"]["actions"]) == [
-        ("misplaced-object", "delete", True), ("orphan-object", "delete", True), ("table-unreadable", "rebuild", True)]
+        ("misplaced-object", "delete", False), ("orphan-object", "delete", True), ("table-unreadable", "rebuild", True)]
+    assert "the claim is held and may still be accepted" in acts["misplaced-object"]["outcome"]
+    assert held in keys(d, "oml-bodies")
+    lakewriter(d)  # refills the rebuilt bronze
+    assert d.get(f"/v1/claims/{ids['held']}", d.reviewer).status_code == 200
+    assert d.get(f"/v1/claims/{ids['held']}/attachments/1", d.reviewer).status_code == 200
+    r = d.post(f"/v1/claims/{ids['held']}/verdict", d.reviewer, json={"verdict": "reject"})
+    assert r.status_code == 200, r.text
+    lakewriter(d)
+    out = repair(d)
+    assert [(a["class"], a["action"], a["ok"]) for a in out["repair"]["actions"]] == [("misplaced-object", "delete", True)]
     # The provider's chain (the table's finding names no tenant) sorts first, then acme's.
-    assert [e["class"] for e in repair_events(d)] == ["table-unreadable", "misplaced-object", "orphan-object"]
+    assert [e["class"] for e in repair_events(d)] == ["table-unreadable", "misplaced-object", "orphan-object",
+                                                      "misplaced-object"]
     assert held not in keys(d, "oml-bodies")
     assert orphan not in keys(d, "oml-quarantine")
     assert held in keys(d, "oml-quarantine")  # the held file itself is untouched

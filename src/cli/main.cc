@@ -1031,8 +1031,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{366} * 86400));
   lakewriter->add_option("--vacuum-retention-hours", lw_vacuum_retention_h,
                          "VACUUM deletes only files removed from the log (or never in it) longer ago than this "
-                         "(default 168: readers of any version of the last 7 days find their files; at least 1)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+                         "(1..168, default 168: readers of any version of the last 7 days find their files; a "
+                         "checkpoint forgets older tombstones)")
+      ->check(CLI::Range(int64_t{1}, int64_t{168}));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
   // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
@@ -1571,14 +1572,17 @@ int Main(int argc, char** argv) {
         std::cout << "reconcile: never run (run `oml reconcile` daily: it audits the lake and the buckets against "
                      "the journal)\n";
       } else if (r.ok()) {
-        const int64_t n = r->GetInt(0, 2);
-        if (n > 0) ++problems;
-        std::cout << (n > 0 ? "RECONCILE" : "reconcile") << ": last run " << r->Get(0, 0) << " (" << r->GetInt(0, 1)
+        const int64_t n = r->GetInt(0, 2), repaired = r->GetInt(0, 4);
+        // Findings nobody repaired are a problem; after a --repair, the next audit says what is left.
+        const bool open = n > 0 && repaired == 0;
+        if (open) ++problems;
+        std::cout << (open ? "RECONCILE" : "reconcile") << ": last run " << r->Get(0, 0) << " (" << r->GetInt(0, 1)
                   << " s ago): " << n << " finding(s)" << (n > 0 ? " " + r->Get(0, 3) : std::string())
-                  << (r->GetInt(0, 4) > 0 ? ", " + std::to_string(r->GetInt(0, 4)) + " repair group(s) journalled"
-                                          : std::string())
-                  << (n > 0 ? ".\n  Run `oml reconcile` to see them and `oml reconcile --repair` to repair them.\n"
-                            : "\n");
+                  << (repaired > 0 ? ", " + std::to_string(repaired) +
+                                         " repair group(s) journalled; run `oml reconcile` again to confirm\n"
+                                   : std::string(open ? ".\n  Run `oml reconcile` to see them and `oml reconcile "
+                                                        "--repair` to repair them.\n"
+                                                      : "\n"));
       }
     }
     auto store = blob::OpenObjectStore(cfg.object_store_url);

@@ -745,7 +745,9 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p, std::vector<std::string>*
                                              {"budget", opts_.dead_letter_after}, {"error", p.error}});
   if (attempts < opts_.dead_letter_after) return false;
   // The key in use: the one re-read from the key file after a rotation, else the one given.
-  auto reload = [&]() -> const crypto::SigningKey* {
+  // A re-read key is held in a local first and replaces reloaded_key_ only at the end, so the
+  // key being signed with is never destroyed under it.
+  auto read_key_file = [&]() -> std::unique_ptr<crypto::SigningKey> {
     if (opts_.signing_key_file.empty()) return nullptr;
     auto k = crypto::SigningKey::LoadFile(opts_.signing_key_file, opts_.allow_insecure_key_files);
     if (!k.ok()) {
@@ -753,11 +755,14 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p, std::vector<std::string>*
                                                                {"error", k.status().ToString()}});
       return nullptr;
     }
-    reloaded_key_ = std::make_unique<crypto::SigningKey>(std::move(k).value());
-    return reloaded_key_.get();
+    return std::make_unique<crypto::SigningKey>(std::move(k).value());
   };
+  std::unique_ptr<crypto::SigningKey> fresh;
   const crypto::SigningKey* key = reloaded_key_ ? reloaded_key_.get() : opts_.signing_key;
-  if (key == nullptr) key = reload();  // the key file may have appeared since the start
+  if (key == nullptr) {  // the key file may have appeared since the start
+    fresh = read_key_file();
+    key = fresh.get();
+  }
   if (key == nullptr) {
     log::Error("lake writer: a poison row cannot be dead-lettered without a signing key; the stream waits",
                {{"stream", stream_.name}, {"outbox_seq", p.row->seq}});
@@ -769,13 +774,15 @@ Result<bool> LakeWriter::HandlePoison(const Poison& p, std::vector<std::string>*
   auto signed_dl = DeadLetterRow(*conn_, *key, stream_.name, epoch_, *p.row, p.error, attempts, *applied);
   if (!signed_dl.ok() && signed_dl.status().type() == "signing-key-not-in-force") {
     // Rotated since this key was read (`oml key rotate` installs the new key in the key file).
-    const crypto::SigningKey* fresh = reload();
-    if (fresh != nullptr && fresh->key_id() != key->key_id()) {
+    std::unique_ptr<crypto::SigningKey> rotated = read_key_file();
+    if (rotated != nullptr && rotated->key_id() != key->key_id()) {
       log::Info("lake writer: signing key re-read after a rotation",
-                {{"stream", stream_.name}, {"old_key_id", key->key_id()}, {"key_id", fresh->key_id()}});
-      signed_dl = DeadLetterRow(*conn_, *fresh, stream_.name, epoch_, *p.row, p.error, attempts, *applied);
+                {{"stream", stream_.name}, {"old_key_id", key->key_id()}, {"key_id", rotated->key_id()}});
+      signed_dl = DeadLetterRow(*conn_, *rotated, stream_.name, epoch_, *p.row, p.error, attempts, *applied);
+      fresh = std::move(rotated);
     }
   }
+  if (fresh) reloaded_key_ = std::move(fresh);  // `key` is not used after this
   OML_ASSIGN_OR_RETURN(DeadLetterResult dl, std::move(signed_dl));
   refusals_.erase(p.row->seq);
   ++stats_.dead_letters;
@@ -1338,10 +1345,16 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
 }
 
 void LakeWriter::MaybeVacuum() {
-  if (opts_.vacuum_every.count() <= 0 || Clock::now() - vacuumed_at_ < opts_.vacuum_every) return;
+  if (opts_.vacuum_every.count() <= 0) return;
+  if (!vacuumed_at_) {
+    const auto first = std::min<std::chrono::steady_clock::duration>(opts_.vacuum_every, std::chrono::seconds(60));
+    vacuumed_at_ = Clock::now() - opts_.vacuum_every + first;
+    return;
+  }
+  if (Clock::now() - *vacuumed_at_ < opts_.vacuum_every) return;
   vacuumed_at_ = Clock::now();
   if (!lease_held_ || opts_.bypass_lease) return;  // only the lease holder tends the tables
-  const int64_t hours = std::max<int64_t>(opts_.vacuum_retention_hours, 1);
+  const int64_t hours = std::clamp<int64_t>(opts_.vacuum_retention_hours, 1, 168);
   for (const auto& target : TargetTables()) {
     const auto t0 = Clock::now();
     auto table = DeltaTable::Open(TableUri(opts_.lake_root, target.name));

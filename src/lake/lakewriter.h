@@ -174,8 +174,10 @@ struct LakeWriterOptions {
   // compaction, MERGEs and rebuilds removed from the log more than `vacuum_retention_hours` ago,
   // and files no commit names older than that (a killed writer's), are deleted. A reader of any
   // version committed within the retention still finds every file it names (time travel to it
-  // works); the retention is at least 1 hour (a writer's uncommitted files are younger). The
-  // first VACUUM runs one `vacuum_every` after the writer starts. Checkpoints need nothing here:
+  // works); the retention is at least 1 hour (a writer's uncommitted files are younger) and at
+  // most 168 (a checkpoint drops tombstones older than the tables' deletedFileRetentionDuration,
+  // 7 days, after which VACUUM could no longer tell a removed file's age). The first VACUUM runs a
+  // minute after the writer starts (or one `vacuum_every`, if shorter). Checkpoints need nothing here:
   // every commit writes one each delta.checkpointInterval (10) versions, and delta-rs removes
   // expired log files after each checkpoint (delta.logRetentionDuration, 30 days).
   std::chrono::seconds vacuum_every{6 * 3600};
@@ -362,7 +364,10 @@ class LakeWriter {
   // The signing key re-read from LakeWriterOptions::signing_key_file (HandlePoison); null until then.
   std::unique_ptr<crypto::SigningKey> reloaded_key_;
   std::unique_ptr<Compactor> compactor_;  // started at the first request; joins first at destruction
-  std::chrono::steady_clock::time_point vacuumed_at_ = std::chrono::steady_clock::now();
+  // When the last VACUUM round ran; unset until the first MaybeVacuum, which schedules the first
+  // round a minute later (or one vacuum_every, if shorter): a writer restarted more often than
+  // vacuum_every still vacuums.
+  std::optional<std::chrono::steady_clock::time_point> vacuumed_at_;
 };
 
 }  // namespace oml::lake

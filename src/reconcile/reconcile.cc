@@ -372,6 +372,7 @@ class Auditor {
       OML_RETURN_IF_ERROR(n == kBronze ? ParseBronze() : n == kSilver ? ParseSilver() : ParseGold());
     }
     // 3. One snapshot of the database: the journal and what the buckets must hold.
+    snapshot_us_ = NowMicros();  // an object written after this is unknown to the snapshot
     OML_RETURN_IF_ERROR(c_.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
     Status s = InSnapshot(stream, txns);
     (void)c_.Exec(s.ok() ? "COMMIT" : "ROLLBACK");
@@ -548,7 +549,8 @@ class Auditor {
         if (!env.ok()) {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's signed bytes do not parse (" + env.status().message() + "): run `oml verify`"});
-          return Status::Ok();  // nothing after it can be replayed
+          unaudited_.insert(tenant);  // nothing after it can be replayed: no other finding about it
+          return Status::Ok();
         }
         const json expect = journal::BronzeRow(*env, hash, signed_bytes, signature);
         const RowKey bk{tenant, seq, "", 0};
@@ -580,6 +582,7 @@ class Auditor {
         if (Status s = fold.Apply(seq, *env); !s.ok()) {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
+          unaudited_.insert(tenant);
           return Status::Ok();
         }
         for (const auto& [artifact, version] : touched) {
@@ -678,6 +681,7 @@ class Auditor {
     if (!tables_[kSilver].readable) return;
     for (auto& [key, rows] : silver_) {
       const auto& [tenant, artifact, version] = key;
+      if (unaudited_.count(tenant)) continue;
       const std::string k = artifact + " v" + std::to_string(version);
       auto e = silver_expected_.find(key);
       if (e == silver_expected_.end()) {
@@ -714,6 +718,7 @@ class Auditor {
     for (const auto& [key, e] : silver_expected_) {
       if (e.row.is_null() || silver_.count(key)) continue;
       const auto& [tenant, artifact, version] = key;
+      if (unaudited_.count(tenant)) continue;
       Add({"missing-in-lake", kSilver, tenant, e.seq, artifact + " v" + std::to_string(version), "",
            Show(e.row["state"]), "no row", "the promoted claim version has no row"});
     }
@@ -725,6 +730,7 @@ class Auditor {
       return std::get<1>(k) + " " + (std::get<2>(k).empty() ? std::string("-") : std::get<2>(k)) + " " + std::get<3>(k);
     };
     for (const auto& [k, want] : gold_expected_) {
+      if (unaudited_.count(std::get<0>(k))) continue;
       auto f = gold_found_.find(k);
       int64_t got = 0;
       if (f != gold_found_.end())
@@ -737,6 +743,7 @@ class Auditor {
              "bronze's delivered events of this day, workarea and type"});
     }
     for (const auto& [k, v] : gold_found_) {
+      if (unaudited_.count(std::get<0>(k))) continue;
       if (gold_expected_.count(k)) continue;
       int64_t got = 0;
       for (int64_t n : v) got += n;
@@ -791,6 +798,7 @@ class Auditor {
     // Bodies: an inline one is hashed by PostgreSQL; one kept as an object is named like a file.
     for (const auto& [key, a] : artifacts_) {
       const auto& [tenant, artifact, version] = key;
+      if (unaudited_.count(tenant)) continue;
       const std::string k = artifact + " v" + std::to_string(version);
       auto b = bodies_.find(key);
       if (b == bodies_.end()) {
@@ -813,8 +821,10 @@ class Auditor {
       report_.objects_listed += static_cast<int64_t>(listed.size());
       for (auto& m : listed) (*out)[m.key] = std::move(m);
     }
+    // Young: modified within the grace before the snapshot began, or since (a write the snapshot
+    // cannot know of, however long the replay took).
     auto young = [&](const blob::ObjectStore::Meta& m) {
-      return m.modified_ms != 0 && now_us / 1000 - m.modified_ms < grace_us / 1000;
+      return m.modified_ms != 0 && m.modified_ms >= (snapshot_us_ - grace_us) / 1000;
     };
     std::set<std::string> named_keys;
     for (const NamedObject& n : named_) {
@@ -883,6 +893,7 @@ class Auditor {
         const size_t slash = key.find('/');
         const std::string tenant = slash == std::string::npos ? "" : key.substr(0, slash);
         if (!tenant.empty() && !InScope(tenant)) continue;
+        if (unaudited_.count(tenant)) continue;  // its claims are not all known
         if (young(m)) continue;
         const std::string rest = slash == std::string::npos ? key : key.substr(slash + 1);
         if (rest.rfind("uploads/", 0) == 0) {
@@ -935,6 +946,8 @@ class Auditor {
   std::map<GoldKey, int64_t> gold_expected_;
   std::map<ArtKey, ArtInfo> artifacts_;
   std::vector<NamedObject> named_;
+  std::set<std::string> unaudited_;  // tenants whose chain could not be replayed to its head
+  int64_t snapshot_us_ = 0;
   std::map<ArtKey, BodyRow> bodies_;                                      // artifact_bodies, in scope
   std::map<std::pair<std::string, std::string>, SessionRow> sessions_;  // (tenant, upload_id)
   std::map<std::string, std::string> session_objects_;                  // object key -> upload_id
@@ -1047,9 +1060,9 @@ Status RecordRun(db::Conn& conn, const Report& r, const Options& o, int64_t repa
   json checkpoint = {{"table_version", r.table_version}, {"txn", r.txn}, {"heads", r.heads}};
   return conn
       .Query("INSERT INTO oml.reconcile_runs (stream, tenant_id, started_at, findings, classes, events, objects, "
-             "repaired, checkpoint) VALUES ($1, nullif($2, '')::uuid, to_timestamp($3::double precision / 1000), $4, "
+             "repaired, checkpoint) VALUES ($1, nullif($2, '')::uuid, now() - make_interval(secs => $3::double precision), $4, "
              "$5::jsonb, $6, $7, $8, $9::jsonb)",
-             {db::Text(o.stream), db::Text(o.only_tenant), db::Int(r.started_unix_ms),
+             {db::Text(o.stream), db::Text(o.only_tenant), db::Text(std::to_string(r.seconds)),
               db::Int(static_cast<int64_t>(r.findings.size())), db::Text(json(r.Counts()).dump()), db::Int(r.events),
               db::Text(o.objects ? "true" : "false"), db::Int(repaired), db::Text(checkpoint.dump())})
       .status();

@@ -50,6 +50,15 @@ class Repairer {
   Repairer(const Report& audit, const RepairDeps& d) : audit_(audit), d_(d) {}
 
   Result<RepairReport> Run() {
+    // A chain the audit could not replay to its head leaves what its tenant's objects and rows
+    // must be unknown: nothing is repaired until it is (`oml verify`, `oml verify --folds`).
+    for (const Finding& f : audit_.findings) {
+      if (f.cls != "journal-unreadable") continue;
+      out_.refused = "tenant " + f.tenant + "'s chain could not be replayed past seq " + std::to_string(f.seq) +
+                     ": nothing is repaired until `oml verify` and `oml verify --folds` pass";
+      out_.left = audit_.findings;
+      return std::move(out_);
+    }
     // Groups, in a fixed order: copies, then deletes, then rebuilds.
     std::map<std::tuple<int, std::string, std::string, std::string>, std::vector<const Finding*>> groups;
     for (const Finding& f : audit_.findings) {
@@ -62,6 +71,7 @@ class Repairer {
       groups[{order, f.tenant, f.cls + "\n" + f.table, action}].push_back(&f);
     }
     std::set<std::string> rebuilt;
+    Status stopped = Status::Ok();  // a lake.repair event that could not be journalled stops the rest
     for (const auto& [g, fs] : groups) {
       const auto& [order, tenant, cls_table, action] = g;
       RepairAction a;
@@ -75,7 +85,12 @@ class Repairer {
       }
       std::sort(a.seqs.begin(), a.seqs.end());
       a.seqs.erase(std::unique(a.seqs.begin(), a.seqs.end()), a.seqs.end());
-      OML_RETURN_IF_ERROR(Journal(&a, fs.size()));
+      if (stopped.ok()) stopped = Journal(&a, fs.size());
+      if (!stopped.ok()) {
+        a.outcome = "not attempted: a lake.repair event could not be journalled (" + stopped.ToString() + ")";
+        out_.actions.push_back(std::move(a));
+        continue;
+      }
       if (action == "rebuild") {
         if (rebuilt.insert(a.table).second) {
           Rebuild(&a);
@@ -105,8 +120,15 @@ class Repairer {
     json payload = {{"class", a->cls}, {"table", a->table}, {"action", a->action}, {"findings", findings},
                     {"seqs", a->seqs}, {"keys", a->keys}, {"stream", d_.stream}};
     journal::EventSpec ev{"lake.repair", d_.principal, std::move(payload), json::object(), nullptr};
-    OML_ASSIGN_OR_RETURN(journal::Receipt rc,
-                         d_.journal->Append(a->tenant.empty() ? journal::kProviderTenant : a->tenant, ev));
+    // The finding's tenant's chain; the provider's for a finding about no tenant, or about a key
+    // whose first segment names no chain (junk in a bucket).
+    std::string chain = a->tenant.empty() ? journal::kProviderTenant : a->tenant;
+    if (chain != journal::kProviderTenant) {
+      OML_ASSIGN_OR_RETURN(db::Rows known, d_.reader->Query("SELECT count(*) FROM oml.chain_heads WHERE tenant_id::text = $1",
+                                                            {db::Text(chain)}));
+      if (known.GetInt(0, 0) == 0) chain = journal::kProviderTenant;
+    }
+    OML_ASSIGN_OR_RETURN(journal::Receipt rc, d_.journal->Append(chain, ev));
     a->event_seq = rc.seq;
     return Status::Ok();
   }
@@ -149,15 +171,45 @@ class Repairer {
   Status Delete(const Finding& f) {
     blob::ObjectStore* store = StoreOf(f.table);
     if (f.cls == "misplaced-object" && f.column == "containment-breach") {
-      // Still never promoted? (A promotion that committed since the audit needs this copy.)
+      // The claim's states now. A held claim can still be accepted: its accept copies to this
+      // very key, commits and then drops the quarantine copy, and a delete between that copy and
+      // the commit would leave the promoted claim with no ciphertext anywhere. So only a claim
+      // that can no longer be promoted (rejected, retracted, erased) loses the copy here.
       OML_ASSIGN_OR_RETURN(
           db::Rows r,
-          d_.reader->Query("SELECT count(*) FROM oml.artifacts a WHERE a.tenant_id = $1::uuid AND a.promoted_seq IS NOT "
-                           "NULL AND (a.ciphertext_sha256 = decode($2, 'hex') OR EXISTS (SELECT 1 FROM oml.attachments "
-                           "t WHERE t.tenant_id = a.tenant_id AND t.artifact_id = a.artifact_id AND t.version = "
-                           "a.version AND t.ciphertext_sha256 = decode($2, 'hex')))",
+          d_.reader->Query("SELECT coalesce(bool_or(a.promoted_seq IS NOT NULL), false), "
+                           "coalesce(bool_or(a.state = 'held'), false) FROM oml.artifacts a WHERE a.tenant_id = "
+                           "$1::uuid AND (a.ciphertext_sha256 = decode($2, 'hex') OR EXISTS (SELECT 1 FROM "
+                           "oml.attachments t WHERE t.tenant_id = a.tenant_id AND t.artifact_id = a.artifact_id AND "
+                           "t.version = a.version AND t.ciphertext_sha256 = decode($2, 'hex')))",
                            {db::Text(f.tenant), db::Text(DigestOfKey(f.key))}));
-      if (r.GetInt(0, 0) > 0) return FailedPrecondition(f.key + ": promoted since the audit; left in place");
+      if (r.Get(0, 0) == "t") return FailedPrecondition(f.key + ": promoted since the audit; left in place");
+      if (r.Get(0, 1) == "t")
+        return FailedPrecondition(f.key + ": the claim is held and may still be accepted; reject or accept it, "
+                                          "then repair again");
+      // And never the only copy: quarantine must hold the signed bytes.
+      OML_ASSIGN_OR_RETURN(std::optional<std::string> kept, ObjectSha256(*d_.quarantine, f.key));
+      if (!kept || *kept != DigestOfKey(f.key))
+        return FailedPrecondition(f.key + ": quarantine has no copy with the signed digest; the bodies copy is kept");
+    }
+    if (f.cls == "orphan-object") {
+      // Named since the audit (a submit or an upload that committed meanwhile)?
+      OML_ASSIGN_OR_RETURN(
+          db::Rows r,
+          d_.reader->Query("SELECT (SELECT count(*) FROM oml.artifact_bodies WHERE object_key = $1) + (SELECT count(*) "
+                           "FROM oml.attachments WHERE object_key = $1) + (SELECT count(*) FROM "
+                           "oml.upload_sessions_audit WHERE object_key = $1)",
+                           {db::Text(f.key)}));
+      if (r.GetInt(0, 0) > 0) return FailedPrecondition(f.key + ": named since the audit; left in place");
+    }
+    if (f.cls == "stale-upload") {
+      // Its session receiving again, or new since the audit?
+      const size_t u = f.key.find("/uploads/");
+      const std::string id = u == std::string::npos ? "" : f.key.substr(u + 9, f.key.find('/', u + 9) - (u + 9));
+      OML_ASSIGN_OR_RETURN(db::Rows r, d_.reader->Query("SELECT count(*) FROM oml.upload_sessions_audit WHERE "
+                                                         "upload_id::text = $1 AND state IN ('created', 'receiving')",
+                                                         {db::Text(id)}));
+      if (r.GetInt(0, 0) > 0) return FailedPrecondition(f.key + ": its upload session is receiving; left in place");
     }
     if (f.cls == "misplaced-object" && f.table == "quarantine") {
       // A promoted claim's leftover: deleted only once the bodies copy is whole.
@@ -190,11 +242,11 @@ json RepairReport::ToJson() const {
                     {"outcome", a.outcome}});
   json left = json::array();
   for (const auto& f : this->left) left.push_back(f.ToJson());
-  return {{"actions", acts}, {"left", left}};
+  return {{"actions", acts}, {"left", left}, {"refused", refused.empty() ? json(nullptr) : json(refused)}};
 }
 
 std::string RepairReport::ToText() const {
-  std::string s;
+  std::string s = refused.empty() ? "" : "repair refused: " + refused + "\n";
   for (const auto& a : actions) {
     s += "repair " + a.action + " " + a.table + " (" + a.cls + ")" + (a.tenant.empty() ? "" : " tenant " + a.tenant) +
          ": lake.repair seq " + std::to_string(a.event_seq) + "; " + a.outcome + "\n";

@@ -14,11 +14,14 @@
 //                                             outbox exactly once (lake/rebuild.h), once per table
 //                                             however many findings name it
 //   misplaced-object (containment-breach)     "delete" the bodies copy of a claim the journal never
-//                                             promoted, after re-reading that it is still not
+//                                             promoted, once it can no longer be (rejected,
+//                                             retracted, erased: a held one may be accepted
+//                                             meanwhile, and is left) and quarantine holds the
+//                                             signed bytes
 //   misplaced-object (quarantine leftover)    "delete" the quarantine copy, once the bodies copy
 //                                             hashes to the signed digest
-//   erased-object-present, orphan-object,     "delete"
-//   stale-upload
+//   erased-object-present, orphan-object,     "delete" (an orphan or a stale part only if no body,
+//   stale-upload                              attachment or live upload session names it now)
 //   missing-object, object-digest-mismatch    "copy" from the other bucket when its copy hashes to
 //                                             the signed digest; else unrepairable (the bytes are
 //                                             gone: only a backup holds them)
@@ -67,14 +70,17 @@ struct RepairAction {
 };
 
 struct RepairReport {
+  std::string refused;  // why nothing was repaired (a chain the audit could not replay); "" otherwise
   std::vector<RepairAction> actions;
   std::vector<Finding> left;  // findings no repair applies to
   nlohmann::json ToJson() const;
   std::string ToText() const;
 };
 
-// Repairs what `audit` found. kUnavailable when a store or the database fails before anything
-// was journalled; later failures are recorded per action (ok = false).
+// Repairs what `audit` found. Nothing at all when the audit could not replay a chain
+// (journal-unreadable: `refused` says so). A lake.repair event that cannot be journalled stops
+// the groups after it (each recorded, ok = false, "not attempted"); other failures are recorded
+// per action (ok = false).
 Result<RepairReport> Repair(const Report& audit, const RepairDeps& d);
 
 }  // namespace oml::reconcile
