@@ -273,6 +273,28 @@ struct Runtime {
     }
     return fc;
   }
+  // What every command that signs must hold before it appends to `chains` (REQUIRES need_key):
+  // its key is the key in force and anchored in the root key; outside the local profile (its own
+  // cluster, reduced by definition) synchronous quorum replication, unless reduced durability is
+  // accepted, as `oml serve` requires; and, like `oml serve`, no fork on a chain it extends.
+  Status ReadyToAppend(const std::vector<std::string>& chains) {
+    OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*pool, *key));
+    OML_RETURN_IF_ERROR(RequireOwnKeyTrusted());
+    if (!config.database_url.empty() && !config.reduced_durability) {
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle h, pool->Acquire());
+      OML_ASSIGN_OR_RETURN(db::DurabilitySettings settings, db::ReadDurabilitySettings(*h));
+      const db::DurabilityVerdict v = db::EvaluateDurability(settings);
+      if (!v.quorum)
+        return Unavailable("writes are refused: " + v.detail +
+                               " (set OML_REDUCED_DURABILITY=1 to accept reduced durability)",
+                           "durability-reduced");
+    }
+    OML_ASSIGN_OR_RETURN(journal::ForkCheck forks, CheckForks(chains, /*repair=*/false));
+    for (const auto& f : forks.findings)
+      if (!f.invalid_head) return Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork");
+    return Status::Ok();
+  }
+
 };
 
 Status DoInit(const Config& c, bool quiet) {
@@ -813,17 +835,12 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
   auto rt = Runtime::Open(c, /*need_key=*/true);
   if (!rt.ok()) return Fail(rt.status());
   Runtime& R = **rt;
-  if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
-  if (Status s = R.RequireOwnKeyTrusted(); !s.ok()) return Fail(s);
   std::vector<std::string> chains = {std::string(journal::kProviderTenant)};
   for (const auto& f : report->findings)
     if (!f.tenant.empty()) chains.push_back(f.tenant);
   std::sort(chains.begin(), chains.end());
   chains.erase(std::unique(chains.begin(), chains.end()), chains.end());
-  auto forks = R.CheckForks(chains, /*repair=*/false);
-  if (!forks.ok()) return Fail(forks.status());
-  for (const auto& f : forks->findings)
-    if (!f.invalid_head) return Fail(Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork"));
+  if (Status s = R.ReadyToAppend(chains); !s.ok()) return Fail(s);
   auto lw_url = LakewriterUrl(c);
   if (!lw_url.ok()) return Fail(lw_url.status());
   auto lw = db::Conn::Connect(*lw_url);
@@ -1323,28 +1340,8 @@ int Main(int argc, char** argv) {
     target = *t;
   }
   if (need_key) {
-    if (Status s = journal::CheckSigningKeyInForce(*R.pool, *R.key); !s.ok()) return Fail(s);
-    if (Status s = R.RequireOwnKeyTrusted(); !s.ok()) return Fail(s);
-    // Like `oml serve`: outside the local profile (its own cluster, reduced by definition) a
-    // signed write needs synchronous quorum replication unless reduced durability is accepted.
-    if (!cfg.database_url.empty() && !cfg.reduced_durability) {
-      auto h = R.pool->Acquire();
-      if (!h.ok()) return Fail(h.status());
-      auto settings = db::ReadDurabilitySettings(**h);
-      if (!settings.ok()) return Fail(settings.status());
-      const db::DurabilityVerdict v = db::EvaluateDurability(*settings);
-      if (!v.quorum)
-        return Fail(Unavailable("writes are refused: " + v.detail +
-                                    " (set OML_REDUCED_DURABILITY=1 to accept reduced durability)",
-                                "durability-reduced"));
-    }
-    // Like `oml serve`, never append onto a forked chain: check the chains this command extends.
     const std::vector<std::string> chains = {target ? target->tenant_id : std::string(journal::kProviderTenant)};
-    auto forks = R.CheckForks(chains, /*repair=*/false);
-    if (!forks.ok()) return Fail(forks.status());
-    for (const auto& f : forks->findings)
-      if (!f.invalid_head)
-        return Fail(Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork"));
+    if (Status s = R.ReadyToAppend(chains); !s.ok()) return Fail(s);
   }
 
   if (*tenant_create) {

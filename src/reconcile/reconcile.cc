@@ -233,11 +233,6 @@ class Delivery {
     if (l == lag_.end()) return true;  // at or below the floor (or pruned below the frontier)
     return l->second <= txn;
   }
-  // A dead letter not requeued holds `k` back from `table`: reported as dead-lettered.
-  bool HeldByDeadLetter(const std::string& target, const RowKey& k, const std::string& table) const {
-    auto d = dead_.find({target, k});
-    return d != dead_.end() && !d->second.back().requeued && !Delivered(target, k, table);
-  }
   const std::vector<DeadLetter>& letters() const { return letters_; }
   int64_t TxnOf(const std::string& table) const {
     auto it = txn_.find(table);
@@ -297,7 +292,6 @@ json SilverRow(const std::string& tenant, const std::string& artifact_id, int64_
 struct SilverExpect {
   json row;          // as of the newest delivered event that enqueued it; null: none delivered
   int64_t seq = 0;   // that event
-  bool held_back = false;  // a newer row is held by a dead letter (reported as dead-lettered)
 };
 
 // ---- objects -----------------------------------------------------------------------------------
@@ -531,7 +525,6 @@ class Auditor {
       bronze_.erase(it);
     }
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
-    std::map<std::pair<std::string, int64_t>, std::vector<std::tuple<int64_t, std::string, uint64_t, int64_t>>> attachments;
     for (int64_t after = 0; after < head;) {
       OML_ASSIGN_OR_RETURN(
           auto page, c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
@@ -593,18 +586,7 @@ class Auditor {
           if (delivery_->Delivered(kSilver, sk, kSilver)) {
             e.row = SilverRow(tenant, artifact, version, a->second, seq);
             e.seq = seq;
-            e.held_back = false;
-          } else if (delivery_->HeldByDeadLetter(kSilver, sk, kSilver)) {
-            e.held_back = true;
           }
-        }
-        if (env->type == "submission.attach") {
-          const json& p = env->payload;
-          if (p.contains("artifact_id") && p["artifact_id"].is_string() && p.value("version", 0) > 0 &&
-              p.contains("ciphertext_sha256") && p["ciphertext_sha256"].is_string())
-            attachments[{p["artifact_id"].get<std::string>(), p["version"].get<int64_t>()}].emplace_back(
-                p.value("ordinal", 0), p["ciphertext_sha256"].get<std::string>(), p.value("ciphertext_size", uint64_t{0}),
-                seq);
         }
       }
       after = r.GetInt(r.size() - 1, 0);
@@ -621,11 +603,15 @@ class Auditor {
       const std::string& since = a.erased_seq != 0 ? a.state_at : a.promoted_seq != 0 ? a.promoted_at : a.submitted_at;
       const int64_t since_us = lake::UtcMicros(json(since)).value_or(0);
       artifacts_[{tenant, k.first, k.second}] = {a.ciphertext_sha256, place, a.submitted_seq, since_us};
-      auto at = attachments.find(k);
-      if (at == attachments.end()) continue;
-      for (const auto& [ordinal, digest, size, seq] : at->second)
-        named_.push_back(
-            {tenant, k.first, "attachment " + std::to_string(ordinal), k.second, seq, digest, size, place, since_us});
+      // Its files, as submission.attach signed them (the fold keeps them: journal/chain_fold.h).
+      for (auto at = fold.attachments.lower_bound({k.first, k.second, std::numeric_limits<int64_t>::min()});
+           at != fold.attachments.end() && std::get<0>(at->first) == k.first && std::get<1>(at->first) == k.second;
+           ++at) {
+        const journal::AttachmentRow& x = at->second;
+        named_.push_back({tenant, k.first, "attachment " + std::to_string(std::get<2>(at->first)), k.second,
+                          x.attach_seq, x.ciphertext_sha256, static_cast<uint64_t>(x.ciphertext_size), place,
+                          since_us});
+      }
     }
     return Status::Ok();
   }
