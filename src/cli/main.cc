@@ -1032,6 +1032,9 @@ int Main(int argc, char** argv) {
   int lw_compact_target_mb = 128;
   int64_t lw_vacuum_every_s = 6 * 3600;
   int64_t lw_vacuum_retention_h = 7 * 24;
+  int64_t lw_prune_every_s = 300;
+  int64_t lw_outbox_retention_h = 7 * 24;
+  int lw_prune_batch = 10000;
   lakewriter->add_option("--stream", lw_stream, "outbox stream (default: default)");
   lakewriter->add_flag("--once", lw_once, "drain up to the stable horizon found at start, then exit 0");
   lakewriter->add_option("--max-rows", lw_max_rows, "outbox rows per batch at most (default 10000)")
@@ -1051,6 +1054,16 @@ int Main(int argc, char** argv) {
                          "(1..168, default 168: readers of any version of the last 7 days find their files; a "
                          "checkpoint forgets older tombstones)")
       ->check(CLI::Range(int64_t{1}, int64_t{168}));
+  lakewriter->add_option("--prune-every", lw_prune_every_s,
+                         "prune the outbox this often, in seconds, while holding the lease (default 300; 0: never); "
+                         "--once prunes once after it drained")
+      ->check(CLI::Range(int64_t{0}, int64_t{366} * 86400));
+  lakewriter->add_option("--outbox-retention-hours", lw_outbox_retention_h,
+                         "prune only outbox rows at or below the frontier enqueued longer ago than this "
+                         "(0..8784, default 168; 0: every row the lake holds)")
+      ->check(CLI::Range(int64_t{0}, int64_t{8784}));
+  lakewriter->add_option("--prune-batch", lw_prune_batch, "outbox rows deleted per transaction (default 10000)")
+      ->check(CLI::Range(1, 1000000));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
   // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
@@ -1227,6 +1240,9 @@ int Main(int argc, char** argv) {
     o.compact_target_bytes = static_cast<uint64_t>(lw_compact_target_mb) << 20;
     o.vacuum_every = std::chrono::seconds(lw_vacuum_every_s);
     o.vacuum_retention_hours = lw_vacuum_retention_h;
+    o.prune_every = std::chrono::seconds(lw_prune_every_s);
+    o.outbox_retention_hours = lw_outbox_retention_h;
+    o.prune_batch = lw_prune_batch;
     o.bypass_lease = lw_bypass_lease;
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
     return s.ok() ? 0 : Fail(s);

@@ -80,6 +80,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             .Name("oml_lake_vacuum_files_deleted_total")
                             .Help("Lake writer: data files VACUUM deleted, by table")
                             .Register(*registry_);
+  lake_outbox_pruned_ = &prometheus::BuildCounter()
+                             .Name("oml_lake_outbox_pruned_rows_total")
+                             .Help("Lake writer: outbox rows pruned (at or below the frontier, past the retention)")
+                             .Register(*registry_)
+                             .Add({});
+  lake_rederived_ = &prometheus::BuildCounter()
+                         .Name("oml_lake_rederived_rows_total")
+                         .Help("Lake writer: rows re-derived from the journal into a table behind the pruned outbox")
+                         .Register(*registry_);
   auto& lake_gauges = prometheus::BuildGauge()
                           .Name("oml_lake_position")
                           .Help("Lake writer: frontier seq, lag in rows past it, age of the oldest of them (s)")
@@ -137,6 +146,12 @@ void Metrics::LakeVacuum(const std::string& table, const std::string& result, in
                          double /*seconds*/) {
   lake_vacuums_->Add({{"table", table}, {"result", result}}).Increment();
   lake_vacuum_files_->Add({{"table", table}}).Increment(static_cast<double>(files_deleted));
+}
+
+void Metrics::LakeOutboxPruned(int64_t rows) { lake_outbox_pruned_->Increment(static_cast<double>(rows)); }
+
+void Metrics::LakeRederived(const std::string& table, int64_t rows) {
+  lake_rederived_->Add({{"table", table}}).Increment(static_cast<double>(rows));
 }
 
 void Metrics::LakeLag(int64_t frontier, int64_t rows, double seconds) {

@@ -56,6 +56,10 @@ class Metrics {
   // One VACUUM of `table` by the lake writer (LakeWriterOptions::vacuum_every), result ok or
   // failed: oml_lake_vacuums_total{table,result} and oml_lake_vacuum_files_deleted_total{table}.
   void LakeVacuum(const std::string& table, const std::string& result, int64_t files_deleted, double seconds);
+  // Outbox rows the lake writer pruned (oml_lake_outbox_pruned_rows_total) and rows it re-derived
+  // from the journal into a table behind what was pruned (oml_lake_rederived_rows_total{table}).
+  void LakeOutboxPruned(int64_t rows);
+  void LakeRederived(const std::string& table, int64_t rows);
   // Where the stream stands, set every poll: frontier, rows enqueued past it, and the age of the
   // oldest of them in seconds (0 when none) (oml_lake_frontier_seq, oml_lake_lag_rows,
   // oml_lake_lag_seconds).
@@ -83,6 +87,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* lake_compaction_seconds_;
   prometheus::Family<prometheus::Counter>* lake_vacuums_;
   prometheus::Family<prometheus::Counter>* lake_vacuum_files_;
+  prometheus::Counter* lake_outbox_pruned_;
+  prometheus::Family<prometheus::Counter>* lake_rederived_;
   prometheus::Gauge* lake_frontier_;
   prometheus::Gauge* lake_lag_rows_;
   prometheus::Gauge* lake_lag_seconds_;

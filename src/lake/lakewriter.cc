@@ -1138,6 +1138,7 @@ Result<int64_t> LakeWriter::Recover() {
   std::optional<nlohmann::json> lead_meta;
   std::optional<int64_t> refill_from;
   std::vector<std::string> behind;
+  std::optional<PruneMarks> marks;  // read once a table is found behind
   for (const auto& target : TargetTables()) {
     OML_ASSIGN_OR_RETURN(DeltaTable * table, RecoverTable(target.name));
     OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
@@ -1152,12 +1153,21 @@ Result<int64_t> LakeWriter::Recover() {
     const int64_t recorded = MustHold(target.name);
     if (std::max<int64_t>(last.version, 0) < recorded && last.version < frontier_) {
       behind.push_back(target.name);
-      const int64_t from = std::max<int64_t>(last.version, 0);
+      int64_t from = std::max<int64_t>(last.version, 0);
       log::Warn("lake writer: a table is behind what it committed (lost commits, or replaced by an empty table); "
                 "refilling it from the outbox",
                 {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
                  {"recorded_txn_version", recorded}, {"frontier", frontier_}});
       Metrics::Get().LakeRetry("refill");
+      if (!marks) {
+        OML_ASSIGN_OR_RETURN(marks, ReadPruneMarks(*conn_, stream_.name));
+      }
+      if (from < marks->pruned_through) {
+        // Rows it lacks were pruned from the outbox: they come from the journal, up to the
+        // pruned mark; the outbox refill below goes on from there.
+        OML_RETURN_IF_ERROR(RederiveTable(target, *marks));
+        from = marks->pruned_through;
+      }
       refill_from = std::min(refill_from.value_or(from), from);
     }
   }
@@ -1317,7 +1327,9 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       log::Info("lake writer: draining to the stable horizon",
                 {{"stream", stream_.name}, {"frontier", frontier_}, {"horizon", h}});
     }
-    return DrainTo(*once_target_, stop);
+    OML_RETURN_IF_ERROR(DrainTo(*once_target_, stop));
+    if (!Stopped(stop)) MaybePrune(/*now=*/true);
+    return Status::Ok();
   }
   // The horizon rule of outbox_cut.h, polled without blocking; an idle writer takes no xid.
   HorizonTracker tracker(stream_, frontier_);
@@ -1333,6 +1345,7 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       checked_at = Clock::now();
     }
     MaybeVacuum();
+    MaybePrune(/*now=*/false);
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
       SleepUnlessStopped(opts_.poll_every, stop);
@@ -1371,6 +1384,118 @@ void LakeWriter::MaybeVacuum() {
     log::Info("lake writer: table vacuumed", {{"stream", stream_.name}, {"table", target.name},
                                               {"files_deleted", *deleted}, {"retention_hours", hours}, {"ms", ms}});
   }
+}
+
+void LakeWriter::MaybePrune(bool now) {
+  if (opts_.prune_every.count() <= 0 || !lease_held_ || opts_.bypass_lease) return;
+  if (!now && pruned_at_ && Clock::now() - *pruned_at_ < opts_.prune_every) return;
+  pruned_at_ = Clock::now();
+  // Never while a table is behind what it committed: its refill may still need the rows (it is
+  // re-derived from the journal otherwise, which is slower).
+  if (behind_from_ || refilling_) return;
+  const auto t0 = Clock::now();
+  const int64_t retention_s = std::clamp<int64_t>(opts_.outbox_retention_hours, 0, 24 * 366) * 3600;
+  int64_t pruned = 0, through = 0;
+  for (int i = 0; i < std::max(1, opts_.prune_max_batches); ++i) {
+    auto r = conn_->Query("SELECT rows_pruned, pruned_through FROM oml.prune_outbox($1, $2, $3, $4)",
+                          {db::Text(stream_.name), db::Int(epoch_), db::Int(retention_s),
+                           db::Int(std::clamp(opts_.prune_batch, 1, 1000000))});
+    if (!r.ok() || r->size() != 1) {
+      log::Warn("lake writer: outbox prune failed",
+                {{"stream", stream_.name}, {"error", r.ok() ? "no row" : r.status().ToString()}});
+      break;
+    }
+    const int64_t n = r->GetInt(0, 0);
+    through = r->GetInt(0, 1);
+    pruned += n;
+    stats_.rows_pruned += n;
+    Metrics::Get().LakeOutboxPruned(n);
+    if (n < opts_.prune_batch) break;
+    if (!OML_SYNC_POINT("lakewriter.prune.after_batch").ok()) break;
+  }
+  if (pruned > 0)
+    log::Info("lake writer: outbox pruned",
+              {{"stream", stream_.name}, {"rows", pruned}, {"pruned_through", through}, {"frontier", frontier_},
+               {"retention_hours", opts_.outbox_retention_hours},
+               {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+}
+
+Status LakeWriter::RederiveTable(const TargetTable& target, const PruneMarks& marks) {
+  const auto t0 = Clock::now();
+  OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
+  DeadLetterIndex dead;
+  OML_RETURN_IF_ERROR(dead.Load(*conn_, stream_.name));
+  log::Warn("lake writer: rows the table lacks were pruned from the outbox; re-deriving them from the journal",
+            {{"stream", stream_.name}, {"table", target.name}, {"pruned_through", marks.pruned_through},
+             {"tenants", static_cast<int64_t>(marks.tenants.size())}});
+  const nlohmann::json meta = {{"oml.stream", stream_.name}, {"oml.rederived_through", marks.pruned_through}};
+  // Empty it first (txn 0): what an earlier, unfinished re-derivation left is not known row by row.
+  OML_RETURN_IF_ERROR(CheckLease());
+  OML_RETURN_IF_ERROR(table->Refresh().status());
+  OML_RETURN_IF_ERROR(table->Truncate(TxnCommit{app_id_, 0, meta}).status());
+  JournalFeed feed = [&](const std::string& tenant, int64_t after, int limit) -> Result<std::vector<FeedEvent>> {
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn_->Query("SELECT seq, event_hash, signed_bytes, signature "
+                                                  "FROM oml.lake_journal_feed($1, $2, $3::uuid, $4, $5)",
+                                                  {db::Text(stream_.name), db::Int(epoch_), db::Text(tenant),
+                                                   db::Int(after), db::Int(limit)}));
+    std::vector<FeedEvent> out(static_cast<size_t>(r.size()));
+    for (int i = 0; i < r.size(); ++i)
+      out[i] = FeedEvent{r.GetInt(i, 0), r.GetBytes(i, 1), r.GetBytes(i, 2), r.GetBytes(i, 3)};
+    return out;
+  };
+  BodyLocations bodies =
+      [&](const std::string& tenant) -> Result<std::map<journal::ArtifactKey, std::pair<std::string, std::string>>> {
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn_->Query("SELECT artifact_id::text, version, location, object_key "
+                                                  "FROM oml.lake_body_locations($1, $2, $3::uuid)",
+                                                  {db::Text(stream_.name), db::Int(epoch_), db::Text(tenant)}));
+    std::map<journal::ArtifactKey, std::pair<std::string, std::string>> out;
+    for (int i = 0; i < r.size(); ++i) out[{r.Get(i, 0), r.GetInt(i, 1)}] = {r.Get(i, 2), r.Get(i, 3)};
+    return out;
+  };
+  int64_t chunk = 0, rows = 0;
+  RowSink sink = [&](std::vector<OutboxRow>&& part, bool last) -> Status {
+    // Chunks before the last take txn 1, 2, ... (fewer than the pruned rows, so below P); the last
+    // takes P: only then does the table hold the whole pruned prefix.
+    const int64_t txn = last ? marks.pruned_through : ++chunk;
+    const TxnCommit commit{app_id_, txn, meta};
+    OML_RETURN_IF_ERROR(CheckLease());
+    if (part.empty()) return table->Truncate(commit).status();  // no row at all: the txn alone
+    std::vector<const OutboxRow*> ptrs;
+    for (const auto& r : part) ptrs.push_back(&r);
+    Result<int64_t> v = int64_t{0};
+    if (target.write == TableWrite::kAppend && !target.derived) {
+      OML_ASSIGN_OR_RETURN(std::vector<ArrowColumnSpec> columns, LakeTableColumns(target.name));
+      ArrowBatch arrow(std::move(columns));
+      arrow.ReserveRows(static_cast<int64_t>(part.size()));
+      for (const OutboxRow* r : ptrs) OML_RETURN_IF_ERROR(AppendDeltaRow(*r, &arrow));
+      v = table->AppendBatch(&arrow, commit);
+    } else if (target.derived) {
+      int64_t bad = 0;
+      OML_ASSIGN_OR_RETURN(std::string jsonl, DailyActivityRows(ptrs, -1, &bad));
+      v = table->Merge(jsonl, target.merge, commit);
+    } else {
+      std::string jsonl;
+      for (const OutboxRow* r : ptrs) {
+        OML_ASSIGN_OR_RETURN(std::string line, ToDeltaRow(*r, target));
+        jsonl += line;
+      }
+      v = table->Merge(jsonl, target.merge, commit);
+    }
+    if (!v.ok()) return v.status();
+    rows += static_cast<int64_t>(part.size());
+    Metrics::Get().LakeRederived(target.name, static_cast<int64_t>(part.size()));
+    return OML_SYNC_POINT("lakewriter.rederive.after_chunk");
+  };
+  OML_RETURN_IF_ERROR(Rederive(target.name, marks, dead, feed, bodies, opts_.max_rows, sink));
+  OML_ASSIGN_OR_RETURN(const int64_t at, table->Refresh());
+  OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+  txn_cache_[target.name] = KnownTxn{at, last.version};
+  ++stats_.rederived_tables;
+  stats_.rederived_rows += rows;
+  log::Info("lake writer: table re-derived from the journal up to the pruned mark; the outbox refill goes on from there",
+            {{"stream", stream_.name}, {"table", target.name}, {"rows", rows}, {"txn_version", last.version},
+             {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+  return Status::Ok();
 }
 
 Status LakeWriter::Session(const std::atomic<bool>* stop, bool once) {

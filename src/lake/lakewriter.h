@@ -62,6 +62,7 @@
 #include "lake/dead_letter.h"
 #include "lake/delta_tables.h"
 #include "lake/outbox_cut.h"
+#include "lake/rederive.h"
 
 namespace oml::lake {
 
@@ -182,6 +183,16 @@ struct LakeWriterOptions {
   // expired log files after each checkpoint (delta.logRetentionDuration, 30 days).
   std::chrono::seconds vacuum_every{6 * 3600};
   int64_t vacuum_retention_hours = 7 * 24;
+  // Outbox pruning (issue 20, sql/0025): every `prune_every` (0: never) a writer holding the lease
+  // deletes outbox rows at or below the frontier enqueued more than `outbox_retention_hours` ago
+  // (0: every row at or below the frontier), `prune_batch` rows per transaction, until none is due
+  // or prune_max_batches transactions ran; `--once` prunes once after it drained. Never while a
+  // table is behind what it committed. A table later found behind below what was pruned is
+  // re-derived from the journal (RederiveTable; lake/rederive.h) before its refill from the outbox.
+  std::chrono::seconds prune_every{300};
+  int64_t outbox_retention_hours = 7 * 24;
+  int prune_batch = 10000;
+  int prune_max_batches = 100;
   // While a batch is applied, read the next one (up to max_rows more rows of the same stable
   // horizon) on a second connection, so that reading PostgreSQL and writing Delta overlap.
   bool prefetch = true;
@@ -198,6 +209,9 @@ struct LakeWriterStats {
   int64_t recovered_batches = 0;  // batches rebuilt from a table ahead of the frontier
   int64_t refilled_batches = 0;   // batches applied again to a table behind what it committed
   int64_t lease_acquisitions = 0;
+  int64_t rows_pruned = 0;        // outbox rows this writer pruned
+  int64_t rederived_tables = 0;   // tables re-derived from the journal
+  int64_t rederived_rows = 0;     // rows those re-derivations committed
   int64_t refused_rows = 0;       // attempts refused for a poison row (each counts)
   int64_t dead_letters = 0;       // rows moved to dead_letter
   int64_t compactions = 0;        // OPTIMIZE commits written (by the compactor thread)
@@ -269,6 +283,15 @@ class LakeWriter {
   Status CheckTables();
   // VACUUMs every table when vacuum_every has passed since the last (see LakeWriterOptions).
   void MaybeVacuum();
+  // Prunes the outbox when prune_every has passed since the last, or at once if `now` (see
+  // LakeWriterOptions). Failures are logged, not returned: the next round tries again.
+  void MaybePrune(bool now);
+  // Empties `target` and commits the rows it held from the pruned prefix of the outbox, re-derived
+  // from the journal (lake/rederive.h), in chunks of max_rows: txn 1, 2, ... and the last one
+  // marks.pruned_through. A writer stopped midway leaves a txn below its record: the next
+  // recovery finds the table behind and starts again (the table is emptied first every time).
+  // REQUIRES: the lease (the journal feed checks its epoch).
+  Status RederiveTable(const TargetTable& target, const PruneMarks& marks);
   // Table(name), refreshed; damaged commits at the head of its log are set aside first
   // (SetAsideDamagedHead), under the lease, by recovery only.
   Result<DeltaTable*> RecoverTable(const std::string& name);
@@ -368,6 +391,7 @@ class LakeWriter {
   // round a minute later (or one vacuum_every, if shorter): a writer restarted more often than
   // vacuum_every still vacuums.
   std::optional<std::chrono::steady_clock::time_point> vacuumed_at_;
+  std::optional<std::chrono::steady_clock::time_point> pruned_at_;  // the last prune round
 };
 
 }  // namespace oml::lake

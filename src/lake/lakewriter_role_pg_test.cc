@@ -73,7 +73,8 @@ TEST_F(LakewriterRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
                    "WHERE n.nspname = 'oml' AND c.relkind IN ('r', 'p', 'v', 'm') "
                    "AND has_table_privilege('oml_lakewriter', c.oid, p)"),
             (std::set<std::string>{"outbox:SELECT", "lake_frontier:SELECT", "dead_letter:SELECT",
-                                   "schema_migrations:SELECT", "lake_table_txn:SELECT", "lake_table_txn:INSERT"}));
+                                   "schema_migrations:SELECT", "lake_table_txn:SELECT", "lake_table_txn:INSERT",
+                                   "outbox_prune:SELECT", "outbox_prune_tenant:SELECT"}));
   EXPECT_EQ(Column("SELECT c.relname || ':' || p FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                    "CROSS JOIN unnest(ARRAY['SELECT','USAGE','UPDATE']) p "
                    "WHERE n.nspname = 'oml' AND c.relkind = 'S' AND has_sequence_privilege('oml_lakewriter', c.oid, p)"),
@@ -89,11 +90,13 @@ TEST_F(LakewriterRoleTest, HoldsExactlyTheseGrantsInSchemaOml) {
                                    "lake_frontier.lease_epoch:UPDATE", "lake_frontier.lease_expires_at:UPDATE",
                                    "lake_frontier.updated_at:UPDATE", "lake_table_txn.txn_version:UPDATE",
                                    "lake_table_txn.updated_at:UPDATE"}));
-  // Functions: current_tenant(), which the outbox's per-tenant policy calls, and the two steps
-  // of a dead letter (sql/0010), which journal only materialize-skipped, under the lease.
+  // Functions: current_tenant(), which the outbox's per-tenant policy calls, the two steps of a
+  // dead letter (sql/0010), which journal only materialize-skipped, and the outbox prune with the
+  // feeds of pruned events (sql/0025), all under the lease.
   EXPECT_EQ(Column("SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                    "WHERE n.nspname = 'oml' AND has_function_privilege('oml_lakewriter', p.oid, 'EXECUTE')"),
-            (std::set<std::string>{"current_tenant", "lake_dead_letter_begin", "lake_dead_letter_commit"}));
+            (std::set<std::string>{"current_tenant", "lake_dead_letter_begin", "lake_dead_letter_commit",
+                                   "prune_outbox", "lake_journal_feed", "lake_body_locations"}));
 }
 
 TEST_F(LakewriterRoleTest, ReadsEveryTenantsOutboxRowsWithoutAScope) {

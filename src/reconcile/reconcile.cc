@@ -20,6 +20,7 @@
 #include "lake/delta_tables.h"
 #include "lake/lake_status.h"
 #include "lake/outbox_cut.h"
+#include "lake/rederive.h"
 #include "lake/verify_lake.h"
 
 namespace oml::reconcile {
@@ -137,58 +138,19 @@ Result<TableRead> ReadTable(const std::string& lake_root, const std::string& nam
 
 // ---- delivery -------------------------------------------------------------------------------------
 
-struct DeadLetter {
-  int64_t id = 0, outbox_seq = 0, journal_seq = 0, skipped_seq = 0;
-  std::string tenant, target, error, artifact_id;
-  int64_t version = 0;  // silver rows: the version; 0 for bronze
-  bool requeued = false;
-  int64_t requeued_outbox_seq = 0;
-  std::set<std::string> applied;
-};
-
-// (tenant, journal seq, artifact_id, version): one outbox row's identity within its target
-// (bronze rows: artifact "" and version 0).
-using RowKey = std::tuple<std::string, int64_t, std::string, int64_t>;
+using lake::DeadLetterRecord;
+using lake::RowKey;
 
 class Delivery {
  public:
   // txn: each table's txn (-1: none), as read.
   explicit Delivery(std::map<std::string, int64_t> txn) : txn_(std::move(txn)) {}
 
-  // Loads the dead letters and the outbox rows above what each target's tables hold (the lag:
-  // normally small), a page at a time. Payload members are read only from silver rows, and
-  // only when they have the right JSON type (a dead letter's row may be malformed).
+  // Loads the dead letters (lake::DeadLetterIndex) and the outbox rows above what each target's
+  // tables hold (the lag: normally small), a page at a time. Payload members are read only from
+  // silver rows, and only when they have the right JSON type.
   Status Load(db::Conn& c, const std::string& stream, const std::string& outbox_table, const std::string& only_tenant) {
-    OML_ASSIGN_OR_RETURN(
-        db::Rows dl,
-        c.Query("SELECT id, outbox_seq, tenant_id::text, target_table, journal_seq, coalesce(skipped_seq, 0), error, "
-                "requeued_at IS NOT NULL, coalesce(requeued_outbox_seq, 0), applied_tables::text[], "
-                "CASE WHEN target_table = 'silver/claims' AND jsonb_typeof(payload_ref->'artifact_id') = 'string' "
-                "THEN payload_ref->>'artifact_id' ELSE '' END, "
-                "CASE WHEN target_table = 'silver/claims' AND jsonb_typeof(payload_ref->'version') = 'number' "
-                "THEN (payload_ref->>'version')::numeric::bigint ELSE 0 END "
-                "FROM oml.dead_letter WHERE stream = $1 ORDER BY id",
-                {db::Text(stream)}));
-    for (int i = 0; i < dl.size(); ++i) {
-      DeadLetter d;
-      d.id = dl.GetInt(i, 0);
-      d.outbox_seq = dl.GetInt(i, 1);
-      d.tenant = dl.Get(i, 2);
-      d.target = dl.Get(i, 3);
-      d.journal_seq = dl.GetInt(i, 4);
-      d.skipped_seq = dl.GetInt(i, 5);
-      d.error = dl.Get(i, 6);
-      d.requeued = dl.Get(i, 7) == "t";
-      d.requeued_outbox_seq = dl.GetInt(i, 8);
-      d.applied = ParseTextArray(dl.Get(i, 9));
-      d.artifact_id = dl.Get(i, 10);
-      d.version = dl.GetInt(i, 11);
-      if (!only_tenant.empty() && d.tenant != only_tenant) continue;
-      if (d.requeued_outbox_seq > 0) requeue_rows_.insert(d.requeued_outbox_seq);
-      // A row's dead letters in order: a requeued row can be dead-lettered again.
-      dead_[{d.target, RowKey{d.tenant, d.journal_seq, d.artifact_id, d.version}}].push_back(d);
-      letters_.push_back(std::move(d));
-    }
+    OML_RETURN_IF_ERROR(dead_.Load(c, stream, only_tenant));
     // Silver rows above silver's txn; bronze rows above the lower of bronze's and gold's.
     const int64_t silver_floor = std::max<int64_t>(TxnOf(kSilver), 0);
     const int64_t bronze_floor = std::max<int64_t>(std::min(TxnOf(kBronze), TxnOf(kGold)), 0);
@@ -207,7 +169,7 @@ class Delivery {
       if (lag.size() == 0) break;
       for (int i = 0; i < lag.size(); ++i) {
         const int64_t seq = lag.GetInt(i, 0);
-        if (requeue_rows_.count(seq)) continue;
+        if (dead_.IsRequeueRow(seq)) continue;
         const std::string tenant = lag.Get(i, 1);
         if (!only_tenant.empty() && tenant != only_tenant) continue;
         lag_[{lag.Get(i, 2), RowKey{tenant, lag.GetInt(i, 3), lag.Get(i, 4), lag.GetInt(i, 5)}}] = seq;
@@ -217,77 +179,29 @@ class Delivery {
     return Status::Ok();
   }
 
-  // Whether the outbox row `k` of `target` has reached `table`. A dead-lettered row reached the
-  // tables it was applied to (at the outbox seq of that dead letter's row: the table's txn must
-  // have passed it), or, once requeued, the tables whose txn passed the requeued row.
+  // Whether the outbox row `k` of `target` has reached `table`: a dead-lettered row as
+  // lake::DeadLetterIndex::DeliveredThrough says for the table's txn; any other once the table's
+  // txn passed its outbox seq (a row at or below the floor, or pruned, has).
   bool Delivered(const std::string& target, const RowKey& k, const std::string& table) const {
     const int64_t txn = TxnOf(table);
-    auto d = dead_.find({target, k});
-    if (d != dead_.end()) {
-      for (const DeadLetter& x : d->second)
-        if (x.applied.count(table) && x.outbox_seq <= txn) return true;
-      const DeadLetter& newest = d->second.back();
-      return newest.requeued && newest.requeued_outbox_seq <= txn;
-    }
+    if (dead_.Find(target, k) != nullptr) return dead_.DeliveredThrough(target, k, table, txn);
     auto l = lag_.find({target, k});
     if (l == lag_.end()) return true;  // at or below the floor (or pruned below the frontier)
     return l->second <= txn;
   }
-  const std::vector<DeadLetter>& letters() const { return letters_; }
+  const std::vector<DeadLetterRecord>& letters() const { return dead_.letters(); }
   int64_t TxnOf(const std::string& table) const {
     auto it = txn_.find(table);
     return it == txn_.end() ? -1 : it->second;
   }
 
  private:
-  static std::set<std::string> ParseTextArray(const std::string& s) {
-    // PostgreSQL text[] output of table names: {a,b} (names need no quoting).
-    std::set<std::string> out;
-    if (s.size() < 2) return out;
-    std::string cur;
-    for (size_t i = 1; i + 1 < s.size(); ++i) {
-      if (s[i] == ',') {
-        if (!cur.empty()) out.insert(cur);
-        cur.clear();
-      } else if (s[i] != '"') {
-        cur += s[i];
-      }
-    }
-    if (!cur.empty()) out.insert(cur);
-    return out;
-  }
-
   std::map<std::string, int64_t> txn_;
-  std::map<std::pair<std::string, RowKey>, std::vector<DeadLetter>> dead_;
+  lake::DeadLetterIndex dead_;
   std::map<std::pair<std::string, RowKey>, int64_t> lag_;
-  std::set<int64_t> requeue_rows_;
-  std::vector<DeadLetter> letters_;
 };
 
 // ---- silver rows from the fold -----------------------------------------------------------------
-
-json SilverRow(const std::string& tenant, const std::string& artifact_id, int64_t version,
-               const journal::ArtifactRow& a, int64_t seq) {
-  json r = {{"tenant_id", tenant},
-            {"artifact_id", artifact_id},
-            {"version", version},
-            {"workarea_id", a.workarea_id},
-            {"path", a.path},
-            {"writer_key_id", a.writer_key_id},
-            {"principal", a.principal},
-            {"provenance", a.simulation_id ? std::string("simulation") : a.provenance},
-            {"simulation_id", a.simulation_id ? json(*a.simulation_id) : json(nullptr)},
-            {"plaintext_sha256", a.plaintext_sha256},
-            {"ciphertext_sha256", a.ciphertext_sha256},
-            {"media_type", a.media_type},
-            {"size_bytes", a.size_bytes},
-            {"state", a.state},
-            {"last_event_seq", seq},
-            {"submitted_at", a.submitted_at},
-            {"promoted_at", a.promoted_at},
-            {"state_changed_at", a.state_at}};
-  return r;
-}
 
 struct SilverExpect {
   json row;          // as of the newest delivered event that enqueued it; null: none delivered
@@ -486,7 +400,7 @@ class Auditor {
   Status InSnapshot(const lake::OutboxStream& stream, const std::map<std::string, int64_t>& txns) {
     delivery_ = std::make_unique<Delivery>(txns);
     OML_RETURN_IF_ERROR(delivery_->Load(c_, stream.name, stream.table, o_.only_tenant));
-    for (const DeadLetter& d : delivery_->letters()) {
+    for (const DeadLetterRecord& d : delivery_->letters()) {
       if (d.requeued) continue;
       Add({"dead-lettered", d.target, d.tenant, d.journal_seq,
            "dead letter " + std::to_string(d.id) +
@@ -571,7 +485,7 @@ class Auditor {
           ++gold_expected_[{tenant, DayOf(env->time), w.is_string() ? w.get<std::string>() : "", env->type}];
         }
         // Folds, then the silver rows this event enqueues.
-        std::vector<std::pair<std::string, int64_t>> touched = Touched(fold, *env);
+        const std::vector<journal::ArtifactKey> touched = lake::SilverKeysTouched(fold, *env);
         if (Status s = fold.Apply(seq, *env); !s.ok()) {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
@@ -584,7 +498,7 @@ class Auditor {
           SilverExpect& e = silver_expected_[{tenant, artifact, version}];
           const RowKey sk{tenant, seq, artifact, version};
           if (delivery_->Delivered(kSilver, sk, kSilver)) {
-            e.row = SilverRow(tenant, artifact, version, a->second, seq);
+            e.row = lake::SilverClaimRow(tenant, {artifact, version}, a->second, seq);
             e.seq = seq;
           }
         }
@@ -614,33 +528,6 @@ class Auditor {
       }
     }
     return Status::Ok();
-  }
-
-  // The (artifact, version) keys whose silver row event `e` enqueues (sql/0009, 0014, 0015):
-  // taken before the event is folded, since an erasure or a simulation's end is defined on the
-  // versions as they were.
-  static std::vector<std::pair<std::string, int64_t>> Touched(const journal::ChainFold& fold, const journal::Envelope& e) {
-    std::vector<std::pair<std::string, int64_t>> out;
-    const json& p = e.payload;
-    auto str = [&](const char* k) { return p.contains(k) && p[k].is_string() ? p[k].get<std::string>() : std::string(); };
-    if (e.type == "claim.promoted" || e.type == "claim.demoted") {
-      if (p.contains("version") && p["version"].is_number_integer()) out.emplace_back(str("artifact_id"), p["version"].get<int64_t>());
-    } else if (e.type == "artifact.erased") {
-      const std::string id = str("artifact_id");
-      for (auto it = fold.artifacts.lower_bound({id, std::numeric_limits<int64_t>::min()});
-           it != fold.artifacts.end() && it->first.first == id; ++it)
-        if (it->second.erased_seq == 0) out.push_back(it->first);
-    } else if (e.type == "claim.reassigned") {
-      const std::string id = str("artifact_id");
-      if (p.contains("versions") && p["versions"].is_array())
-        for (const auto& v : p["versions"])
-          if (v.is_number_integer()) out.emplace_back(id, v.get<int64_t>());
-    } else if (e.type == "simulation.ended") {
-      const std::string sim = str("simulation_id");
-      for (const auto& [k, a] : fold.artifacts)
-        if (a.simulation_id == sim && a.erased_seq == 0) out.push_back(k);
-    }
-    return out;
   }
 
   void CompareBronze(const std::string& tenant, int64_t seq, const std::string& prev, const std::string& hash,
@@ -689,10 +576,9 @@ class Auditor {
       // Where the ciphertext lives (silver_claim_row, sql/0015): an inline body in PostgreSQL; one
       // kept as an object in bodies from its promotion, and nowhere once erased.
       auto b = bodies_.find(key);
-      if (b == bodies_.end() || b->second.location == "postgres")
-        want["body_location"] = "postgres:oml.artifact_bodies";
-      else
-        want["body_location"] = (want["state"] == "erased" ? "none:" : "bodies:") + b->second.object_key;
+      want["body_location"] = b == bodies_.end() ? lake::BodyLocation("", "", "")
+                                                 : lake::BodyLocation(b->second.location, b->second.object_key,
+                                                                      want["state"].get<std::string>());
       const json& got = rows.front();
       for (const char* col : kSilverColumns) {
         const json g = got.contains(col) ? got[col] : json(nullptr);

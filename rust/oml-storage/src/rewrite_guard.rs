@@ -109,6 +109,36 @@ fn commit_actions(text: &[u8]) -> impl Iterator<Item = serde_json::Value> + '_ {
         .filter(|v| v.is_object())
 }
 
+/// The commit text with every add and remove action marked dataChange = true (other lines kept
+/// byte for byte). delta-rs writes a rewrite's actions with dataChange = false, and its conflict
+/// checker (PR 3982) then lets another rewrite of the same files land over it (the deltalake
+/// package's OPTIMIZE, an operator's Z-order): both copies of the rows would stay. Marked as a
+/// data change, the rewrite is a conflict to every later rewrite or MERGE planned on a snapshot
+/// that still holds the files it removed (ConcurrentDeleteDelete / ConcurrentDeleteRead). The
+/// cost: a streaming reader sees the rewrite as deletes and re-inserts of the same rows
+/// (docs/data/delta-tables.md, "Compaction by another tool").
+fn mark_data_change(text: &[u8]) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(text.len() + 64);
+    for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        let parsed = serde_json::from_slice::<serde_json::Value>(line).ok();
+        let marked = parsed.and_then(|mut v| {
+            let key = ["add", "remove"].into_iter().find(|k| v.get(*k).is_some_and(|a| a.is_object()))?;
+            v.get_mut(key)?
+                .as_object_mut()?
+                .insert("dataChange".to_string(), serde_json::Value::Bool(true));
+            serde_json::to_vec(&v).ok()
+        });
+        match marked {
+            Some(m) => out.extend_from_slice(&m),
+            None => out.extend_from_slice(line),
+        }
+    }
+    bytes::Bytes::from(out)
+}
+
 /// A data file's path as the log names it (percent-encoded, relative), decoded: two writers may
 /// encode one file differently.
 fn decoded_path(p: &str) -> String {
@@ -166,6 +196,24 @@ impl LogStore for RewriteGuard {
                 });
             }
         }
+        // A rewrite commits its files as a data change (see mark_data_change): the first
+        // writer's rewrite then wins the race in both directions, since every other delta-rs
+        // based writer refuses to land over removes that carry dataChange = true.
+        let commit_or_bytes = if ours.is_empty() {
+            commit_or_bytes
+        } else {
+            let marked = mark_data_change(&text);
+            match commit_or_bytes {
+                CommitOrBytes::LogBytes(_) => CommitOrBytes::LogBytes(marked),
+                CommitOrBytes::TmpCommit(path) => {
+                    self.inner
+                        .object_store(Some(operation_id))
+                        .put(&path, marked.into())
+                        .await?;
+                    CommitOrBytes::TmpCommit(path)
+                }
+            }
+        };
         self.inner
             .write_commit_entry(version, commit_or_bytes, operation_id)
             .await

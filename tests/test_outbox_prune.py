@@ -1,0 +1,248 @@
+"""Outbox pruning, and tables refilled from the journal below what was pruned (issue 20, "Outbox
+pruning"; issue 18, "where the outbox no longer has the rows, from rows re-derived from the
+journal").
+
+The lake writer, holding the lease, deletes outbox rows at or below the frontier older than a
+retention through oml.prune_outbox (sql/0025), which records pruned_through and each tenant's mark.
+A table later found behind below pruned_through (`oml lake rebuild`, lost commits) is emptied and
+re-derived from the journal (lake/rederive.h) up to the mark, then refilled from the outbox above
+it. Tables are read back with the `deltalake` package and pyarrow over the log; `oml verify
+--from-lake` and `oml reconcile` must agree.
+"""
+import json
+from collections import Counter
+
+import psycopg
+import pytest
+
+from test_lake_refill import gold_counts, gold_from_bronze, journal_keys, status
+from test_lake_tables import BRONZE, GOLD, SILVER, both_readers, demote, erase, silver_key, verdict
+from test_lakewriter import INFO, add_events, frontier, lakewriter, log_lines
+
+
+def prune_state(d):
+    with d.su() as c:
+        p = c.execute("SELECT pruned_through, rows_pruned FROM oml.outbox_prune WHERE stream = 'default'").fetchone()
+        marks = dict((str(t), m) for t, m in c.execute(
+            "SELECT tenant_id, journal_seq_through FROM oml.outbox_prune_tenant WHERE stream = 'default'").fetchall())
+    return p[0], p[1], marks
+
+
+def outbox_seqs(d):
+    with d.su() as c:
+        return [s for (s,) in c.execute("SELECT seq FROM oml.outbox ORDER BY seq").fetchall()]
+
+
+def lw_conn(d):
+    return psycopg.connect((d.home / "pg" / "lakewriter.url").read_text().strip(), autocommit=True)
+
+
+def bronze_keys(d):
+    """(tenant, seq) -> copies in bronze, both readers agreeing (re-derived rows share outbox_seq 0,
+    so rows are ordered by the chain's own key)."""
+    return Counter((r["tenant_id"], r["seq"])
+                   for r in both_readers(d, BRONZE, lambda r: (r["tenant_id"], r["seq"], r["outbox_seq"])))
+
+
+def without_outbox_seq(rows):
+    return [{k: v for k, v in r.items() if k != "outbox_seq"} for r in rows]
+
+
+def test_prune_deletes_the_prefix_the_lake_holds_past_the_retention_and_records_each_tenants_mark(deployment):
+    d = deployment
+    add_events(d, "pr-a")
+    out = lakewriter(d, "--outbox-retention-hours", "168")  # every row is younger: nothing pruned
+    assert not [ln for ln in log_lines(out.stderr) if ln["msg"] == "lake writer: outbox pruned"]
+    held = outbox_seqs(d)
+    assert prune_state(d) == (0, 0, {})
+    f = frontier(d)
+    assert held and held[-1] == f
+    add_events(d, "pr-b", tenants=1)  # above the frontier: never pruned
+    above = [s for s in outbox_seqs(d) if s > f]
+    with d.su() as c:
+        want_marks = dict((str(t), m) for t, m in c.execute(
+            "SELECT tenant_id, max(journal_seq) FROM oml.outbox WHERE seq <= %s GROUP BY tenant_id", (f,)).fetchall())
+    # Direct calls, as the lake writer role: the lease epoch is required, the outbox is not deletable.
+    with d.su() as c:
+        (epoch,) = c.execute("SELECT lease_epoch FROM oml.lake_frontier WHERE stream = 'default'").fetchone()
+        c.execute("UPDATE oml.lake_frontier SET lease_holder = 'test' WHERE stream = 'default'")
+    with lw_conn(d) as lw:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            lw.execute("DELETE FROM oml.outbox WHERE seq = %s", (held[0],))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+            lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 10)", (epoch + 1,))
+        assert "lease" in str(e.value)
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 0)", (epoch,))
+        # A bounded prefix per call: 5 rows, then the rest.
+        assert lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 5)", (epoch,)).fetchone() == (5, held[4])
+        assert outbox_seqs(d) == held[5:] + above
+        n = len(held) - 5
+        assert lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 100000)", (epoch,)).fetchone() == (n, f)
+        assert lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 100000)", (epoch,)).fetchone() == (0, f)
+        # The journal feed gives pruned events only (up to each tenant's mark), never more.
+        tenant, mark = next(iter(want_marks.items()))
+        got = lw.execute("SELECT seq FROM oml.lake_journal_feed('default', %s, %s, 0, 1000)", (epoch, tenant)).fetchall()
+        assert [s for (s,) in got] == list(range(1, mark + 1))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            lw.execute("SELECT * FROM oml.lake_journal_feed('default', %s, %s, 0, 10)", (epoch + 1, tenant))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            lw.execute("SELECT seq FROM oml.journal LIMIT 1")
+    assert outbox_seqs(d) == above
+    assert prune_state(d) == (f, len(held), want_marks)
+
+
+def test_the_writer_prunes_after_it_drained_and_the_outbox_stays_bounded(deployment):
+    """Rounds of events, each drained by `lakewriter --once --outbox-retention-hours 0`: the
+    outbox never holds more than one round, and the lake holds every event once."""
+    d = deployment
+    sizes = []
+    for r in range(4):
+        add_events(d, f"round{r}", tenants=2, keys=3)
+        out = lakewriter(d, "--outbox-retention-hours", "0", "--prune-batch", "4")
+        pruned = [ln for ln in log_lines(out.stderr) if ln["msg"] == "lake writer: outbox pruned"]
+        assert len(pruned) == 1 and pruned[0]["pruned_through"] == frontier(d)
+        sizes.append(len(outbox_seqs(d)))
+    assert sizes == [0, 0, 0, 0]
+    through, rows, _ = prune_state(d)
+    assert through == frontier(d) and rows == sum(journal_keys(d).values())
+    assert bronze_keys(d) == journal_keys(d)
+
+
+def claims_in_every_state(d):
+    """Claims promoted, demoted, erased after promotion, rejected and held, and two whose body is
+    an object (promoted: body_location bodies:<key>; promoted then erased: none:<key>); returns
+    their ids."""
+    arts = [d.submit(d.writer, body=f"state {i}").json()["artifact_id"] for i in range(6)]
+    large = "".join(f"line {i}: the quick brown fox\n" for i in range(4000))  # ~124 KiB: an object
+    arts += [d.submit(d.writer, body=large + str(i)).json()["artifact_id"] for i in range(2)]
+    for a in arts[:4] + arts[6:]:
+        verdict(d, d.reviewer, a, "accept")
+    demote(d, d.reviewer, arts[1])
+    erase(d, d.admin, arts[2])
+    erase(d, d.admin, arts[7])
+    verdict(d, d.reviewer, arts[4], "reject")
+    return arts
+
+
+@pytest.mark.parametrize("table", [BRONZE, SILVER, GOLD])
+def test_a_table_rebuilt_after_pruning_is_re_derived_from_the_journal_each_row_once(served, table):
+    d = served
+    claims_in_every_state(d)
+    lakewriter(d, "--outbox-retention-hours", "0")
+    assert outbox_seqs(d) == []
+    before = {t: both_readers(d, t, k) for t, k in ((BRONZE, lambda r: (r["tenant_id"], r["seq"])),
+                                                     (SILVER, silver_key))}
+    assert sorted(r["body_location"].split(":")[0] for r in before[SILVER]) == \
+        ["bodies", "none", "postgres", "postgres", "postgres", "postgres"]
+    gold_before = gold_counts(d)
+    # Later events stay in the outbox (no writer ran since): the refill above the mark needs them.
+    late = d.submit(d.writer, body="after the prune").json()["artifact_id"]
+    verdict(d, d.reviewer, late, "accept")
+    out = d.run("lake", "rebuild", "--table", table, "--wait", "1", check=False)
+    assert out.returncode == 5, out.stderr  # emptied; no writer runs
+    run = lakewriter(d, "--prune-every", "0")
+    lines = log_lines(run.stderr)
+    rederived = [ln for ln in lines if ln["msg"].startswith("lake writer: table re-derived")]
+    assert [ln["table"] for ln in rederived] == [table]
+    assert [t["behind"] for t in status(d)["tables"]] == [False, False, False]
+    # Every table equals the journal, each row once; the re-derived rows carry outbox_seq 0.
+    assert bronze_keys(d) == journal_keys(d) and max(bronze_keys(d).values()) == 1
+    silver = both_readers(d, SILVER, silver_key)
+    assert without_outbox_seq([r for r in silver if r["artifact_id"] != late]) == without_outbox_seq(before[SILVER])
+    assert [r["state"] for r in silver if r["artifact_id"] == late] == ["promoted"]
+    assert gold_counts(d) == gold_from_bronze(d)
+    assert sum(gold_counts(d).values()) == sum(journal_keys(d).values())
+    if table == BRONZE:
+        zero = [r for r in both_readers(d, BRONZE, lambda r: (r["tenant_id"], r["seq"])) if r["outbox_seq"] == 0]
+        assert len(zero) == len(before[BRONZE])
+        assert without_outbox_seq(zero) == without_outbox_seq(before[BRONZE])
+    else:
+        assert {k: v for k, v in gold_counts(d).items()} != {} and gold_before
+    v = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    rec = d.run("reconcile", "--json", "--no-objects", check=False)
+    assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-2000:]
+
+
+def test_a_writer_killed_while_re_deriving_empties_and_re_derives_again_each_row_once(served):
+    d = served
+    claims_in_every_state(d)
+    add_events(d, "kill", tenants=2)
+    lakewriter(d, "--outbox-retention-hours", "0")
+    assert outbox_seqs(d) == []
+    silver_before = both_readers(d, SILVER, silver_key)
+    for table in (BRONZE, SILVER, GOLD):
+        assert d.run("lake", "rebuild", "--table", table, "--wait", "1", check=False).returncode == 5
+    killed = d.run("lakewriter", "--once", "--max-rows", "3",
+                   env={**INFO, "OML_FAULT": "lakewriter.rederive.after_chunk:kill"}, check=False, timeout=120)
+    assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
+    # One chunk of bronze landed (txn 1): the table is behind, and partly filled.
+    assert 0 < sum(bronze_keys(d).values()) < sum(journal_keys(d).values())
+    run = lakewriter(d, "--max-rows", "3", "--prune-every", "0")
+    rederived = [ln["table"] for ln in log_lines(run.stderr) if ln["msg"].startswith("lake writer: table re-derived")]
+    assert rederived == [BRONZE, SILVER, GOLD]
+    assert bronze_keys(d) == journal_keys(d) and max(bronze_keys(d).values()) == 1
+    assert without_outbox_seq(both_readers(d, SILVER, silver_key)) == without_outbox_seq(silver_before)
+    assert gold_counts(d) == gold_from_bronze(d)
+    assert sum(gold_counts(d).values()) == sum(journal_keys(d).values())
+    v = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_a_crash_between_table_commits_after_pruning_recovers_from_the_outbox_above_the_frontier(served):
+    """Pruning never touches rows above the frontier: a writer killed between its bronze and
+    silver commits (the batch half applied) is finished by the next one from the outbox."""
+    d = served
+    claims_in_every_state(d)
+    lakewriter(d, "--outbox-retention-hours", "0")
+    arts = [d.submit(d.writer, body=f"late {i}").json()["artifact_id"] for i in range(3)]
+    for a in arts:
+        verdict(d, d.reviewer, a, "accept")
+    killed = d.run("lakewriter", "--once", "--outbox-retention-hours", "0",
+                   env={**INFO, "OML_FAULT": f"lakewriter.after_commit.{BRONZE}:kill"}, check=False, timeout=120)
+    assert killed.returncode == -9
+    held = outbox_seqs(d)
+    assert held and held[0] > prune_state(d)[0]
+    run = lakewriter(d, "--outbox-retention-hours", "0")
+    assert [ln for ln in log_lines(run.stderr) if ln["msg"] == "lake writer: recovering a batch from the Delta log"]
+    assert not [ln for ln in log_lines(run.stderr) if ln["msg"].startswith("lake writer: table re-derived")]
+    assert outbox_seqs(d) == []
+    assert bronze_keys(d) == journal_keys(d) and max(bronze_keys(d).values()) == 1
+    assert {r["artifact_id"] for r in both_readers(d, SILVER, silver_key) if r["state"] == "promoted"} >= set(arts)
+    assert gold_counts(d) == gold_from_bronze(d)
+    v = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_lost_commits_below_the_pruned_mark_are_re_derived_and_a_dead_letter_keeps_its_place(served):
+    """gold refused one row (dead-lettered, bronze holds it), then everything was pruned, then
+    bronze and gold lost their newest commits (an OS crash): both are re-derived from the journal,
+    bronze with the event, gold without it, as the outbox history left them."""
+    d = served
+    late = d.submit(d.writer, body="counted late").json()
+    with d.su() as c:
+        (o1,) = c.execute("SELECT seq FROM oml.outbox WHERE tenant_id = %s AND journal_seq = %s AND target_table = %s",
+                          (d.tenant_id, late["receipt"]["seq"], BRONZE)).fetchone()
+    lakewriter(d, env={"OML_FAULT": f"lakewriter.gold.count.{o1}"})
+    for i in range(3):
+        d.submit(d.writer, body=f"more {i}")
+    lakewriter(d, "--outbox-retention-hours", "0")
+    assert outbox_seqs(d) == []
+    gold_before = gold_counts(d)
+    assert sum(gold_before.values()) == sum(journal_keys(d).values()) - 1  # the dead letter
+    for table in (BRONZE, GOLD):
+        log = d.home / "lake" / table / "_delta_log"
+        for f in sorted(log.glob("*.json"))[1:]:  # every commit but the table's creation
+            f.unlink()
+        for f in log.glob("*.checkpoint*"):
+            f.unlink()
+        (log / "_last_checkpoint").unlink(missing_ok=True)
+    run = lakewriter(d)
+    rederived = [ln["table"] for ln in log_lines(run.stderr) if ln["msg"].startswith("lake writer: table re-derived")]
+    assert rederived == [BRONZE, GOLD]
+    assert bronze_keys(d) == journal_keys(d) and max(bronze_keys(d).values()) == 1
+    assert gold_counts(d) == gold_before
+    rec = d.run("reconcile", "--json", "--no-objects", check=False)
+    doc = json.loads(rec.stdout)
+    assert Counter(f["class"] for f in doc["findings"]) == Counter({"dead-lettered": 1}), doc["findings"]
