@@ -11,12 +11,16 @@
 --
 -- What a pruned row leaves behind, per stream:
 --   * outbox_prune.pruned_through P: every outbox row with seq <= P is gone;
---   * outbox_prune_tenant.journal_seq_through m(T): the highest journal seq of tenant T whose
---     row was pruned. A tenant's events enter the outbox in chain order (the commit point holds
---     the tenant's chain lock while it draws their seqs), so the pruned events of T are exactly
---     its seqs 1..m(T), and every later event of T is still in the outbox. A requeued row (a
---     dead letter's second delivery) names an event at or below its tenant's mark, so it never
---     raises one.
+--   * outbox_prune_tenant.bronze_through mb(T) and silver_through ms(T): the highest journal seq
+--     of tenant T whose bronze/events row, and whose silver/claims row, was pruned (0: none). A
+--     tenant's rows enter the outbox in chain order (the commit point holds the tenant's chain
+--     lock while it draws their seqs; an event's silver rows come before its bronze row), so the
+--     bronze rows of T's events 1..mb(T) are gone and every later one is still in the outbox; the
+--     silver rows of events below ms(T) are gone, those of later events are not, and event ms(T)
+--     itself may have some of its silver rows on each side (P can fall inside one transaction):
+--     re-applying one of those is harmless, since silver keeps a row only when newer by chain
+--     seq. A requeued row (a dead letter's second delivery) names an event at or below its
+--     tenant's mark, so it never raises one.
 -- The original outbox seq of a pruned row is not kept (it would grow with the journal, which is
 -- what pruning stops): a row re-derived from the journal carries outbox_seq 0 in the lake
 -- (docs/data/delta-tables.md).
@@ -38,9 +42,10 @@ CREATE TABLE outbox_prune (
 INSERT INTO outbox_prune (stream) SELECT stream FROM lake_frontier;
 
 CREATE TABLE outbox_prune_tenant (
-  stream               text   NOT NULL REFERENCES outbox_prune(stream),
-  tenant_id            uuid   NOT NULL REFERENCES tenants(tenant_id),
-  journal_seq_through  bigint NOT NULL CHECK (journal_seq_through >= 1),
+  stream          text   NOT NULL REFERENCES outbox_prune(stream),
+  tenant_id       uuid   NOT NULL REFERENCES tenants(tenant_id),
+  bronze_through  bigint NOT NULL DEFAULT 0 CHECK (bronze_through >= 0),
+  silver_through  bigint NOT NULL DEFAULT 0 CHECK (silver_through >= 0),
   PRIMARY KEY (stream, tenant_id)
 );
 
@@ -54,9 +59,12 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'unknown outbox stream %', p_stream USING ERRCODE = 'no_data_found';
   END IF;
-  -- The lease is the holder's session-level advisory lock (lake/lakewriter.cc): its epoch is
-  -- what the holder knows and a fenced writer does not.
-  IF v_front.lease_epoch IS DISTINCT FROM p_epoch OR v_front.lease_holder IS NULL THEN
+  -- The lease is the holder's session-level advisory lock (lake/lakewriter.h: keys kLeaseClassId
+  -- 0x6f6d6c77 and the appId's hash): the calling session must hold one, at the epoch it took.
+  IF v_front.lease_epoch IS DISTINCT FROM p_epoch OR v_front.lease_holder IS NULL
+     OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.granted
+                       AND l.classid = 1869442167::oid AND l.objsubid = 2) THEN
     RAISE EXCEPTION 'the lake writer lease of stream % is not held at epoch %', p_stream, p_epoch
       USING ERRCODE = 'insufficient_privilege', HINT = 'oml lease-lost';
   END IF;
@@ -99,14 +107,19 @@ BEGIN
     RETURN;
   END IF;
   WITH gone AS (
-    DELETE FROM oml.outbox o WHERE o.seq > v_from AND o.seq <= v_to RETURNING o.tenant_id, o.journal_seq
+    DELETE FROM oml.outbox o WHERE o.seq > v_from AND o.seq <= v_to RETURNING o.tenant_id, o.target_table, o.journal_seq
   ), marks AS (
-    SELECT g.tenant_id, max(g.journal_seq) AS m, count(*) AS n FROM gone g GROUP BY g.tenant_id
+    SELECT g.tenant_id,
+           coalesce(max(g.journal_seq) FILTER (WHERE g.target_table = 'bronze/events'), 0) AS mb,
+           coalesce(max(g.journal_seq) FILTER (WHERE g.target_table = 'silver/claims'), 0) AS ms,
+           count(*) AS n
+      FROM gone g GROUP BY g.tenant_id
   ), upsert AS (
-    INSERT INTO oml.outbox_prune_tenant AS t (stream, tenant_id, journal_seq_through)
-      SELECT p_stream, m.tenant_id, m.m FROM marks m
+    INSERT INTO oml.outbox_prune_tenant AS t (stream, tenant_id, bronze_through, silver_through)
+      SELECT p_stream, m.tenant_id, m.mb, m.ms FROM marks m
     ON CONFLICT (stream, tenant_id)
-      DO UPDATE SET journal_seq_through = greatest(t.journal_seq_through, excluded.journal_seq_through)
+      DO UPDATE SET bronze_through = greatest(t.bronze_through, excluded.bronze_through),
+                    silver_through = greatest(t.silver_through, excluded.silver_through)
   )
   SELECT coalesce(sum(m.n), 0)::bigint INTO v_n FROM marks m;
   UPDATE oml.outbox_prune p SET pruned_through = v_to, rows_pruned = p.rows_pruned + v_n, updated_at = now()
@@ -114,7 +127,8 @@ BEGIN
   RETURN QUERY SELECT v_n, v_to;
 END $$;
 
--- The journal rows of tenant p_tenant with p_after < seq <= its mark (pruned events only), in
+-- The journal rows of tenant p_tenant with p_after < seq <= the higher of its marks (events with a
+-- pruned row only), in
 -- chain order, at most p_limit. The writer turns each into the row the outbox held
 -- (journal::BronzeRow). Needs the lease: only a writer refilling a table reads it.
 CREATE FUNCTION lake_journal_feed(p_stream text, p_epoch bigint, p_tenant uuid, p_after bigint, p_limit integer)
@@ -127,7 +141,7 @@ BEGIN
     RAISE EXCEPTION 'lake_journal_feed: limit must be 1..100000 (got %)', p_limit USING ERRCODE = 'invalid_parameter_value';
   END IF;
   PERFORM oml.lake_lease_check(p_stream, p_epoch);
-  SELECT t.journal_seq_through INTO v_mark FROM oml.outbox_prune_tenant t
+  SELECT greatest(t.bronze_through, t.silver_through) INTO v_mark FROM oml.outbox_prune_tenant t
    WHERE t.stream = p_stream AND t.tenant_id = p_tenant;
   IF v_mark IS NULL THEN
     RETURN;
@@ -136,16 +150,17 @@ BEGIN
     WHERE j.tenant_id = p_tenant AND j.seq > p_after AND j.seq <= v_mark ORDER BY j.seq LIMIT p_limit;
 END $$;
 
--- Where each claim version's ciphertext lives, for the body_location of a re-derived silver
--- row (sql/0015 silver_claim_row): what the writer read in every silver outbox row, never the
--- ciphertext or a key.
+-- Where each ever-promoted claim version's ciphertext lives, for the body_location of a
+-- re-derived silver row (sql/0015 silver_claim_row): what the writer read in its silver outbox
+-- rows, never the ciphertext or a key, never a held claim's.
 CREATE FUNCTION lake_body_locations(p_stream text, p_epoch bigint, p_tenant uuid)
 RETURNS TABLE (artifact_id uuid, version integer, location text, object_key text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = oml, pg_catalog, pg_temp AS $$
 BEGIN
   PERFORM oml.lake_lease_check(p_stream, p_epoch);
   RETURN QUERY SELECT b.artifact_id, b.version, b.location, coalesce(b.object_key, '') FROM oml.artifact_bodies b
-    WHERE b.tenant_id = p_tenant;
+    JOIN oml.artifacts a USING (tenant_id, artifact_id, version)
+    WHERE b.tenant_id = p_tenant AND a.promoted_seq IS NOT NULL;
 END $$;
 
 REVOKE EXECUTE ON FUNCTION lake_lease_check(text, bigint) FROM PUBLIC;

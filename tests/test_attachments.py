@@ -428,13 +428,13 @@ def test_any_size_is_served_whole_and_only_a_gapless_read_of_every_byte_counts_a
     assert verdict(d, d.reviewer, art, "accept").status_code == 200
 
 
-def idle_readers(d, path, n):
+def idle_readers(d, path, n, rcvbuf=4096):
     """n sockets that each send a GET of `path` (as the writer) and never read the answer."""
     import socket
     out = []
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", d.port))
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.writer}\r\n\r\n".encode())
         out.append(s)
     return out
@@ -450,40 +450,98 @@ def vm_hwm_kib(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
+def server_held_connections(pid, port, client_ports):
+    """Which of `client_ports` process `pid` still holds a connection from, on its `port`: the
+    sockets in /proc/net/tcp from those ports to `port` whose inode is one of pid's descriptors
+    (a socket the server closed has no descriptor; the kernel may still be sending its tail)."""
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                local, remote, inode = cols[1], cols[2], int(cols[9])
+                if int(local.rsplit(":", 1)[1], 16) == port and int(remote.rsplit(":", 1)[1], 16) in client_ports:
+                    if inode:
+                        inodes[inode] = int(remote.rsplit(":", 1)[1], 16)
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and int(link[8:-1]) in inodes:
+            held.add(inodes[int(link[8:-1])])
+    return held
+
+
 def test_idle_readers_hold_one_piece_each_and_a_large_file_reads_back_exact(served):
     """Issue 19: each GET of a 64 MiB attachment held ~76 MiB until the client read it; 24
     sockets that never read took the server from 105 MiB to 1.9 GiB. Responses are streamed: 24
-    idle readers of a 64 MiB file grow VmHWM by at most 64 MiB, and they are cut at the request
-    deadline. A 1 GiB file reads back exact, with its Repr-Digest."""
+    idle readers of a 64 MiB file grow VmHWM and VmRSS by at most 64 MiB while held, and the
+    server cuts each at the request deadline (http_request_timeout_ms, also the limit of one
+    write): not before it, within a margin after it, and the reader then gets EOF or a reset, not
+    a read of its own that times out. A 1 GiB file reads back exact, with its Repr-Digest."""
     import socket
+    deadline_s = 3.0
     d = served
     d.stop_server()
-    d.serve(env={"OML_HTTP_REQUEST_TIMEOUT_MS": "5000"})
+    d.serve(env={"OML_HTTP_REQUEST_TIMEOUT_MS": str(int(deadline_s * 1000))})
     data = os.urandom(64 << 20)
     uid = new_upload(d, d.writer, data)
     assert upload_all(d, d.writer, uid, data, chunk=6 << 20) == len(data)
     art = d.submit(d.writer, body="big", attachments=[uid]).json()["artifact_id"]
     del data
-    before = vm_hwm_kib(d.server.pid)
-    idle = idle_readers(d, f"/v1/claims/{art}/attachments/1", 24)
-    time.sleep(2)  # every response started and filled its socket buffers
-    grown_mib = (vm_hwm_kib(d.server.pid) - before) / 1024
-    assert grown_mib <= 64, grown_mib
-    # Cut at the request deadline: each idle socket is closed by the server.
-    time.sleep(6)
+    time.sleep(0.5)
+    pid = d.server.pid
+    before_hwm, before_rss = vm_hwm_kib(pid), vm_kib(pid, "VmRSS")
+    t0 = time.monotonic()  # no reader's write deadline can pass before t0 + deadline_s
+    # A 256 KiB receive buffer: with 4 KiB, loopback segments overflow it, and the tail of a cut
+    # connection reaches the reader only at the sender's backed-off retransmissions (~100 s).
+    idle = idle_readers(d, f"/v1/claims/{art}/attachments/1", 24, rcvbuf=256 << 10)
+    ports = {s.getsockname()[1] for s in idle}
+    assert len(ports) == 24
+    time.sleep(1.5)  # every response started and filled its socket buffers; none is due yet
+    assert server_held_connections(pid, d.port, ports) == ports
+    grown_hwm = (vm_hwm_kib(pid) - before_hwm) / 1024
+    held_rss = (vm_kib(pid, "VmRSS") - before_rss) / 1024
+    print(f"24 idle readers of a 64 MiB file: VmHWM +{grown_hwm:.1f} MiB, VmRSS +{held_rss:.1f} MiB while held")
+    assert grown_hwm <= 64, grown_hwm
+    assert held_rss <= 64, held_rss
+    # The server cuts each idle reader at the deadline: none before it, all within 3 s after.
+    cut_at = {}
+    while len(cut_at) < len(ports):
+        now = time.monotonic() - t0
+        held = server_held_connections(pid, d.port, ports)
+        for p in ports - held - set(cut_at):
+            cut_at[p] = now
+        assert now < deadline_s + 3.0, f"still held {now:.1f} s after the readers came: {sorted(held)}"
+        time.sleep(0.05)
+    print(f"cut {min(cut_at.values()):.2f}..{max(cut_at.values()):.2f} s after the readers came")
+    assert min(cut_at.values()) >= deadline_s, sorted(cut_at.values())
+    # Each reader then reads what the kernel still had for it and meets the end the server made
+    # (EOF, or a reset) within the margin: its own read never times out, and it never gets the
+    # whole file.
     for s in idle:
-        s.settimeout(5)
+        s.settimeout(10)
         total = 0
+        ended = None
         try:
             while True:
                 b = s.recv(1 << 20)
                 if not b:
+                    ended = "eof"
                     break
                 total += len(b)
-        except (ConnectionResetError, socket.timeout):
-            pass
+        except ConnectionResetError:
+            ended = "reset"
+        except socket.timeout:
+            raise AssertionError(f"the reader timed out after {total} bytes: the server never ended it")
+        finally:
+            s.close()
+        assert ended in ("eof", "reset")
         assert total < (64 << 20), total
-        s.close()
+        assert time.monotonic() - t0 < deadline_s + 4.0
     # A large file reads back exact, streamed.
     big = os.urandom(1 << 30)
     uid = new_upload(d, d.writer, big)
@@ -594,6 +652,18 @@ def test_a_crashed_accept_leaves_no_copy_in_bodies_after_the_claim_is_erased(dep
     assert objects(d, "oml-quarantine") == {} and objects(d, "oml-bodies") == {}
 
 
+def wait_healthy(port, proc, name, timeout=30):
+    """Waits until a second `oml serve` (process `proc`) answers /v1/health on `port`."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=1)
+            return
+        except requests.ConnectionError:
+            assert proc.poll() is None and time.time() < deadline, f"{name} did not come up"
+            time.sleep(0.05)
+
+
 @pytest.mark.parametrize("what", ["attachment", "large-body"])
 def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
     """Issue 19: two accepts of one held claim (a double click, two servers). Server B's accept is
@@ -630,14 +700,7 @@ def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
         answers = {}
         reproduced = False
         try:
-            deadline = time.time() + 30
-            while True:
-                try:
-                    requests.get(f"http://127.0.0.1:{pb}/v1/health", timeout=1)
-                    break
-                except requests.ConnectionError:
-                    assert time.time() < deadline, "server B did not come up"
-                    time.sleep(0.05)
+            wait_healthy(pb, b, "server B")
             tb = threading.Thread(target=lambda: answers.__setitem__("b", requests.post(
                 f"http://127.0.0.1:{pb}/v1/claims/{aid}/verdict", json={"verdict": "accept"}, timeout=60,
                 headers={"Authorization": f"Bearer {d.reviewer}"})), daemon=True)
@@ -697,6 +760,100 @@ def test_two_accepts_of_one_claim_never_lose_its_files(served, what):
                       "AND convert_from(signed_bytes, 'UTF8')::jsonb->'payload'->>'artifact_id' = %s",
                       (d.tenant_id, aid)).fetchone()[0]
     assert n == 1
+
+
+@pytest.mark.parametrize("what", ["attachment", "large-body"])
+def test_an_accept_whose_copy_finds_the_quarantine_copy_gone_answers_409_and_loses_nothing(served, what):
+    """Issue 19, two accepts of one claim, the other ordering: server A's accept has read the
+    claim (held, its file in quarantine) and is stopped before it copies the file to the bodies
+    bucket (OML_FAULT=claims.accept.before_copy:stop). Server B's accept of the same claim runs
+    whole meanwhile: it copies, commits and drops the quarantine copy. A goes on; its copy finds
+    the quarantine object gone, and A answers as the act that came second (409 claim-not-held)
+    and deletes nothing: the file reads back exact, through either server.
+    SIGSTOP lands a moment after the point (kill(getpid()) wakes another thread to stop the
+    process). The file is 20 MiB, so A's copy writes an 8 MiB part to its staging file before it
+    reads past the first range: a staging file still empty when A is stopped proves A has more of
+    the quarantine object to read. Otherwise the attempt is made again on a new claim."""
+    import signal
+    import subprocess
+    import threading
+    from conftest import OML_BIN, free_port
+    from test_uploads import staging_files, wait_stopped
+    d = served
+    big_env = {"OML_MAX_BODY_BYTES": str(24 << 20)}
+    d.stop_server()
+    d.serve(env=big_env)
+    for attempt in range(3):
+        q_before = dict(objects(d, "oml-quarantine"))
+        if what == "attachment":
+            data = os.urandom(20 << 20)
+            uid = new_upload(d, d.writer, data)
+            assert upload_all(d, d.writer, uid, data, chunk=6 << 20) == len(data)
+            aid = d.submit(d.writer, body=f"with a file {attempt}", attachments=[uid]).json()["artifact_id"]
+            assert get_att(d, d.reviewer, aid, 1).content == data
+        else:
+            body = f"attempt {attempt}\n" + "".join(f"line {i}: the quick brown fox\n" for i in range(20 << 15))
+            r = d.submit(d.writer, body=body)
+            assert r.status_code == 201, r.text[:300]
+            aid = r.json()["artifact_id"]
+            assert d.get(f"/v1/claims/{aid}", d.reviewer).json()["body"] == body
+        held = {k: v for k, v in objects(d, "oml-quarantine").items() if k not in q_before}
+        assert len(held) == 1
+        (key,) = held
+        bodies_before = dict(objects(d, "oml-bodies"))
+        before = head_seq(d)
+        pa = free_port()
+        env_a = dict(d.env, **big_env, OML_LISTEN=f"127.0.0.1:{pa}", OML_METRICS_LISTEN=f"127.0.0.1:{free_port()}",
+                     OML_FAULT="claims.accept.before_copy:stop")
+        a = subprocess.Popen([OML_BIN, "serve"], env=env_a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        answers = {}
+        try:
+            wait_healthy(pa, a, "server A")
+            ta = threading.Thread(target=lambda: answers.__setitem__("a", requests.post(
+                f"http://127.0.0.1:{pa}/v1/claims/{aid}/verdict", json={"verdict": "accept"}, timeout=60,
+                headers={"Authorization": f"Bearer {d.reviewer}"})), daemon=True)
+            ta.start()
+            wait_stopped(a.pid)
+            staging = [p for p in staging_files(bucket(d, "oml-bodies")) if p.name.startswith(key + "#")]
+            reproduced = key not in objects(d, "oml-bodies") and all(p.stat().st_size == 0 for p in staging)
+            if reproduced:
+                assert objects(d, "oml-quarantine") == {**q_before, **held}
+                # B (the fixture's server) accepts the same claim meanwhile, whole.
+                b = verdict(d, d.reviewer, aid, "accept")
+                assert b.status_code == 200, b.text
+                assert objects(d, "oml-quarantine") == q_before
+                settled = {k: v for k, v in objects(d, "oml-bodies").items() if k not in {p.name for p in staging}}
+                assert settled == {**bodies_before, **held}
+            os.kill(a.pid, signal.SIGCONT)
+            ta.join(timeout=60)
+            assert not ta.is_alive(), "server A never answered"
+            if reproduced:
+                problem(answers["a"], 409, "claim-not-held")
+                # The file is where the committed state says, whole, read through either server.
+                assert objects(d, "oml-quarantine") == q_before
+                assert objects(d, "oml-bodies") == {**bodies_before, **held}
+                assert staging_files(d.home / "objects") == []  # A's aborted copy left no staging file
+                for base in (d.base, f"http://127.0.0.1:{pa}"):
+                    h = {"Authorization": f"Bearer {d.writer2}"}
+                    if what == "attachment":
+                        r = requests.get(f"{base}/v1/claims/{aid}/attachments/1", timeout=60, headers=h)
+                        assert (r.status_code, r.content == data) == (200, True), (base, r.status_code, r.text[:300])
+                    else:
+                        r = requests.get(f"{base}/v1/claims/{aid}", timeout=60, headers=h)
+                        assert r.status_code == 200, (base, r.text[:300])
+                        assert (r.json()["state"], r.json()["body"] == body) == ("promoted", True)
+        finally:
+            if a.poll() is None:
+                os.kill(a.pid, signal.SIGCONT)
+                a.terminate()
+                a.wait(timeout=20)
+        if reproduced:
+            break
+    else:
+        raise AssertionError("server A's copy had started before its stop in every attempt")
+    # One act was signed for the two accepts: B's claim.promoted, the only event after `before`.
+    assert [(t, p["artifact_id"]) for seq, t, p in events(d) if seq > before] == [("claim.promoted", aid)]
+
 
 def make_pdf(pages, shared_stream=None):
     """A minimal PDF 1.4: each entry of `pages` is a list of lines drawn in Helvetica. With
@@ -846,6 +1003,141 @@ def test_a_tenants_pdfs_beyond_its_bound_are_503_busy_while_another_tenant_goes_
     attach = {e[2]["upload_id"]: e[2] for e in events_all(d) if e[1] == "submission.attach"}
     assert attach[second_upload]["review"]["method"] == "pdf"
     assert attach[bomb_upload]["review"]["method"] == "pdf-limit"
+
+
+def pdf_extractors(server_pid):
+    """The pids of `oml __extract-pdf` children of the server `server_pid`."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or b"__extract-pdf" not in _cmdline(p):
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == server_pid:
+                    out.append(int(p))
+        except OSError:
+            pass
+    return out
+
+
+def pdf_bomb():
+    """30 pages sharing one ~80 MB content stream, ~200 KB on disk (issue 19): minutes of CPU."""
+    stream = b"BT /F1 12 Tf 72 720 Td (bomb bomb bomb bomb) Tj ET\n" * 1_600_000
+    return make_pdf([["page"]] * 30, shared_stream=stream)
+
+
+def attach_reviews(d):
+    """upload_id -> the review signed in its submission.attach event, every tenant."""
+    return {e[2]["upload_id"]: e[2]["review"] for e in events_all(d) if e[1] == "submission.attach"}
+
+
+def test_a_pdf_that_outgrows_its_address_space_is_reviewed_as_the_memory_limit(served):
+    """Issue 19: the memory limit of an extraction (pdf_extract_memory_mb, RLIMIT_AS of the
+    child), with CPU and wall clock to spare. The bomb's text layout grows until poppler's
+    allocator fails and aborts: pdf-limit, not-extracted, "not-extracted: limit: memory 224 MiB
+    (the extractor aborted)". Under the same limit another tenant's small PDF is extracted (the
+    extractor itself needs ~151 MiB of address space, so the limit is the bomb's, not a floor)."""
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_PDF_EXTRACT_MEMORY_MB": "224", "OML_PDF_EXTRACT_CPU_S": "600", "OML_PDF_EXTRACT_TIMEOUT_S": "60"})
+    d.tenant("beta")
+    beta = d.api_key("beta", "writer", "bob")
+    bomb_upload = upload(d, d.writer, pdf_bomb(), **{"content-type": "application/pdf"})
+    small_upload = upload(d, beta, make_pdf([["beta's small pdf"]]), **{"content-type": "application/pdf"})
+    t0 = time.monotonic()
+    r = d.submit(d.writer, body="a bomb", attachments=[bomb_upload])
+    secs = time.monotonic() - t0
+    assert r.status_code == 201, r.text
+    assert secs < 30, secs  # the memory limit, long before the wall clock
+    assert d.submit(beta, body="beta's pdf", attachments=[small_upload]).status_code == 201
+    reviews = attach_reviews(d)
+    review = reviews[bomb_upload]
+    assert (review["method"], review["review"], review["flags"]) == ("pdf-limit", "opaque", ["not-extracted"]), review
+    assert review["notes"] == ["not-extracted: limit: memory 224 MiB (the extractor aborted)"], review
+    small = reviews[small_upload]
+    assert (small["method"], small["flags"], small["notes"]) == ("pdf", [], []), small
+
+
+def test_a_pdf_whose_parse_throws_bad_alloc_under_the_memory_limit_is_reviewed_as_the_memory_limit(served):
+    """Issue 19: the other way the memory limit shows. One 300 MB string in a content stream
+    (~300 KB deflated) makes poppler's lexer grow a std::string until the allocation throws
+    std::bad_alloc under RLIMIT_AS. That is the memory limit too, and the review must say so
+    (pdf-limit, "not-extracted: limit: memory 224 MiB"), not pdf-unreadable."""
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_PDF_EXTRACT_MEMORY_MB": "224", "OML_PDF_EXTRACT_CPU_S": "600", "OML_PDF_EXTRACT_TIMEOUT_S": "60"})
+    bomb = make_pdf([["page"]], shared_stream=b"BT /F1 12 Tf 72 720 Td (" + b"a" * (300 << 20) + b") Tj ET\n")
+    assert len(bomb) < 400_000
+    bomb_upload = upload(d, d.writer, bomb, **{"content-type": "application/pdf"})
+    r = d.submit(d.writer, body="a string bomb", attachments=[bomb_upload])
+    assert r.status_code == 201, r.text
+    review = attach_reviews(d)[bomb_upload]
+    assert (review["method"], review["flags"]) == ("pdf-limit", ["not-extracted"]), review
+    assert review["notes"][0].startswith("not-extracted: limit: memory 224 MiB"), review
+
+
+def test_a_pdf_that_outlasts_its_wall_clock_is_killed_at_it_and_reviewed_as_a_time_limit(served):
+    """Issue 19: the wall-clock limit of an extraction (pdf_extract_timeout_s), with CPU and memory
+    to spare: the parent kills the child at the deadline and reaps it, and the review says so
+    (pdf-limit, not-extracted, "not-extracted: limit: time 2 s"). The claim is answered a moment
+    after the deadline, not when the bomb would have ended (minutes of CPU)."""
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_PDF_EXTRACT_CPU_S": "600", "OML_PDF_EXTRACT_TIMEOUT_S": "2"})
+    bomb_upload = upload(d, d.writer, pdf_bomb(), **{"content-type": "application/pdf"})
+    t0 = time.monotonic()
+    r = d.submit(d.writer, body="a bomb", attachments=[bomb_upload])
+    secs = time.monotonic() - t0
+    assert r.status_code == 201, r.text
+    assert 2.0 <= secs < 4.0, secs
+    assert pdf_extractors(d.server.pid) == []  # killed and reaped
+    review = attach_reviews(d)[bomb_upload]
+    assert (review["method"], review["review"], review["flags"]) == ("pdf-limit", "opaque", ["not-extracted"]), review
+    assert review["notes"] == ["not-extracted: limit: time 2 s"], review
+    art = r.json()["artifact_id"]
+    assert d.get(f"/v1/claims/{art}", d.reviewer).json()["attachments"][0]["review"]["flags"] == ["not-extracted"]
+
+
+def test_pdfs_beyond_the_global_bound_are_503_busy_for_every_tenant(served):
+    """Issue 19: at most pdf_extract_max PDFs are extracted at once, all tenants together. With
+    one slot, taken by acme's bomb, another tenant's small PDF (none of its own running) gets no
+    slot within half a second: 503 pdf-extraction-busy with Retry-After: 1, nothing journalled in
+    its chain. Once the bomb's extraction ended (at its wall clock), the retry is extracted."""
+    import threading
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_PDF_EXTRACT_MAX": "1", "OML_PDF_EXTRACT_PER_TENANT": "1", "OML_PDF_EXTRACT_CPU_S": "600",
+                 "OML_PDF_EXTRACT_TIMEOUT_S": "4"})
+    beta_id = d.tenant("beta")
+    beta = d.api_key("beta", "writer", "bob")
+    bomb_upload = upload(d, d.writer, pdf_bomb(), **{"content-type": "application/pdf"})
+    small_upload = upload(d, beta, make_pdf([["beta's small pdf"]]), **{"content-type": "application/pdf"})
+    with d.su() as c:
+        beta_head = c.execute("SELECT max(seq) FROM oml.journal WHERE tenant_id = %s", (beta_id,)).fetchone()[0]
+    answers = {}
+    t = threading.Thread(target=lambda: answers.__setitem__("bomb", d.submit(d.writer, body="a bomb",
+                                                                            attachments=[bomb_upload])))
+    t.start()
+    deadline = time.time() + 10
+    while not pdf_extractors(d.server.pid):
+        assert time.time() < deadline, "the bomb's extractor never started"
+        time.sleep(0.02)
+    s0 = time.monotonic()
+    busy = d.submit(beta, body="beta's pdf", attachments=[small_upload])
+    busy_secs = time.monotonic() - s0
+    problem(busy, 503, "pdf-extraction-busy")
+    assert busy.headers["Retry-After"] == "1"
+    assert 0.4 < busy_secs < 2.0, busy_secs
+    assert t.is_alive()  # the slot was the bomb's all along
+    with d.su() as c:
+        assert c.execute("SELECT max(seq) FROM oml.journal WHERE tenant_id = %s", (beta_id,)).fetchone()[0] == beta_head
+    t.join(timeout=60)
+    assert answers["bomb"].status_code == 201, answers["bomb"].text
+    r = d.submit(beta, body="beta's pdf", attachments=[small_upload])
+    assert r.status_code == 201, r.text
+    reviews = attach_reviews(d)
+    assert (reviews[small_upload]["method"], reviews[small_upload]["flags"]) == ("pdf", [])
+    assert reviews[bomb_upload]["notes"] == ["not-extracted: limit: time 4 s"], reviews[bomb_upload]
 
 
 def _cmdline(pid):

@@ -20,12 +20,36 @@ from test_lake_tables import BRONZE, GOLD, SILVER, both_readers, demote, erase, 
 from test_lakewriter import INFO, add_events, frontier, lakewriter, log_lines
 
 
+LEASE_CLASS = 0x6f6d6c77  # lake/lakewriter.h kLeaseClassId
+
+
 def prune_state(d):
+    """(pruned_through, rows_pruned, {tenant: (bronze mark, silver mark)})."""
     with d.su() as c:
         p = c.execute("SELECT pruned_through, rows_pruned FROM oml.outbox_prune WHERE stream = 'default'").fetchone()
-        marks = dict((str(t), m) for t, m in c.execute(
-            "SELECT tenant_id, journal_seq_through FROM oml.outbox_prune_tenant WHERE stream = 'default'").fetchall())
+        marks = dict((str(t), (b, s)) for t, b, s in c.execute(
+            "SELECT tenant_id, bronze_through, silver_through FROM oml.outbox_prune_tenant "
+            "WHERE stream = 'default'").fetchall())
     return p[0], p[1], marks
+
+
+def expected_marks(d, through):
+    """The marks a prune through `through` must record, from the outbox rows it deletes."""
+    with d.su() as c:
+        return dict((str(t), (b, s)) for t, b, s in c.execute(
+            "SELECT tenant_id, coalesce(max(journal_seq) FILTER (WHERE target_table = 'bronze/events'), 0), "
+            "coalesce(max(journal_seq) FILTER (WHERE target_table = 'silver/claims'), 0) "
+            "FROM oml.outbox WHERE seq <= %s GROUP BY tenant_id", (through,)).fetchall())
+
+
+def as_lease_holder(d):
+    """A lakewriter-role session that holds a lake-writer lease lock, and the stream's epoch (taken
+    over with a new one, as a writer does)."""
+    lw = lw_conn(d)
+    assert lw.execute("SELECT pg_try_advisory_lock(%s, 4242)", (LEASE_CLASS,)).fetchone()[0]
+    epoch = lw.execute("UPDATE oml.lake_frontier SET lease_holder = 'test', lease_epoch = lease_epoch + 1 "
+                       "WHERE stream = 'default' RETURNING lease_epoch").fetchone()[0]
+    return lw, epoch
 
 
 def outbox_seqs(d):
@@ -57,21 +81,24 @@ def test_prune_deletes_the_prefix_the_lake_holds_past_the_retention_and_records_
     assert prune_state(d) == (0, 0, {})
     f = frontier(d)
     assert held and held[-1] == f
+    assert held and held[-1] == f
     add_events(d, "pr-b", tenants=1)  # above the frontier: never pruned
     above = [s for s in outbox_seqs(d) if s > f]
-    with d.su() as c:
-        want_marks = dict((str(t), m) for t, m in c.execute(
-            "SELECT tenant_id, max(journal_seq) FROM oml.outbox WHERE seq <= %s GROUP BY tenant_id", (f,)).fetchall())
-    # Direct calls, as the lake writer role: the lease epoch is required, the outbox is not deletable.
-    with d.su() as c:
-        (epoch,) = c.execute("SELECT lease_epoch FROM oml.lake_frontier WHERE stream = 'default'").fetchone()
-        c.execute("UPDATE oml.lake_frontier SET lease_holder = 'test' WHERE stream = 'default'")
-    with lw_conn(d) as lw:
+    want_marks = expected_marks(d, f)
+    # Direct calls, as the lake writer role: the outbox is not deletable, the prune needs the
+    # lease (its epoch and the session's lease lock).
+    with lw_conn(d) as other:
+        (epoch,) = other.execute("SELECT lease_epoch FROM oml.lake_frontier WHERE stream = 'default'").fetchone()
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            lw.execute("DELETE FROM oml.outbox WHERE seq = %s", (held[0],))
-        with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
-            lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 10)", (epoch + 1,))
-        assert "lease" in str(e.value)
+            other.execute("DELETE FROM oml.outbox WHERE seq = %s", (held[0],))
+    lw, epoch = as_lease_holder(d)
+    with lw:
+        with lw_conn(d) as other:  # the epoch alone is not the lease
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+                other.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 10)", (epoch,))
+            assert "lease" in str(e.value)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 10)", (epoch - 1,))
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 0)", (epoch,))
         # A bounded prefix per call: 5 rows, then the rest.
@@ -80,10 +107,10 @@ def test_prune_deletes_the_prefix_the_lake_holds_past_the_retention_and_records_
         n = len(held) - 5
         assert lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 100000)", (epoch,)).fetchone() == (n, f)
         assert lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, 100000)", (epoch,)).fetchone() == (0, f)
-        # The journal feed gives pruned events only (up to each tenant's mark), never more.
-        tenant, mark = next(iter(want_marks.items()))
+        # The journal feed gives pruned events only (up to the tenant's higher mark), never more.
+        tenant, (mb, ms) = next(iter(want_marks.items()))
         got = lw.execute("SELECT seq FROM oml.lake_journal_feed('default', %s, %s, 0, 1000)", (epoch, tenant)).fetchall()
-        assert [s for (s,) in got] == list(range(1, mark + 1))
+        assert [s for (s,) in got] == list(range(1, max(mb, ms) + 1))
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             lw.execute("SELECT * FROM oml.lake_journal_feed('default', %s, %s, 0, 10)", (epoch + 1, tenant))
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -246,3 +273,57 @@ def test_lost_commits_below_the_pruned_mark_are_re_derived_and_a_dead_letter_kee
     rec = d.run("reconcile", "--json", "--no-objects", check=False)
     doc = json.loads(rec.stdout)
     assert Counter(f["class"] for f in doc["findings"]) == Counter({"dead-lettered": 1}), doc["findings"]
+
+
+def test_a_prune_that_splits_an_event_re_derives_each_row_once(served):
+    """P can fall inside one event: a promotion enqueues its silver row, then its bronze row, and a
+    prune bounded by its batch size (or a frontier inside a transaction) stops between the two.
+    The bronze mark then stays below that event (its bronze row is still in the outbox) while the
+    silver mark reaches it: a rebuilt bronze gets the event once (from the outbox), silver its row
+    once, gold counts it once. (Before: one mark per tenant, and bronze held the event twice.)"""
+    d = served
+    arts = [d.submit(d.writer, body=f"split {i}").json()["artifact_id"] for i in range(3)]
+    for a in arts[:2]:
+        verdict(d, d.reviewer, a, "accept")
+    seq = verdict(d, d.reviewer, arts[2], "accept")
+    lakewriter(d, "--prune-every", "0")
+    silver_before = both_readers(d, SILVER, silver_key)
+    gold_before = gold_counts(d)
+    with d.su() as c:
+        rows = dict(c.execute("SELECT target_table, seq FROM oml.outbox WHERE tenant_id = %s AND journal_seq = %s",
+                              (d.tenant_id, seq)).fetchall())
+        (below,) = c.execute("SELECT count(*) FROM oml.outbox WHERE seq <= %s", (rows[SILVER],)).fetchone()
+    assert rows[SILVER] < rows[BRONZE]  # the silver row first, in the same transaction
+    lw, epoch = as_lease_holder(d)
+    with lw:
+        assert lw.execute("SELECT * FROM oml.prune_outbox('default', %s, 0, %s)",
+                          (epoch, below)).fetchone() == (below, rows[SILVER])
+    assert prune_state(d)[2][d.tenant_id] == (seq - 1, seq)
+    assert outbox_seqs(d)[0] == rows[BRONZE]
+    for table in (BRONZE, SILVER, GOLD):
+        assert d.run("lake", "rebuild", "--table", table, "--wait", "1", check=False).returncode == 5
+    run = lakewriter(d, "--prune-every", "0")
+    rederived = [ln["table"] for ln in log_lines(run.stderr) if ln["msg"].startswith("lake writer: table re-derived")]
+    assert rederived == [BRONZE, SILVER, GOLD]
+    assert bronze_keys(d) == journal_keys(d) and max(bronze_keys(d).values()) == 1
+    assert without_outbox_seq(both_readers(d, SILVER, silver_key)) == without_outbox_seq(silver_before)
+    assert gold_counts(d) == gold_before == gold_from_bronze(d)
+    v = d.run("verify", "--from-lake", "--lag-grace", "0", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_a_frontier_moved_below_what_was_pruned_stops_the_writer(served):
+    """Only an owner who disables lake_frontier_guard can move a frontier back; a lake rebuilt
+    from scratch that way would miss the pruned rows for good. The writer refuses to start."""
+    d = served
+    d.submit(d.writer, body="one")
+    lakewriter(d, "--outbox-retention-hours", "0")
+    through = prune_state(d)[0]
+    assert through > 0
+    with d.su() as c:
+        c.execute("ALTER TABLE oml.lake_frontier DISABLE TRIGGER lake_frontier_guard")
+        c.execute("UPDATE oml.lake_frontier SET frontier_seq = 0")
+        c.execute("ALTER TABLE oml.lake_frontier ENABLE TRIGGER lake_frontier_guard")
+    run = lakewriter(d, check=False)
+    assert run.returncode == 4, run.stderr[-2000:]
+    assert f"is below what was pruned from the outbox ({through})" in run.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import Deployment, start_moto
 from test_lakewriter import lakewriter
-from test_reconcile import brief, populated, reconcile, repair, repair_events
+from test_reconcile import KEYLESS, brief, populated, reconcile, repair, repair_events
 
 BUCKETS = ("oml-objects", "oml-quarantine", "oml-bodies", "oml-lake")
 
@@ -110,3 +110,64 @@ def test_the_audit_and_its_repair_on_s3(s3_everything):
     reconcile(d, code=0)
     v = d.run("verify", "--from-lake", check=False)
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_the_audit_reads_with_read_only_s3_credentials_of_its_own(s3_everything):
+    """Issue 20: "it reads the buckets and the lake with read-only credentials of its own". From
+    here on moto enforces IAM: the deployment's AWS_* keys are replaced by a user with no
+    permission, and the reconciler's (OML_RECONCILER_AWS_ACCESS_KEY_ID / _SECRET_ACCESS_KEY) belong
+    to a user that may only read (s3:GetObject, s3:ListBucket). The audit of everything is clean
+    with them; the same keys cannot write; without them the audit cannot read the buckets and
+    says so; --repair keeps the deployment's keys (it writes)."""
+    import json
+    import boto3
+    import requests
+    from botocore.exceptions import ClientError
+    d = s3_everything
+    populated(d)
+    url = d.env["AWS_ENDPOINT_URL"]
+    iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1",
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def user(name, actions):
+        iam.create_user(UserName=name)
+        if actions:
+            iam.put_user_policy(UserName=name, PolicyName="p", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
+        k = iam.create_access_key(UserName=name)["AccessKey"]
+        return k["AccessKeyId"], k["SecretAccessKey"]
+
+    read_only = user("reconciler", ["s3:GetObject", "s3:ListBucket"])
+    nobody = user("nobody", [])
+    d.stop_server()  # its sweeps would use the deployment's keys
+    requests.post(f"{url}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
+    try:
+        deployment_keys = {"AWS_ACCESS_KEY_ID": nobody[0], "AWS_SECRET_ACCESS_KEY": nobody[1], "OML_LOG_LEVEL": "info"}
+        own = {"OML_RECONCILER_AWS_ACCESS_KEY_ID": read_only[0], "OML_RECONCILER_AWS_SECRET_ACCESS_KEY": read_only[1]}
+        r = d.run("reconcile", "--json", "--object-grace", "0", env={**KEYLESS, **deployment_keys, **own}, check=False)
+        assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+        rep = json.loads(r.stdout)
+        assert rep["findings"] == [] and rep["summary"]["objects_read"] > 0 and rep["summary"]["rows"]["bronze/events"] > 0
+        assert '"credentials":"reconciler"' in r.stderr.replace(" ", "")
+        # The reconciler's keys read, and only read.
+        ro = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                          aws_access_key_id=read_only[0], aws_secret_access_key=read_only[1])
+        assert ro.list_objects_v2(Bucket="oml-lake", Prefix="lake/bronze/events/_delta_log/")["KeyCount"] > 0
+        with pytest.raises(ClientError) as denied:
+            ro.put_object(Bucket="oml-quarantine", Key="x", Body=b"x")
+        assert denied.value.response["Error"]["Code"] == "AccessDenied"
+        # Without them the deployment's keys (no permission here) are what it has: it cannot read.
+        r = d.run("reconcile", "--json", "--object-grace", "0", env={**KEYLESS, **deployment_keys}, check=False)
+        assert r.returncode == 4, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])  # an access error
+        assert "unavailable(storage-permission): open Delta table s3://oml-lake/lake/" in r.stderr, r.stderr[-2000:]
+        assert "403 Forbidden" in r.stderr
+        # --repair writes: it keeps the deployment's keys even when the reconciler's are set.
+        r = d.run("reconcile", "--json", "--repair", env={**deployment_keys, **own}, check=False)
+        assert r.returncode == 4, (r.returncode, r.stderr[-2000:])
+        assert '"credentials":"deployment"' in r.stderr.replace(" ", "") and "403 Forbidden" in r.stderr
+        # Half of a pair is a usage error.
+        r = d.run("reconcile", "--json", env={**KEYLESS, "OML_RECONCILER_AWS_ACCESS_KEY_ID": read_only[0]}, check=False)
+        assert r.returncode == 4
+        assert "OML_RECONCILER_AWS_SECRET_ACCESS_KEY" in r.stderr
+    finally:
+        requests.post(f"{url}/moto-api/reset-auth", data=b"inf", timeout=10)

@@ -922,10 +922,15 @@ def test_a_killed_composition_leaves_a_staging_file_that_the_sweep_removes(serve
     bodies = d.home / "objects" / "oml-bodies" / d.tenant_id
     bodies.mkdir(parents=True, exist_ok=True)
     (bodies / ("0" * 64 + "#12")).write_bytes(b"partial")
+    # And one in the heads store (object_store_url), as a server killed while publishing a head
+    # would leave.
+    heads = d.home / "objects" / "oml-heads"
+    assert (heads / d.tenant_id).is_file()
+    (heads / (d.tenant_id + "#55")).write_bytes(b"partial head")
     # Younger than the grace: kept.
     d.serve(env={"OML_STAGING_GRACE_S": "3600"})
     time.sleep(2)
-    assert len(staging_files(d.home / "objects")) == 2
+    assert len(staging_files(d.home / "objects")) == 3
     d.stop_server()
     # Older (mtime two hours back): removed at start; a young one beside them stays.
     for p in staging_files(d.home / "objects"):

@@ -5,6 +5,7 @@
 
 #include <regex>
 
+#include "common/sync_point.h"
 #include "fields/fields.h"
 #include "admission/lifecycle.h"
 #include "admission/recall.h"
@@ -528,6 +529,7 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   std::vector<BodyObject> body_objects;  // a large body kept as an object (sql/0015): promoted likewise
   if (act == ReviewAct::kAccept && attachments_ != nullptr) {
     OML_ASSIGN_OR_RETURN(body_objects, attachments_->BodyObjects(c.tenant_id, artifact_id, meta.version));
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT("claims.accept.before_copy"));  // tests: a concurrent accept wins here
     // Copies into bodies (content-addressed: a concurrent accept of the same claim copies to the
     // same keys). A copy that fails because a concurrent accept won and dropped the quarantine
     // copy answers as the act that came second.

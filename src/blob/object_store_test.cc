@@ -8,11 +8,13 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace oml::blob {
@@ -187,6 +189,92 @@ TEST_F(LocalObjectStoreTest, SweepStagingRemovesOnlyOldStagingFiles) {
   auto young = store_->SweepStaging(std::chrono::seconds(0));
   ASSERT_TRUE(young.ok());
   EXPECT_EQ(*young, 1u);
+}
+
+// Forwards to a store and counts the SweepStaging calls that returned.
+class CountingSweeps : public ObjectStore {
+ public:
+  explicit CountingSweeps(ObjectStore* s) : s_(s) {}
+  Status Put(const std::string& k, const std::string& b) override { return s_->Put(k, b); }
+  Result<bool> PutIfAbsent(const std::string& k, const std::string& b) override { return s_->PutIfAbsent(k, b); }
+  Result<std::optional<std::string>> Get(const std::string& k) override { return s_->Get(k); }
+  Result<std::optional<std::string>> GetRange(const std::string& k, uint64_t o, uint64_t n) override {
+    return s_->GetRange(k, o, n);
+  }
+  Result<std::optional<uint64_t>> Size(const std::string& k) override { return s_->Size(k); }
+  Result<std::vector<std::string>> List(const std::string& p) override { return s_->List(p); }
+  Status Delete(const std::string& k) override { return s_->Delete(k); }
+  Status Copy(const std::string& f, const std::string& t) override { return s_->Copy(f, t); }
+  Result<std::unique_ptr<ObjectWriter>> OpenWriter(const std::string& k) override { return s_->OpenWriter(k); }
+  Result<uint64_t> SweepStaging(std::chrono::seconds grace) override {
+    auto n = s_->SweepStaging(grace);
+    sweeps_.fetch_add(1);
+    return n;
+  }
+  int sweeps() const { return sweeps_.load(); }
+
+ private:
+  ObjectStore* s_;
+  std::atomic<int> sweeps_{0};
+};
+
+// `oml serve` and `oml lakewriter` run a StagingSweeper: one pass at start, then one every
+// interval. With an interval of an hour only the pass at start runs: it removes what was left
+// before, and a staging file left after it stays. With a short interval, a staging file that a
+// killed write leaves while the sweeper runs (written after its first pass returned, mtime two
+// hours back) is removed by a later pass; a young one and the objects stay. Once the sweeper is
+// gone, nothing is removed any more.
+TEST_F(LocalObjectStoreTest, StagingSweeperSweepsAtStartAndThenEveryInterval) {
+  using namespace std::chrono_literals;
+  const fs::path dir = root_ / "store" / "t1";
+  fs::create_directories(dir);
+  auto write_old = [&](const std::string& name) {
+    std::ofstream(dir / name, std::ios::binary) << "partial";
+    fs::last_write_time(dir / name, fs::file_time_type::clock::now() - std::chrono::hours(2));
+  };
+  CountingSweeps counting(store_.get());
+  auto wait_for_passes = [&](int n) {
+    const auto start = std::chrono::steady_clock::now();
+    while (counting.sweeps() < n) {
+      ASSERT_LT(std::chrono::steady_clock::now() - start, 5s) << "pass " << n << " never came";
+      std::this_thread::sleep_for(5ms);
+    }
+  };
+  ASSERT_TRUE(store_->Put("t1/object", "an object").ok());
+  write_old("before-start#1");
+  {
+    StagingSweeper hourly({&counting}, {"test"}, std::chrono::hours(1), std::chrono::hours(1));
+    wait_for_passes(1);
+    EXPECT_FALSE(fs::exists(dir / "before-start#1"));
+    write_old("left-after-start#2");
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(counting.sweeps(), 1);
+    EXPECT_TRUE(fs::exists(dir / "left-after-start#2"));
+  }
+  EXPECT_FALSE(fs::exists(dir / "before-start#1"));
+  fs::remove(dir / "left-after-start#2");
+  {
+    StagingSweeper every({&counting}, {"test"}, std::chrono::hours(1), 200ms);
+    wait_for_passes(2);  // its pass at start
+    const int at_start = counting.sweeps();
+    write_old("left-while-running#90000000010000000002");
+    std::ofstream(dir / "young#7", std::ios::binary) << "a write in progress";
+    const auto left_at = std::chrono::steady_clock::now();
+    while (fs::exists(dir / "left-while-running#90000000010000000002")) {
+      ASSERT_LT(std::chrono::steady_clock::now() - left_at, 3s) << "no later pass removed it";
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_GT(counting.sweeps(), at_start);
+    std::this_thread::sleep_for(500ms);  // two more passes: the young one and the object stay
+    EXPECT_GE(counting.sweeps(), at_start + 2);
+    EXPECT_TRUE(fs::exists(dir / "young#7"));
+    EXPECT_EQ(*store_->List("t1/"), std::vector<std::string>{"t1/object"});
+  }
+  const int passes = counting.sweeps();
+  write_old("after-the-sweeper#3");
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(counting.sweeps(), passes);
+  EXPECT_TRUE(fs::exists(dir / "after-the-sweeper#3"));
 }
 
 TEST(OpenObjectStoreTest, BadSchemeIsInvalidArgument) {

@@ -474,10 +474,17 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // Attachments and the review gate (admission/attachments.h): promoted files go to the bodies
   // bucket; the deny-list file and clamd address are checked here, at startup.
   OML_ASSIGN_OR_RETURN(auto bodies, blob::OpenBucket(c, c.bodies_bucket));
-  // What a killed write left in either bucket (staging files, incomplete multipart uploads):
-  // removed now and then every min(grace / 2, 15 min) once older than staging_grace_s.
-  blob::StagingSweeper staging_sweeper({quarantine.get(), bodies.get()}, {c.quarantine_bucket, c.bodies_bucket},
-                                       std::chrono::seconds(c.staging_grace_s), StagingSweepInterval(c));
+  // What a killed write left in either bucket or in the heads store (object_store_url: the
+  // published chain heads; staging files, incomplete multipart uploads): removed now and then
+  // every min(grace / 2, 15 min) once older than staging_grace_s.
+  std::vector<blob::ObjectStore*> swept = {quarantine.get(), bodies.get()};
+  std::vector<std::string> swept_names = {c.quarantine_bucket, c.bodies_bucket};
+  if (rt->store) {
+    swept.push_back(rt->store.get());
+    swept_names.push_back("heads");
+  }
+  blob::StagingSweeper staging_sweeper(swept, swept_names, std::chrono::seconds(c.staging_grace_s),
+                                       StagingSweepInterval(c));
   OML_ASSIGN_OR_RETURN(review::Options review_opts, review::OptionsFromConfig(c));
   // PDFs are extracted in child processes of this binary, never in the server (pdf_sandbox.h).
   // "/proc/self/exe" itself, not the path it names now: an in-place upgrade never makes this
@@ -787,7 +794,34 @@ void RecordReconcile(db::Conn& conn, const reconcile::Report& r, const Reconcile
   if (ec) log::Warn("reconcile: cannot write the metrics file", {{"file", a.metrics_file}, {"error", ec.message()}});
 }
 
+// The audit reads the buckets and the lake with S3 credentials of its own when they are given:
+// OML_RECONCILER_AWS_ACCESS_KEY_ID, OML_RECONCILER_AWS_SECRET_ACCESS_KEY (both, or neither) and
+// OML_RECONCILER_AWS_SESSION_TOKEN (optional), meant to allow reads only (docs/operations/
+// reconcile.md). They replace the process's AWS_* credentials before any store is opened (every
+// store reads them from the environment). --repair writes, so it keeps the deployment's.
+// Returns which credentials are in use: "reconciler" or "deployment".
+Result<std::string> UseReconcilerS3Credentials(bool repair) {
+  auto env = [](const char* k) { const char* v = std::getenv(k); return v == nullptr ? std::string() : std::string(v); };
+  const std::string id = env("OML_RECONCILER_AWS_ACCESS_KEY_ID"), secret = env("OML_RECONCILER_AWS_SECRET_ACCESS_KEY");
+  if (id.empty() && secret.empty()) return std::string("deployment");
+  if (id.empty() || secret.empty())
+    return InvalidArgument("set both OML_RECONCILER_AWS_ACCESS_KEY_ID and OML_RECONCILER_AWS_SECRET_ACCESS_KEY, or neither",
+                           "reconciler-credentials");
+  if (repair) return std::string("deployment");
+  const std::string token = env("OML_RECONCILER_AWS_SESSION_TOKEN");
+  if (setenv("AWS_ACCESS_KEY_ID", id.c_str(), 1) != 0 || setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1) != 0 ||
+      (token.empty() ? unsetenv("AWS_SESSION_TOKEN") : setenv("AWS_SESSION_TOKEN", token.c_str(), 1)) != 0)
+    return Internal("cannot set the reconciler's S3 credentials in the environment");
+  return std::string("reconciler");
+}
+
 int RunReconcile(const Config& c, ReconcileArgs a) {
+  auto creds = UseReconcilerS3Credentials(a.repair);
+  if (!creds.ok()) {
+    std::cerr << "oml: " << creds.status().ToString() << "\n";
+    return kExitPrecondition;  // a usage error: 4, as verify
+  }
+  log::Info("reconcile: S3 credentials", {{"credentials", *creds}, {"repair", a.repair}});
   a.opts.stale_after = std::chrono::seconds(a.stale_after_s);
   a.opts.object_grace = std::chrono::seconds(a.object_grace_s);
   a.opts.objects = !a.no_objects;
@@ -809,8 +843,10 @@ int RunReconcile(const Config& c, ReconcileArgs a) {
   auto report = reconcile::Reconcile(*conn, c.lake_root, stores, a.opts);
   if (!report.ok()) {
     const Status& s = report.status();
-    // An access error (a role without the grants, a wrong stream or tenant) is exit 4, like verify.
-    if (s.code() == Code::kPermissionDenied || s.type() == "tenant-not-found" || s.type() == "unknown-stream") {
+    // An access error (a role without the grants, S3 credentials that may not read, a wrong
+    // stream or tenant) is exit 4, like verify.
+    if (s.code() == Code::kPermissionDenied || s.type() == "storage-permission" || s.type() == "tenant-not-found" ||
+        s.type() == "unknown-stream") {
       std::cerr << "oml: " << s.ToString() << "\n";
       return kExitPrecondition;
     }

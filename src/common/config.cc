@@ -222,7 +222,7 @@ Result<Config> LoadConfig() {
                          Bound{"inline_body_max_bytes", 0, int64_t(1) << 30, &inline_max},
                          Bound{"rejected_retention_s", 1, int64_t(10) * 366 * 86400, &rejected_ret},
                          Bound{"attachment_serve_max_bytes", 64 * 1024, int64_t(1) << 30, &serve_max},
-                         Bound{"pdf_extract_memory_mb", 64, 65536, &pdf_mem},
+                         Bound{"pdf_extract_memory_mb", 192, 65536, &pdf_mem},
                          Bound{"pdf_extract_cpu_s", 1, 3600, &pdf_cpu},
                          Bound{"pdf_extract_timeout_s", 1, 3600, &pdf_tmo},
                          Bound{"pdf_extract_max", 1, 256, &pdf_max},

@@ -50,8 +50,8 @@
 //   clamd_address            OML_CLAMD_ADDRESS            "" (no ClamAV scan; review/clamd.h)
 //   clamd_timeout_ms         OML_CLAMD_TIMEOUT_MS         30000 (1..3600000, per socket operation)
 //   review_max_text_bytes    OML_REVIEW_MAX_TEXT_BYTES    8388608 (1024..1 GiB, extracted text per item)
-//   pdf_extract_memory_mb    OML_PDF_EXTRACT_MEMORY_MB    1024 (64..65536: address space of one PDF extractor
-//                                                         process, review/pdf_sandbox.h)
+//   pdf_extract_memory_mb    OML_PDF_EXTRACT_MEMORY_MB    1024 (192..65536: address space of one PDF extractor
+//                                                         process, review/pdf_sandbox.h; it needs ~151 MiB to start)
 //   pdf_extract_cpu_s        OML_PDF_EXTRACT_CPU_S        10 (1..3600: CPU seconds of one PDF extraction)
 //   pdf_extract_timeout_s    OML_PDF_EXTRACT_TIMEOUT_S    20 (1..3600: wall clock of one, waiting for a slot included)
 //   pdf_extract_max          OML_PDF_EXTRACT_MAX          4 (1..256: PDF extractor processes at once)

@@ -177,11 +177,11 @@ TEST_F(ConfigTest, PdfExtractorLimitsDefaultComeFromFileOrEnvironmentAndAreBound
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message(), "setting pdf_extract_per_tenant: must be at most pdf_extract_max");
   unsetenv("OML_PDF_EXTRACT_PER_TENANT");
-  setenv("OML_PDF_EXTRACT_MEMORY_MB", "63", 1);
+  setenv("OML_PDF_EXTRACT_MEMORY_MB", "191", 1);
   c = LoadConfig();
   unsetenv("OML_PDF_EXTRACT_MEMORY_MB");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(), "setting pdf_extract_memory_mb: must be 64..65536");
+  EXPECT_EQ(c.status().message(), "setting pdf_extract_memory_mb: must be 192..65536");
 }
 
 TEST_F(ConfigTest, ReviewSettingsDefaultComeFromFileOrEnvironmentAndAreBounded) {

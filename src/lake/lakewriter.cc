@@ -1138,7 +1138,16 @@ Result<int64_t> LakeWriter::Recover() {
   std::optional<nlohmann::json> lead_meta;
   std::optional<int64_t> refill_from;
   std::vector<std::string> behind;
-  std::optional<PruneMarks> marks;  // read once a table is found behind
+  OML_ASSIGN_OR_RETURN(const PruneMarks marks, ReadPruneMarks(*conn_, stream_.name));
+  if (frontier_ < marks.pruned_through) {
+    // Only an owner who disabled lake_frontier_guard can move a frontier back: a lake rebuilt from
+    // scratch that way would silently miss the pruned rows. `oml lake rebuild` re-derives them.
+    return Status(Code::kFailedPrecondition,
+                  "the frontier of stream " + stream_.name + " (" + std::to_string(frontier_) +
+                      ") is below what was pruned from the outbox (" + std::to_string(marks.pruned_through) +
+                      "): put it back, and rebuild tables with `oml lake rebuild --table T`",
+                  "frontier-below-pruned");
+  }
   for (const auto& target : TargetTables()) {
     OML_ASSIGN_OR_RETURN(DeltaTable * table, RecoverTable(target.name));
     OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
@@ -1159,14 +1168,11 @@ Result<int64_t> LakeWriter::Recover() {
                 {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
                  {"recorded_txn_version", recorded}, {"frontier", frontier_}});
       Metrics::Get().LakeRetry("refill");
-      if (!marks) {
-        OML_ASSIGN_OR_RETURN(marks, ReadPruneMarks(*conn_, stream_.name));
-      }
-      if (from < marks->pruned_through) {
+      if (from < marks.pruned_through) {
         // Rows it lacks were pruned from the outbox: they come from the journal, up to the
         // pruned mark; the outbox refill below goes on from there.
-        OML_RETURN_IF_ERROR(RederiveTable(target, *marks));
-        from = marks->pruned_through;
+        OML_RETURN_IF_ERROR(RederiveTable(target, marks));
+        from = marks.pruned_through;
       }
       refill_from = std::min(refill_from.value_or(from), from);
     }
@@ -1429,10 +1435,27 @@ Status LakeWriter::RederiveTable(const TargetTable& target, const PruneMarks& ma
             {{"stream", stream_.name}, {"table", target.name}, {"pruned_through", marks.pruned_through},
              {"tenants", static_cast<int64_t>(marks.tenants.size())}});
   const nlohmann::json meta = {{"oml.stream", stream_.name}, {"oml.rederived_through", marks.pruned_through}};
+  // A compaction still running (of a session before) would make the commits below lose.
+  if (compactor_) compactor_->Drain();
+  // Each commit is conditional on the handle's snapshot. One that loses to a commit without this
+  // stream's txn (an outside OPTIMIZE, say) is made again on a fresh snapshot; one that loses to
+  // a commit that moved the txn (another writer, a rebuild) fails, and recovery starts over.
+  auto commit = [&](const std::function<Result<int64_t>()>& attempt, int64_t expect_txn) -> Status {
+    for (int n = 1;; ++n) {
+      OML_RETURN_IF_ERROR(CheckLease());
+      auto v = attempt();
+      if (v.ok() || !IsConflict(v.status()) || n >= kMaxCommitAttempts) return v.status();
+      OML_RETURN_IF_ERROR(table->Refresh().status());
+      OML_ASSIGN_OR_RETURN(LastTxn now, table->ReadLastTxn(app_id_));
+      if (now.version != expect_txn) return v.status();
+      ++stats_.retried_commits;
+      Metrics::Get().LakeRetry("rebase");
+    }
+  };
   // Empty it first (txn 0): what an earlier, unfinished re-derivation left is not known row by row.
-  OML_RETURN_IF_ERROR(CheckLease());
   OML_RETURN_IF_ERROR(table->Refresh().status());
-  OML_RETURN_IF_ERROR(table->Truncate(TxnCommit{app_id_, 0, meta}).status());
+  OML_ASSIGN_OR_RETURN(LastTxn before, table->ReadLastTxn(app_id_));
+  OML_RETURN_IF_ERROR(commit([&] { return table->Truncate(TxnCommit{app_id_, 0, meta}); }, before.version));
   JournalFeed feed = [&](const std::string& tenant, int64_t after, int limit) -> Result<std::vector<FeedEvent>> {
     OML_ASSIGN_OR_RETURN(db::Rows r, conn_->Query("SELECT seq, event_hash, signed_bytes, signature "
                                                   "FROM oml.lake_journal_feed($1, $2, $3::uuid, $4, $5)",
@@ -1456,32 +1479,36 @@ Status LakeWriter::RederiveTable(const TargetTable& target, const PruneMarks& ma
   RowSink sink = [&](std::vector<OutboxRow>&& part, bool last) -> Status {
     // Chunks before the last take txn 1, 2, ... (fewer than the pruned rows, so below P); the last
     // takes P: only then does the table hold the whole pruned prefix.
-    const int64_t txn = last ? marks.pruned_through : ++chunk;
-    const TxnCommit commit{app_id_, txn, meta};
-    OML_RETURN_IF_ERROR(CheckLease());
-    if (part.empty()) return table->Truncate(commit).status();  // no row at all: the txn alone
+    const int64_t prev = chunk, txn = last ? marks.pruned_through : ++chunk;
+    const TxnCommit c{app_id_, txn, meta};
+    if (part.empty()) {  // no row at all: the txn alone
+      return commit([&] { return table->Truncate(c); }, prev);
+    }
     std::vector<const OutboxRow*> ptrs;
     for (const auto& r : part) ptrs.push_back(&r);
-    Result<int64_t> v = int64_t{0};
     if (target.write == TableWrite::kAppend && !target.derived) {
       OML_ASSIGN_OR_RETURN(std::vector<ArrowColumnSpec> columns, LakeTableColumns(target.name));
-      ArrowBatch arrow(std::move(columns));
-      arrow.ReserveRows(static_cast<int64_t>(part.size()));
-      for (const OutboxRow* r : ptrs) OML_RETURN_IF_ERROR(AppendDeltaRow(*r, &arrow));
-      v = table->AppendBatch(&arrow, commit);
-    } else if (target.derived) {
-      int64_t bad = 0;
-      OML_ASSIGN_OR_RETURN(std::string jsonl, DailyActivityRows(ptrs, -1, &bad));
-      v = table->Merge(jsonl, target.merge, commit);
+      OML_RETURN_IF_ERROR(commit(
+          [&]() -> Result<int64_t> {
+            ArrowBatch arrow(columns);
+            arrow.ReserveRows(static_cast<int64_t>(part.size()));
+            for (const OutboxRow* r : ptrs) OML_RETURN_IF_ERROR(AppendDeltaRow(*r, &arrow));
+            return table->AppendBatch(&arrow, c);
+          },
+          prev));
     } else {
       std::string jsonl;
-      for (const OutboxRow* r : ptrs) {
-        OML_ASSIGN_OR_RETURN(std::string line, ToDeltaRow(*r, target));
-        jsonl += line;
+      if (target.derived) {
+        int64_t bad = 0;
+        OML_ASSIGN_OR_RETURN(jsonl, DailyActivityRows(ptrs, -1, &bad));
+      } else {
+        for (const OutboxRow* r : ptrs) {
+          OML_ASSIGN_OR_RETURN(std::string line, ToDeltaRow(*r, target));
+          jsonl += line;
+        }
       }
-      v = table->Merge(jsonl, target.merge, commit);
+      OML_RETURN_IF_ERROR(commit([&] { return table->Merge(jsonl, target.merge, c); }, prev));
     }
-    if (!v.ok()) return v.status();
     rows += static_cast<int64_t>(part.size());
     Metrics::Get().LakeRederived(target.name, static_cast<int64_t>(part.size()));
     return OML_SYNC_POINT("lakewriter.rederive.after_chunk");

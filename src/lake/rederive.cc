@@ -149,10 +149,10 @@ Result<PruneMarks> ReadPruneMarks(db::Conn& c, const std::string& stream) {
     m.pruned_through = p.GetInt(0, 0);
     m.rows_pruned = p.GetInt(0, 1);
   }
-  OML_ASSIGN_OR_RETURN(db::Rows t, c.Query("SELECT tenant_id::text, journal_seq_through FROM oml.outbox_prune_tenant "
-                                           "WHERE stream = $1 ORDER BY tenant_id",
+  OML_ASSIGN_OR_RETURN(db::Rows t, c.Query("SELECT tenant_id::text, bronze_through, silver_through "
+                                           "FROM oml.outbox_prune_tenant WHERE stream = $1 ORDER BY tenant_id",
                                            {db::Text(stream)}));
-  for (int i = 0; i < t.size(); ++i) m.tenants[t.Get(i, 0)] = t.GetInt(i, 1);
+  for (int i = 0; i < t.size(); ++i) m.tenants[t.Get(i, 0)] = {t.GetInt(i, 1), t.GetInt(i, 2)};
   return m;
 }
 
@@ -197,7 +197,8 @@ Status Rederive(const std::string& table, const PruneMarks& marks, const DeadLet
   const bool silver = table == kSilverTable;
   const int page = std::clamp(max_rows, 1, 10000);
   Chunker out(sink, max_rows);
-  for (const auto& [tenant, mark] : marks.tenants) {
+  for (const auto& [tenant, marked] : marks.tenants) {
+    const int64_t mark = silver ? marked.silver : marked.bronze;
     journal::ChainFold fold(tenant == journal::kProviderTenant);
     // silver: per claim version, the newest delivered row (as of its event) and that event.
     std::map<journal::ArtifactKey, std::pair<nlohmann::json, int64_t>> newest;
@@ -209,6 +210,7 @@ Status Rederive(const std::string& table, const PruneMarks& marks, const DeadLet
                         "journal-unreadable");
       }
       for (FeedEvent& ev : evs) {
+        if (ev.seq > mark) break;  // the feed goes up to the higher of the two marks
         const std::string where = "tenant " + tenant + " seq " + std::to_string(ev.seq);
         if (ev.seq != after + 1)
           return DataLoss(where + ": the journal skips from seq " + std::to_string(after) + " (run `oml verify`)",

@@ -4,15 +4,20 @@
 // which silver rows an event enqueues, the silver row of a claim version, body_location, and
 // which tables a dead-lettered row reached.
 //
-// What pruning leaves (sql/0025): pruned_through P, and per tenant T the mark m(T): T's events
-// 1..m(T) had their outbox rows at seq <= P (a tenant's events enter the outbox in chain order),
-// every later one is still in the outbox. So the rows a table held from the pruned prefix are
-// exactly those of T's events 1..m(T) that the outbox history delivered to it:
-//   bronze/events    journal::BronzeRow of each event (what the commit point enqueued);
+// What pruning leaves (sql/0025): pruned_through P, and per tenant T two marks. A tenant's rows
+// enter the outbox in chain order (an event's silver rows before its bronze row), so: the bronze
+// rows of T's events 1..mb(T) are gone and every later one is still in the outbox; the silver rows
+// of events below ms(T) are gone and those above it are not, while event ms(T) may have rows on
+// both sides of P (P can fall inside one transaction). So the rows a table held from the pruned
+// prefix are those the outbox history delivered to it of:
+//   bronze/events    T's events 1..mb(T): journal::BronzeRow of each (what the commit point
+//                    enqueued);
 //   gold/daily_activity  the same rows, counted (the writer's DailyActivityRows);
-//   silver/claims    per claim version, the row of the newest event <= m(T) that enqueued one
+//   silver/claims    per claim version, the row of the newest event <= ms(T) that enqueued one
 //                    (SilverKeysTouched), as of that event (ChainFold replayed to it), with its
-//                    body_location: the MERGE keeps only the newest by chain seq anyway.
+//                    body_location. A row of event ms(T) still in the outbox is applied again by
+//                    the refill above P, which changes nothing: the MERGE keeps a row only when
+//                    newer by chain seq.
 // A row the history did not deliver to the table (dead-lettered there and not requeued at or
 // below P) is left out; one requeued above P is still in the outbox, and the refill above P
 // delivers it. The original outbox seq of a pruned row is not kept: a re-derived row carries
@@ -92,15 +97,21 @@ nlohmann::json SilverClaimRow(const std::string& tenant, const journal::Artifact
                               int64_t seq);
 
 // Where the claim's ciphertext lives (sql/0015 silver_claim_row): "postgres:oml.artifact_bodies"
-// for a body kept in PostgreSQL (location "postgres" or no artifact_bodies row: pass ""), else
-// "bodies:<object_key>", or "none:<object_key>" once erased.
+// for a body kept in PostgreSQL (location "postgres", or no artifact_bodies row: pass ""), else
+// "bodies:<object_key>" (an accept moves the object there) or, once erased, "none:<object_key>".
+// Taken from `state` as of the row's event, not from the stored location, which may already be
+// a later event's (an erasure not yet delivered to the lake is lag, not a mismatch).
 std::string BodyLocation(std::string_view location, std::string_view object_key, std::string_view state);
 
 // ---- what was pruned ----------------------------------------------------------------------------
 
 struct PruneMarks {
-  int64_t pruned_through = 0;                // P: every outbox row at or below it is gone
-  std::map<std::string, int64_t> tenants;    // tenant -> m(T)
+  struct Tenant {
+    int64_t bronze = 0;  // mb(T): bronze rows of events 1..mb(T) were pruned, later ones were not
+    int64_t silver = 0;  // ms(T): silver rows of events below ms(T) were pruned, above it not
+  };
+  int64_t pruned_through = 0;             // P: every outbox row at or below it is gone
+  std::map<std::string, Tenant> tenants;  // tenant -> its marks
   int64_t rows_pruned = 0;
 };
 
@@ -112,7 +123,7 @@ struct FeedEvent {
   int64_t seq = 0;
   std::string event_hash, signed_bytes, signature;  // raw bytes
 };
-// The events of `tenant` with after < seq <= m(tenant), ascending, at most `limit`.
+// The events of `tenant` with after < seq <= max(mb, ms), ascending, at most `limit`.
 using JournalFeed = std::function<Result<std::vector<FeedEvent>>(const std::string& tenant, int64_t after, int limit)>;
 // artifact_bodies of `tenant`: (artifact, version) -> (location, object_key).
 using BodyLocations =

@@ -258,6 +258,8 @@ PdfText ExtractPdf(std::string_view bytes, TextSink* sink) {
       if (!sink->truncated()) out.pages_extracted = i + 1;
     }
     if (out.pages > kMaxPdfPages) sink->MarkTruncated();
+  } catch (const std::bad_alloc&) {
+    throw;  // the memory limit, not an unreadable file: the sandboxed child names it (pdf_sandbox.h)
   } catch (const std::exception& e) {
     out = PdfText{};
     out.outcome = PdfOutcome::kUnreadable;

@@ -79,7 +79,9 @@ struct PdfText {
 inline constexpr int kMaxPdfPages = 10000;
 // Serialized process-wide (poppler's global state is not documented as thread-safe): the server
 // never calls it, it runs in a child process per file (pdf_sandbox.h).
-// poppler's own error messages are silenced, never written to stderr.
+// poppler's own error messages are silenced, never written to stderr. Throws std::bad_alloc when
+// an allocation fails (under the sandbox's RLIMIT_AS: the memory limit); any other exception of
+// poppler's is an unreadable file.
 PdfText ExtractPdf(std::string_view bytes, TextSink* sink);
 
 }  // namespace oml::review

@@ -255,18 +255,27 @@ fn map_os_error(e: object_store::Error) -> Failure {
 }
 
 fn map_delta_error(e: DeltaTableError) -> Failure {
+    let message = e.to_string();
     let code = match &e {
         DeltaTableError::ObjectStore { source } => os_error_code(source),
         DeltaTableError::NotATable(_) => OML_STORAGE_NOT_FOUND,
         DeltaTableError::InvalidTableLocation(_) => OML_STORAGE_INVALID_ARGUMENT,
         DeltaTableError::VersionAlreadyExists(_) => OML_STORAGE_ALREADY_EXISTS,
+        _ if refused_by_server(&message) => OML_STORAGE_PERMISSION_DENIED,
         DeltaTableError::Io { .. } => OML_STORAGE_UNAVAILABLE,
         _ => OML_STORAGE_INTERNAL,
     };
-    Failure {
-        code,
-        message: e.to_string(),
-    }
+    Failure { code, message }
+}
+
+/// Whether an error's text carries an HTTP 401 or 403 answer of the object store. object_store
+/// maps those to PermissionDenied / Unauthenticated only for some requests (GET, HEAD); a refused
+/// LIST, or one wrapped by delta-rs's log reader, reaches us as a generic error whose text holds
+/// the status line (reqwest's `403 Forbidden`). A refusal is not transient: callers must not
+/// retry it as if the store were unavailable (`oml reconcile` with credentials that may not read
+/// exits 4, not 5).
+fn refused_by_server(text: &str) -> bool {
+    text.contains("403 Forbidden") || text.contains("401 Unauthorized")
 }
 
 fn os_error_code(e: &object_store::Error) -> i32 {
@@ -276,6 +285,7 @@ fn os_error_code(e: &object_store::Error) -> i32 {
         E::InvalidPath { .. } | E::UnknownConfigurationKey { .. } => OML_STORAGE_INVALID_ARGUMENT,
         E::AlreadyExists { .. } | E::Precondition { .. } => OML_STORAGE_ALREADY_EXISTS,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => OML_STORAGE_PERMISSION_DENIED,
+        E::Generic { .. } if refused_by_server(&e.to_string()) => OML_STORAGE_PERMISSION_DENIED,
         E::NotSupported { .. } | E::NotImplemented { .. } => OML_STORAGE_INTERNAL,
         // Generic (HTTP/network/io), JoinError, NotModified, and future variants.
         _ => OML_STORAGE_UNAVAILABLE,
