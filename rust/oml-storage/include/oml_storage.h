@@ -372,15 +372,16 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
 int32_t oml_storage_delta_checkpoint(const OmlStorageDeltaTable* table, int64_t* out_version,
                                      OmlStorageError* err);
 /* OPTIMIZE: bin-packs the snapshot's data files smaller than target_size_bytes (> 0) into files
- * of about that size, in one commit with no txn action (files added with dataChange = false);
- * rows and every txn version stay. Unlike append and merge it rebases over commits that landed
- * since the snapshot (delta-rs tries the put up to 16 times), unless one of them
- *   - removed a file it rewrote with dataChange = false (another OPTIMIZE, a Z-order: both
- *     rewrites would hold the same rows): OML_STORAGE_STALE_REWRITE, checked by the adapter
- *     itself against every commit between its snapshot and the version it would write, since
- *     delta-rs's conflict checker lets those through;
- *   - removed a file it rewrote with dataChange = true (a MERGE, a DELETE), or changed the
- *     metadata or protocol: OML_STORAGE_CONFLICT (delta-rs's checker).
+ * of about that size, in one commit with no txn action; rows and every txn version stay. Its add
+ * and remove actions are written with dataChange = true, so that another delta-rs based rewrite
+ * planned before it landed is refused by that tool's own conflict checker instead of keeping a
+ * second copy of the rows. Unlike append and merge it rebases over commits that landed since the
+ * snapshot (delta-rs tries the put up to 16 times), unless one of them
+ *   - removed a file it rewrote (another OPTIMIZE or Z-order, whatever its dataChange; ours:
+ *     refused by delta-rs's checker, another tool's dataChange = false one: by the adapter
+ *     itself, against every commit between its snapshot and the version it would write):
+ *     OML_STORAGE_STALE_REWRITE;
+ *   - changed the metadata or protocol: OML_STORAGE_CONFLICT (delta-rs's checker).
  * Either way nothing is committed. The removed files stay on storage until a VACUUM past the
  * retention. *out_files_removed and *out_files_added: the files it replaced and wrote (0 and 0:
  * nothing to compact, no commit). */

@@ -33,7 +33,7 @@ use deltalake::arrow::row::{RowConverter, SortField};
 use deltalake::datafusion::common::Column;
 use deltalake::datafusion::logical_expr::Expr;
 use deltalake::datafusion::prelude::SessionContext;
-use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::transaction::{CommitBuilder, CommitConflictError, CommitProperties, TransactionError};
 use deltalake::kernel::{Action, DataType, StructField, Transaction};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::operations::vacuum::VacuumMode;
@@ -1398,6 +1398,19 @@ fn lock_table(h: &OmlStorageDeltaTable) -> MutexGuard<'_, DeltaTable> {
 
 /// Commit errors: losing to a concurrent commit (the table moved past our snapshot) is
 /// OML_STORAGE_CONFLICT; everything else as map_delta_error.
+/// Whether delta-rs refused a commit because a concurrent one removed (with dataChange = true) a
+/// file this operation read or removes.
+fn removed_what_it_read(e: &DeltaTableError) -> bool {
+    matches!(
+        e,
+        DeltaTableError::Transaction {
+            source: TransactionError::CommitConflict(
+                CommitConflictError::ConcurrentDeleteRead | CommitConflictError::ConcurrentDeleteDelete
+            )
+        }
+    )
+}
+
 fn map_commit_error(e: DeltaTableError) -> Failure {
     let conflict = matches!(
         &e,
@@ -2671,6 +2684,16 @@ pub extern "C" fn oml_storage_delta_optimize(
                         OML_STORAGE_STALE_REWRITE,
                         format!("refused, nothing committed: {why}"),
                     );
+                }
+                // Another rewrite that marked its removes as a data change (ours do,
+                // mark_data_change): delta-rs's own checker refuses first, before the guard.
+                if removed_what_it_read(&e) {
+                    if let Some(why) = compaction_runtime()?.block_on(guard.rewrite_since()) {
+                        return fail(
+                            OML_STORAGE_STALE_REWRITE,
+                            format!("refused, nothing committed: {why}"),
+                        );
+                    }
                 }
                 return Err(map_commit_error(e));
             }

@@ -101,6 +101,31 @@ impl RewriteGuard {
     }
 }
 
+impl RewriteGuard {
+    /// After delta-rs refused the rewrite because a concurrent commit removed data it read (a
+    /// rewrite marked as a data change, mark_data_change): the first OPTIMIZE among the commits
+    /// since read_version, as a refusal text. None if none is one (a MERGE or a DELETE won: an
+    /// ordinary commit conflict), or the log cannot be read.
+    pub(crate) async fn rewrite_since(&self) -> Option<String> {
+        let latest = self.inner.get_latest_version(self.read_version.max(0) as Version).await.ok()?;
+        for v in (self.read_version + 1)..=(latest as i64) {
+            let text = self.inner.read_commit_entry(v as Version).await.ok()??;
+            let rewrite = commit_actions(&text).any(|a| {
+                a.get("commitInfo").and_then(|c| c.get("operation")).and_then(|o| o.as_str()) == Some("OPTIMIZE")
+            });
+            if rewrite {
+                return Some(format!(
+                    "commit {v} (OPTIMIZE) removed a file this rewrite read at version {}: landing over it \
+                     would keep both copies of its rows. The files it wrote are orphans for VACUUM; retry on \
+                     a fresh snapshot",
+                    self.read_version
+                ));
+            }
+        }
+        None
+    }
+}
+
 /// The JSON actions of one commit file (lines that are not JSON objects are skipped).
 fn commit_actions(text: &[u8]) -> impl Iterator<Item = serde_json::Value> + '_ {
     text.split(|b| *b == b'\n')
