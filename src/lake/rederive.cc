@@ -12,23 +12,6 @@ constexpr char kBronzeTable[] = "bronze/events";
 constexpr char kSilverTable[] = "silver/claims";
 constexpr char kGoldTable[] = "gold/daily_activity";
 
-// PostgreSQL text[] output of table names: {a,b} (names need no quoting).
-std::set<std::string> ParseTableArray(const std::string& s) {
-  std::set<std::string> out;
-  if (s.size() < 2) return out;
-  std::string cur;
-  for (size_t i = 1; i + 1 < s.size(); ++i) {
-    if (s[i] == ',') {
-      if (!cur.empty()) out.insert(cur);
-      cur.clear();
-    } else if (s[i] != '"') {
-      cur += s[i];
-    }
-  }
-  if (!cur.empty()) out.insert(cur);
-  return out;
-}
-
 }  // namespace
 
 // ---- dead letters ------------------------------------------------------------------------------
@@ -39,7 +22,7 @@ Status DeadLetterIndex::Load(db::Conn& c, const std::string& stream, const std::
   OML_ASSIGN_OR_RETURN(
       db::Rows dl,
       c.Query("SELECT id, outbox_seq, tenant_id::text, target_table, journal_seq, coalesce(skipped_seq, 0), error, "
-              "requeued_at IS NOT NULL, coalesce(requeued_outbox_seq, 0), applied_tables::text[], "
+              "requeued_at IS NOT NULL, coalesce(requeued_outbox_seq, 0), array_to_string(applied_tables, ','), "
               "CASE WHEN target_table = 'silver/claims' AND jsonb_typeof(payload_ref->'artifact_id') = 'string' "
               "THEN payload_ref->>'artifact_id' ELSE '' END, "
               "CASE WHEN target_table = 'silver/claims' AND jsonb_typeof(payload_ref->'version') = 'number' "
@@ -57,7 +40,7 @@ Status DeadLetterIndex::Load(db::Conn& c, const std::string& stream, const std::
     d.error = dl.Get(i, 6);
     d.requeued = dl.Get(i, 7) == "t";
     d.requeued_outbox_seq = dl.GetInt(i, 8);
-    d.applied = ParseTableArray(dl.Get(i, 9));
+    for (auto& t : SplitTableList(dl.Get(i, 9))) d.applied.insert(std::move(t));
     d.artifact_id = dl.Get(i, 10);
     d.version = dl.GetInt(i, 11);
     if (d.requeued_outbox_seq > 0) requeue_rows_.insert(d.requeued_outbox_seq);
