@@ -277,6 +277,26 @@ def test_a_deleted_parquet_file_makes_the_table_unreadable_by_name(served):
     assert_clean_after_refill(d)
 
 
+def test_a_damaged_parquet_file_makes_the_table_unreadable_by_name(served):
+    """A data file that is still there but no longer Parquet (a torn write, an operator's edit):
+    the column scan names it instead of failing the run, and the repair rebuilds the table."""
+    d = served
+    populated(d)
+    files = data_files(d, BRONZE)
+    victim = sorted(files)[-1]
+    f = d.home / "lake" / BRONZE / victim
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # truncated: no footer
+    code, rep = reconcile(d, "--no-objects", code=3)
+    assert brief(rep) == [("table-unreadable", BRONZE, None, None, victim, None)]
+    found = rep["findings"][0]
+    assert (found["expected"], found["found"]) == ("readable", "damaged")
+    assert "lake-file-damaged" in found["detail"]
+    out = repair(d)
+    assert [(a["tenant"], a["class"], a["action"], a["keys"]) for a in out["repair"]["actions"]] == [
+        (None, "table-unreadable", "rebuild", [victim])]
+    assert_clean_after_refill(d)
+
+
 def test_a_lost_commit_is_uncovered_outbox(served):
     d = served
     populated(d)

@@ -38,6 +38,9 @@ Status FromStorageError(int32_t rc, OmlStorageError& err, const std::string& wha
     case OML_STORAGE_DAMAGED_COMMIT:
       // A commit file of a Delta log is empty or not JSON: never read as an empty version.
       return Status(Code::kDataLoss, std::move(msg), "lake-commit-damaged");
+    case OML_STORAGE_DAMAGED_FILE:
+      // A data file a snapshot names is not Parquet of the table's columns.
+      return Status(Code::kDataLoss, std::move(msg), "lake-file-damaged");
     case OML_STORAGE_PERMISSION_DENIED:
       // Storage credentials are operator configuration, not the caller's role.
       return Unavailable(std::move(msg), "storage-permission");

@@ -17,8 +17,23 @@ nlohmann::json Envelope::ToJson() const {
 
 Result<std::string> Envelope::SignedBytes() const { return Canonicalize(ToJson()); }
 
+namespace {
+Result<Envelope> EnvelopeOf(nlohmann::json j);
+}  // namespace
+
 Result<Envelope> Envelope::FromSignedBytes(const std::string& bytes) {
   OML_ASSIGN_OR_RETURN(nlohmann::json j, ParseCanonical(bytes));
+  return EnvelopeOf(std::move(j));
+}
+
+Result<Envelope> Envelope::FromVerifiedSignedBytes(const std::string& bytes) {
+  nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return DataLoss("signed bytes are not valid JSON");
+  return EnvelopeOf(std::move(j));
+}
+
+namespace {
+Result<Envelope> EnvelopeOf(nlohmann::json j) {
   static const char* kFields[] = {"v", "tenant", "seq", "prev", "type", "time", "key_id", "principal", "payload", "refs"};
   if (!j.is_object() || j.size() != std::size(kFields)) return DataLoss("envelope does not have exactly the v1 members");
   for (const char* f : kFields)
@@ -42,6 +57,7 @@ Result<Envelope> Envelope::FromSignedBytes(const std::string& bytes) {
   }
   return e;
 }
+}  // namespace
 
 nlohmann::json Receipt::ToJson() const {
   return {{"tenant", tenant},

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 #include "oml_storage.h"
@@ -273,6 +274,114 @@ void ArrowBatch::Export(ArrowArray* array, ArrowSchema* schema) {
     cols_[i]->type = specs_[i].type;
   }
   rows_ = 0;
+}
+
+// ---- ArrowBatchView --------------------------------------------------------------------------
+
+ArrowBatchView::ArrowBatchView() = default;
+ArrowBatchView::~ArrowBatchView() { Release(); }
+ArrowBatchView::ArrowBatchView(ArrowBatchView&& o) noexcept
+    : array_(std::move(o.array_)), schema_(std::move(o.schema_)), cols_(std::move(o.cols_)), rows_(o.rows_) {
+  o.rows_ = 0;
+}
+ArrowBatchView& ArrowBatchView::operator=(ArrowBatchView&& o) noexcept {
+  if (this != &o) {
+    Release();
+    array_ = std::move(o.array_);
+    schema_ = std::move(o.schema_);
+    cols_ = std::move(o.cols_);
+    rows_ = o.rows_;
+    o.rows_ = 0;
+  }
+  return *this;
+}
+
+void ArrowBatchView::Release() {
+  if (array_ && array_->release != nullptr) array_->release(array_.get());
+  if (schema_ && schema_->release != nullptr) schema_->release(schema_.get());
+  array_.reset();
+  schema_.reset();
+  cols_.clear();
+  rows_ = 0;
+}
+
+namespace {
+const char* FormatOf(ArrowColumnType t) {
+  switch (t) {
+    case ArrowColumnType::kString: return "u";
+    case ArrowColumnType::kBinary: return "z";
+    case ArrowColumnType::kLong: return "l";
+    case ArrowColumnType::kTimestamp: return "tsu:UTC";
+  }
+  return "";
+}
+}  // namespace
+
+Status ArrowBatchView::Import(ArrowArray* array, ArrowSchema* schema, const std::vector<ArrowColumnType>& types) {
+  Release();
+  // Move first, so that the caller's structs are released on every path.
+  array_ = std::make_unique<ArrowArray>(*array);
+  schema_ = std::make_unique<ArrowSchema>(*schema);
+  array->release = nullptr;
+  schema->release = nullptr;
+  auto bad = [&](const std::string& why) {
+    Release();
+    return InvalidArgument("a scanned batch is not what the adapter hands over: " + why);
+  };
+  if (array_->release == nullptr || schema_->release == nullptr) return bad("released");
+  if (schema_->format == nullptr || std::string_view(schema_->format) != "+s") return bad("not a struct");
+  if (array_->n_children != static_cast<int64_t>(types.size()) || schema_->n_children != array_->n_children)
+    return bad(std::to_string(array_->n_children) + " columns, want " + std::to_string(types.size()));
+  if (array_->length < 0 || array_->offset != 0) return bad("length or offset");
+  rows_ = array_->length;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const ArrowSchema* cs = schema_->children[i];
+    const ArrowArray* ca = array_->children[i];
+    if (cs == nullptr || ca == nullptr || cs->format == nullptr) return bad("column " + std::to_string(i));
+    if (std::string_view(cs->format) != FormatOf(types[i]))
+      return bad("column " + std::to_string(i) + " has format " + cs->format + ", want " + FormatOf(types[i]));
+    const bool var = types[i] == ArrowColumnType::kString || types[i] == ArrowColumnType::kBinary;
+    if (ca->n_buffers != (var ? 3 : 2) || ca->length < array_->length || ca->offset < 0 || ca->buffers == nullptr)
+      return bad("column " + std::to_string(i) + " buffers");
+    Col c;
+    c.type = types[i];
+    c.offset = ca->offset;
+    c.validity = ca->null_count == 0 ? nullptr : static_cast<const uint8_t*>(ca->buffers[0]);
+    if (var) {
+      c.offsets = static_cast<const int32_t*>(ca->buffers[1]);
+      c.data = static_cast<const uint8_t*>(ca->buffers[2]);
+      if (c.offsets == nullptr && rows_ > 0) return bad("column " + std::to_string(i) + " offsets");
+    } else {
+      c.data = static_cast<const uint8_t*>(ca->buffers[1]);
+      if (c.data == nullptr && rows_ > 0) return bad("column " + std::to_string(i) + " values");
+    }
+    cols_.push_back(c);
+  }
+  return Status::Ok();
+}
+
+bool ArrowBatchView::IsNull(int col, int64_t row) const {
+  const Col& c = cols_[static_cast<size_t>(col)];
+  if (c.validity == nullptr) return false;
+  const int64_t i = c.offset + row;
+  return ((c.validity[i / 8] >> (i % 8)) & 1) == 0;
+}
+
+std::string_view ArrowBatchView::Bytes(int col, int64_t row) const {
+  if (IsNull(col, row)) return {};
+  const Col& c = cols_[static_cast<size_t>(col)];
+  const int64_t i = c.offset + row;
+  const int32_t b = c.offsets[i], e = c.offsets[i + 1];
+  if (c.data == nullptr || e <= b) return {};
+  return {reinterpret_cast<const char*>(c.data) + b, static_cast<size_t>(e - b)};
+}
+
+int64_t ArrowBatchView::Int64(int col, int64_t row) const {
+  if (IsNull(col, row)) return 0;
+  const Col& c = cols_[static_cast<size_t>(col)];
+  int64_t v;
+  std::memcpy(&v, c.data + (c.offset + row) * 8, sizeof v);
+  return v;
 }
 
 }  // namespace oml::lake

@@ -87,4 +87,48 @@ class ArrowBatch {
   int64_t hint_rows_ = 0;
 };
 
+// A read-only view of one struct array a column scan handed over (DeltaTable::Scan,
+// oml_storage_delta_scan_next): owns the two C structs and releases them. Import checks what
+// the accessors rely on (one child per expected column, each of the expected format, buffer
+// counts, lengths), so that a malformed producer is an error here, never a wild read.
+//
+// Move-only; thread-compatible.
+class ArrowBatchView {
+ public:
+  ArrowBatchView();
+  ~ArrowBatchView();
+  ArrowBatchView(ArrowBatchView&&) noexcept;
+  ArrowBatchView& operator=(ArrowBatchView&&) noexcept;
+  ArrowBatchView(const ArrowBatchView&) = delete;
+  ArrowBatchView& operator=(const ArrowBatchView&) = delete;
+
+  // Takes ownership of *array and *schema (their release is NULL afterwards, whatever the
+  // result). `types`: the column types expected, in order. kInvalidArgument if the struct does
+  // not have them: the view is empty then.
+  Status Import(ArrowArray* array, ArrowSchema* schema, const std::vector<ArrowColumnType>& types);
+
+  int64_t num_rows() const { return rows_; }
+  int num_columns() const { return static_cast<int>(cols_.size()); }
+  bool IsNull(int col, int64_t row) const;
+  // A string or binary column's value ("" when null).
+  std::string_view Bytes(int col, int64_t row) const;
+  // A long or timestamp column's value (0 when null); timestamps in microseconds since the epoch.
+  int64_t Int64(int col, int64_t row) const;
+
+ private:
+  struct Col {
+    ArrowColumnType type;
+    int64_t offset = 0;
+    const uint8_t* validity = nullptr;  // NULL: no nulls
+    const int32_t* offsets = nullptr;   // string, binary
+    const uint8_t* data = nullptr;      // string, binary: bytes; long, timestamp: int64 values
+  };
+  void Release();
+
+  std::unique_ptr<ArrowArray> array_;
+  std::unique_ptr<ArrowSchema> schema_;
+  std::vector<Col> cols_;
+  int64_t rows_ = 0;
+};
+
 }  // namespace oml::lake

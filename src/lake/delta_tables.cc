@@ -363,16 +363,79 @@ Result<std::string> DeltaTable::ReadRowsJsonl() const {
 }
 
 Result<std::vector<std::string>> DeltaTable::MissingFiles() const {
+  OML_ASSIGN_OR_RETURN(std::vector<DataFile> files, Files());
+  std::vector<std::string> missing;
+  for (const DataFile& f : files)
+    if (!f.stored_size) missing.push_back(f.path);
+  return missing;
+}
+
+Result<std::vector<DataFile>> DeltaTable::Files() const {
   OmlStorageError err{};
   char* out = nullptr;
-  int32_t rc = oml_storage_delta_missing_files(handle_, &out, &err);
+  int32_t rc = oml_storage_delta_files(handle_, &out, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "data files of " + uri_);
   const std::string text = TakeAdapterString(out);
   nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_array()) return Internal("missing files of " + uri_ + " are not the adapter's JSON: " + text);
-  std::vector<std::string> files;
-  for (const auto& p : parsed) files.push_back(p.get<std::string>());
+  if (!parsed.is_array()) return Internal("data files of " + uri_ + " are not the adapter's JSON: " + text.substr(0, 200));
+  auto opt = [](const nlohmann::json& v) {
+    return v.is_number_integer() ? std::optional<int64_t>(v.get<int64_t>()) : std::nullopt;
+  };
+  std::vector<DataFile> files;
+  files.reserve(parsed.size());
+  for (const auto& f : parsed) {
+    if (!f.is_object() || !f["path"].is_string() || !f["size"].is_number_integer())
+      return Internal("a data file of " + uri_ + " is not the adapter's JSON: " + f.dump());
+    files.push_back({f["path"].get<std::string>(), f["size"].get<int64_t>(), opt(f["num_records"]),
+                     opt(f["stored_size"]), opt(f["stored_modified_ms"])});
+  }
   return files;
+}
+
+Result<ColumnScan> DeltaTable::Scan(const std::vector<ArrowColumnSpec>& columns,
+                                    const std::vector<std::string>* files) const {
+  nlohmann::json names = nlohmann::json::array();
+  std::vector<ArrowColumnType> types;
+  for (const auto& c : columns) {
+    names.push_back(c.name);
+    types.push_back(c.type);
+  }
+  std::string files_json;
+  if (files != nullptr) files_json = nlohmann::json(*files).dump();
+  OmlStorageError err{};
+  OmlStorageDeltaScan* h = nullptr;
+  int32_t rc = oml_storage_delta_scan_open(handle_, names.dump().c_str(), files ? files_json.c_str() : nullptr, &h, &err);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "scan of " + uri_);
+  return ColumnScan(h, std::move(types), uri_);
+}
+
+ColumnScan::ColumnScan(ColumnScan&& o) noexcept
+    : handle_(o.handle_), types_(std::move(o.types_)), uri_(std::move(o.uri_)) {
+  o.handle_ = nullptr;
+}
+ColumnScan& ColumnScan::operator=(ColumnScan&& o) noexcept {
+  if (this != &o) {
+    oml_storage_delta_scan_close(handle_);
+    handle_ = o.handle_;
+    types_ = std::move(o.types_);
+    uri_ = std::move(o.uri_);
+    o.handle_ = nullptr;
+  }
+  return *this;
+}
+ColumnScan::~ColumnScan() { oml_storage_delta_scan_close(handle_); }
+
+Result<bool> ColumnScan::Next(ArrowBatchView* out) {
+  if (handle_ == nullptr) return FailedPrecondition("scan of " + uri_ + " is closed");
+  ArrowArray array{};
+  ArrowSchema schema{};
+  int64_t rows = 0;
+  OmlStorageError err{};
+  int32_t rc = oml_storage_delta_scan_next(handle_, &array, &schema, &rows, &err);
+  if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "scan of " + uri_);
+  if (rows == 0) return false;
+  OML_RETURN_IF_ERROR(out->Import(&array, &schema, types_));
+  return true;
 }
 
 Result<nlohmann::json> DeltaTable::Schema() const {

@@ -14,6 +14,8 @@
 #include "common/status.h"
 #include "lake/arrow_batch.h"
 
+struct OmlStorageDeltaScan;
+
 struct OmlStorageDeltaTable;
 
 namespace oml::lake {
@@ -99,6 +101,40 @@ struct RowCheck {
   std::string error;      // why it does not fit
 };
 
+// A data file of a table's snapshot (DeltaTable::Files): what its add action says, and what one
+// listing of the store found under its path.
+struct DataFile {
+  std::string path;                  // relative to the table root, as the log names it
+  int64_t size = 0;                  // the add action's size
+  std::optional<int64_t> num_records;  // the add action's stats; nullopt without stats
+  std::optional<int64_t> stored_size;  // nullopt: the store lacks the file
+  std::optional<int64_t> stored_modified_ms;
+};
+
+// A column scan of one snapshot (DeltaTable::Scan): the rows of its data files a batch at a
+// time, the columns in the order and types asked for (a column a file lacks reads as nulls).
+// A file that is gone is kNotFound; one that is not Parquet of those columns is kDataLoss
+// "lake-file-damaged"; both messages name the file. Move-only; one thread at a time.
+class ColumnScan {
+ public:
+  ColumnScan(ColumnScan&& o) noexcept;
+  ColumnScan& operator=(ColumnScan&& o) noexcept;
+  ColumnScan(const ColumnScan&) = delete;
+  ColumnScan& operator=(const ColumnScan&) = delete;
+  ~ColumnScan();
+
+  // The next batch (at least one row) into *out; false at the end.
+  Result<bool> Next(ArrowBatchView* out);
+
+ private:
+  friend class DeltaTable;
+  ColumnScan(OmlStorageDeltaScan* h, std::vector<ArrowColumnType> types, std::string uri)
+      : handle_(h), types_(std::move(types)), uri_(std::move(uri)) {}
+  OmlStorageDeltaScan* handle_ = nullptr;  // owned
+  std::vector<ArrowColumnType> types_;
+  std::string uri_;
+};
+
 // One Delta table opened for the lake writer: a handle on a snapshot (a table version) that
 // every read and commit through it is based on.
 //
@@ -167,6 +203,15 @@ class DeltaTable {
   // Every row of the snapshot as JSON lines (every column, null explicit), in no particular
   // order. The whole table in memory: for tests and small tables.
   Result<std::string> ReadRowsJsonl() const;
+
+  // The snapshot's data files, with one listing of the store (DataFile).
+  Result<std::vector<DataFile>> Files() const;
+  // A scan of the snapshot's rows: `columns` by name and type (string, long, timestamp or
+  // binary columns of the table; kInvalidArgument otherwise); `files`: nullptr for every data
+  // file, or paths as Files() names them (each must be in the snapshot). The snapshot is fixed
+  // when the scan opens. See ColumnScan.
+  Result<ColumnScan> Scan(const std::vector<ArrowColumnSpec>& columns,
+                          const std::vector<std::string>* files = nullptr) const;
 
   // The snapshot's schema: {"columns": [{"name", "type", "nullable"}, ...] in table order,
   // "partition_columns": [...]}, types named as EnsureBronzeEvents's schemas name them

@@ -1,6 +1,7 @@
 #include "lake/verify_lake.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -216,12 +217,20 @@ class BronzeChainSource final : public ChainSource {
 std::optional<int64_t> UtcMicros(const nlohmann::json& v) {
   if (v.is_number_integer()) return v.get<int64_t>();
   if (!v.is_string()) return std::nullopt;
-  const std::string s = v.get<std::string>();
-  std::tm tm{};
-  int n = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &n) != 6 || n != 19)
-    return std::nullopt;
+  const std::string& s = v.get_ref<const std::string&>();
+  // "YYYY-MM-DDTHH:MM:SS" exactly (digits where digits go), then the fraction and the zone.
+  if (s.size() < 20) return std::nullopt;
+  int f[6];
+  static constexpr int kAt[6] = {0, 5, 8, 11, 14, 17}, kLen[6] = {4, 2, 2, 2, 2, 2};
+  for (int k = 0; k < 6; ++k) {
+    int x = 0;
+    for (int j = kAt[k]; j < kAt[k] + kLen[k]; ++j) {
+      if (s[j] < '0' || s[j] > '9') return std::nullopt;
+      x = x * 10 + (s[j] - '0');
+    }
+    f[k] = x;
+  }
+  if (s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':') return std::nullopt;
   size_t i = 19;
   int64_t frac = 0;
   int digits = 0;
@@ -231,11 +240,16 @@ std::optional<int64_t> UtcMicros(const nlohmann::json& v) {
     if (digits == 0) return std::nullopt;
     for (int d = std::min(digits, 6); d < 6; ++d) frac *= 10;
   }
-  const std::string zone = s.substr(i);
+  const std::string_view zone = std::string_view(s).substr(i);
   if (zone != "Z" && zone != "+00:00") return std::nullopt;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&tm)) * 1000000 + frac;
+  // A month outside 1..12, a day outside 1..31, an hour past 23, a minute or second past 59 (60
+  // for a leap second) is not a time; a day past its month's end carries over, as timegm does.
+  if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 60) return std::nullopt;
+  using namespace std::chrono;
+  const int64_t days_since_epoch =
+      sys_days(year_month_day(year(f[0]), month(static_cast<unsigned>(f[1])), day(1))).time_since_epoch().count() +
+      (f[2] - 1);
+  return (days_since_epoch * 86400 + int64_t{f[3]} * 3600 + int64_t{f[4]} * 60 + f[5]) * 1000000 + frac;
 }
 
 

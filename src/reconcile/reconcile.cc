@@ -3,7 +3,9 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <future>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -85,12 +87,173 @@ int64_t NowMicros() {
 
 // ---- the lake, read first ------------------------------------------------------------------------
 
+// A bronze row decoded for naming the columns that differ (the second pass over rows whose
+// digest differs from the journal's).
 struct LakeBronzeRow {
   int64_t seq = 0;
   std::string prev_hash, event_hash;  // hex as stored
-  std::string signed_sha256;          // raw SHA-256 of the decoded signed_bytes; "" if not hex
-  std::string signature;              // raw; "" if not hex
+  std::string signed_sha256;          // raw SHA-256 of signed_bytes; "" if null
+  std::string signature;              // raw; "" if null
   json columns;                       // occurred_at and kDerivedColumns
+};
+
+// ---- bronze rows as digests ----------------------------------------------------------------------
+//
+// bronze/events is compared without holding its rows: each row is reduced to (tenant, seq, a
+// SHA-256 over every compared column), and each journal event to the same digest of what its row
+// must hold. Equal digests mean equal columns; a row whose digest differs is read again
+// (DetailBronze) to name the columns.
+
+using Digest = std::array<unsigned char, 32>;
+
+// The columns scanned, in order: the keys, then the digested ones.
+enum BronzeCol : int { kTenantCol = 0, kSeqCol, kPrevCol, kHashCol, kSignedCol, kSignatureCol, kOccurredCol, kDerivedCol };
+
+const std::vector<lake::ArrowColumnSpec>& BronzeScanColumns() {
+  static const std::vector<lake::ArrowColumnSpec>* k = [] {
+    using T = lake::ArrowColumnType;
+    auto* v = new std::vector<lake::ArrowColumnSpec>{
+        {"tenant_id", T::kString},    {"seq", T::kLong},         {"prev_hash", T::kString},
+        {"event_hash", T::kString},   {"signed_bytes", T::kBinary}, {"signature", T::kBinary},
+        {"occurred_at", T::kTimestamp}};
+    for (const char* c : kDerivedColumns) v->push_back({c, std::string_view(c) == "version" ? T::kLong : T::kString});
+    return v;
+  }();
+  return *k;
+}
+
+Digest Sha256Of(std::string_view bytes) {
+  // Fetched once: an implicit fetch per call (EVP_sha256()) costs as much as hashing a row.
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  Digest d{};
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), d.data(), &n, md, nullptr);
+  return d;
+}
+
+std::string_view View(const Digest& d) { return {reinterpret_cast<const char*>(d.data()), d.size()}; }
+
+// Type-tagged, length-prefixed values, hashed at Finish. Reused across rows.
+class RowDigest {
+ public:
+  void Null() { buf_.push_back('n'); }
+  void Str(std::string_view v) {
+    buf_.push_back('s');
+    const uint32_t n = static_cast<uint32_t>(v.size());
+    buf_.append(reinterpret_cast<const char*>(&n), sizeof n);
+    buf_.append(v);
+  }
+  void Int(int64_t v) {
+    buf_.push_back('i');
+    buf_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  Digest Finish() {
+    Digest d = Sha256Of(buf_);
+    buf_.clear();
+    return d;
+  }
+
+ private:
+  std::string buf_;
+};
+
+// The digest of row i of a bronze scan batch.
+Digest LakeRowDigest(const lake::ArrowBatchView& b, int64_t i, RowDigest& d) {
+  const auto& cols = BronzeScanColumns();
+  for (int c = kPrevCol; c < static_cast<int>(cols.size()); ++c) {
+    if (b.IsNull(c, i)) {
+      d.Null();
+    } else if (c == kSignedCol) {
+      d.Str(View(Sha256Of(b.Bytes(c, i))));
+    } else if (cols[static_cast<size_t>(c)].type == lake::ArrowColumnType::kLong ||
+               cols[static_cast<size_t>(c)].type == lake::ArrowColumnType::kTimestamp) {
+      d.Int(b.Int64(c, i));
+    } else {
+      d.Str(b.Bytes(c, i));
+    }
+  }
+  return d.Finish();
+}
+
+// The digest of the row the journal event must have (journal/bronze_row.h, the same columns in
+// the same order as LakeRowDigest): prev and hash as the journal stores them (raw), hash being
+// SHA-256(signed_bytes).
+Digest JournalRowDigest(const journal::Envelope& e, const std::string& prev, const std::string& hash,
+                        const std::string& signature, RowDigest& d) {
+  d.Str(crypto::Hex(prev));
+  d.Str(crypto::Hex(hash));
+  d.Str(hash);
+  d.Str(signature);
+  if (std::optional<int64_t> us = lake::UtcMicros(json(e.time))) {
+    d.Int(*us);
+  } else {
+    d.Str(e.time);  // never equal to a timestamp
+  }
+  d.Str(e.type);
+  d.Str(e.key_id);
+  d.Str(e.principal);
+  const bool obj = e.payload.is_object();
+  for (size_t c = 3; c < std::size(kDerivedColumns); ++c) {
+    const char* name = kDerivedColumns[c];
+    auto it = obj ? e.payload.find(name) : e.payload.end();
+    const bool has = obj && it != e.payload.end();
+    if (std::string_view(name) == "version") {
+      if (has && it->is_number_integer()) {
+        d.Int(it->get<int64_t>());
+      } else {
+        d.Null();
+      }
+    } else if (has && it->is_string()) {
+      d.Str(it->get_ref<const std::string&>());
+    } else {
+      d.Null();
+    }
+  }
+  return d.Finish();
+}
+
+// RFC 3339 UTC with microseconds, for showing a lake timestamp.
+std::string MicrosText(int64_t us) {
+  using namespace std::chrono;
+  const sys_time<microseconds> t{microseconds(us)};
+  const sys_days day = floor<days>(t);
+  const year_month_day ymd(day);
+  const hh_mm_ss<microseconds> hms(t - day);
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%04d-%02u-%02uT%02d:%02d:%02d.%06lldZ", static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+                static_cast<int>(hms.hours().count()), static_cast<int>(hms.minutes().count()),
+                static_cast<int>(hms.seconds().count()), static_cast<long long>(hms.subseconds().count()));
+  return buf;
+}
+
+// Row i of a bronze scan batch, decoded.
+LakeBronzeRow LakeRowAt(const lake::ArrowBatchView& b, int64_t i) {
+  const auto& cols = BronzeScanColumns();
+  LakeBronzeRow r;
+  r.seq = b.Int64(kSeqCol, i);
+  r.prev_hash = std::string(b.Bytes(kPrevCol, i));
+  r.event_hash = std::string(b.Bytes(kHashCol, i));
+  if (!b.IsNull(kSignedCol, i)) r.signed_sha256 = std::string(View(Sha256Of(b.Bytes(kSignedCol, i))));
+  if (!b.IsNull(kSignatureCol, i)) r.signature = std::string(b.Bytes(kSignatureCol, i));
+  r.columns = json::object();
+  r.columns["occurred_at"] = b.IsNull(kOccurredCol, i) ? json(nullptr) : json(MicrosText(b.Int64(kOccurredCol, i)));
+  for (int c = kDerivedCol; c < static_cast<int>(cols.size()); ++c) {
+    const std::string& name = cols[static_cast<size_t>(c)].name;
+    if (b.IsNull(c, i)) {
+      r.columns[name] = nullptr;
+    } else if (cols[static_cast<size_t>(c)].type == lake::ArrowColumnType::kLong) {
+      r.columns[name] = b.Int64(c, i);
+    } else {
+      r.columns[name] = std::string(b.Bytes(c, i));
+    }
+  }
+  return r;
+}
+
+struct BronzeEntry {
+  int64_t seq = 0;
+  Digest digest{};
 };
 
 struct TableRead {
@@ -98,7 +261,8 @@ struct TableRead {
   bool readable = false;  // rows were read; false: missing, unreadable or behind
   int64_t txn = -1;       // the stream's txn version at the version read
   int64_t version = -1;
-  std::string rows_jsonl;
+  std::string rows_jsonl;  // silver and gold (small tables); bronze is scanned by columns
+  std::optional<lake::DeltaTable> handle;  // at `version`: bronze is scanned through it
 };
 
 // Opens `name` under lake_root, reads its txn and rows at one version. Findings for a table that
@@ -131,7 +295,10 @@ Result<TableRead> ReadTable(const std::string& lake_root, const std::string& nam
   }
   OML_ASSIGN_OR_RETURN(lake::LastTxn txn, table->ReadLastTxn(app_id));
   t.txn = txn.version;
-  OML_ASSIGN_OR_RETURN(t.rows_jsonl, table->ReadRowsJsonl());
+  if (name != "bronze/events") {
+    OML_ASSIGN_OR_RETURN(t.rows_jsonl, table->ReadRowsJsonl());
+  }
+  t.handle.emplace(std::move(*table));
   t.readable = true;
   return t;
 }
@@ -184,6 +351,7 @@ class Delivery {
   // txn passed its outbox seq (a row at or below the floor, or pruned, has).
   bool Delivered(const std::string& target, const RowKey& k, const std::string& table) const {
     const int64_t txn = TxnOf(table);
+    if (dead_.letters().empty() && lag_.empty()) return true;  // the usual case, without a lookup
     if (dead_.Find(target, k) != nullptr) return dead_.DeliveredThrough(target, k, table, txn);
     auto l = lag_.find({target, k});
     if (l == lag_.end()) return true;  // at or below the floor (or pruned below the frontier)
@@ -250,6 +418,73 @@ Result<std::optional<std::string>> ObjectSha256(blob::ObjectStore& store, const 
 
 namespace {
 
+// ---- the journal, a page at a time -------------------------------------------------------------
+
+// The journal events of several chains in (chain, seq) order, a page at a time, with the next page
+// fetched and its envelopes parsed by another thread (on the same connection) while the caller
+// replays the current one: the two halves of the work run on two cores. The caller must not use
+// the connection between the first Next and the end (or the object's destruction).
+class JournalPager {
+ public:
+  struct Page {
+    size_t chain = 0;   // index into the chains given
+    bool last = false;  // the chain's last page (it may be empty)
+    db::Rows rows;      // seq, prev_hash, event_hash, signed_bytes, signature
+    std::vector<Result<journal::Envelope>> envs;  // one per row
+  };
+
+  JournalPager(db::Conn& c, std::vector<std::pair<std::string, int64_t>> chains, int page_rows)
+      : c_(c), chains_(std::move(chains)), page_rows_(page_rows) {}
+  ~JournalPager() {
+    if (next_.valid()) next_.wait();
+  }
+
+  // The next page; nullopt after the last chain's last page.
+  Result<std::optional<Page>> Next() {
+    if (!next_.valid()) {
+      if (started_) return std::optional<Page>();
+      started_ = true;
+      if (!Prefetch(0, 0)) return std::optional<Page>();
+    }
+    OML_ASSIGN_OR_RETURN(Page page, next_.get());
+    if (!page.last) {
+      Prefetch(page.chain, page.rows.GetInt(page.rows.size() - 1, 0));
+    } else {
+      Prefetch(page.chain + 1, 0);
+    }
+    return std::optional<Page>(std::move(page));
+  }
+
+ private:
+  // Starts fetching chain i's page after `after`; false if there is no chain i.
+  bool Prefetch(size_t i, int64_t after) {
+    while (i < chains_.size() && chains_[i].second <= 0) ++i;  // empty chains have no page
+    if (i >= chains_.size()) return false;
+    next_ = std::async(std::launch::async, [this, i, after]() -> Result<Page> {
+      const auto& [tenant, head] = chains_[i];
+      OML_ASSIGN_OR_RETURN(
+          std::vector<db::Rows> r,
+          c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
+                        "WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+                        {db::Text(tenant), db::Int(after), db::Int(head), db::Int(page_rows_)},
+                        "reconcile_page", true}}));
+      Page p{i, false, std::move(r[0]), {}};
+      p.last = p.rows.size() == 0 || p.rows.GetInt(p.rows.size() - 1, 0) >= head;
+      p.envs.reserve(static_cast<size_t>(p.rows.size()));
+      for (int k = 0; k < p.rows.size(); ++k)
+        p.envs.push_back(journal::Envelope::FromVerifiedSignedBytes(p.rows.GetBytes(k, 3)));
+      return p;
+    });
+    return true;
+  }
+
+  db::Conn& c_;
+  const std::vector<std::pair<std::string, int64_t>> chains_;
+  const int page_rows_;
+  bool started_ = false;
+  std::future<Result<Page>> next_;
+};
+
 // ---- the audit ---------------------------------------------------------------------------------
 
 class Auditor {
@@ -277,7 +512,7 @@ class Auditor {
       txns[name] = t.txn;
       tables_[name] = std::move(t);
       const std::string n = name;
-      OML_RETURN_IF_ERROR(n == kBronze ? ParseBronze() : n == kSilver ? ParseSilver() : ParseGold());
+      OML_RETURN_IF_ERROR(n == kBronze ? ScanBronze() : n == kSilver ? ParseSilver() : ParseGold());
     }
     // 3. One snapshot of the database: the journal and what the buckets must hold.
     snapshot_us_ = NowMicros();  // an object written after this is unknown to the snapshot
@@ -286,6 +521,7 @@ class Auditor {
     (void)c_.Exec(s.ok() ? "COMMIT" : "ROLLBACK");
     OML_RETURN_IF_ERROR(s);
     // 4. Outside it (no snapshot held through the bucket reads): the comparisons.
+    OML_RETURN_IF_ERROR(DetailBronze());
     CompareSilver();
     CompareGold();
     if (o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr) OML_RETURN_IF_ERROR(Objects());
@@ -355,24 +591,73 @@ class Auditor {
     return Status::Ok();
   }
 
-  Status ParseBronze() {
-    return ForEachRow(kBronze, &report_.bronze_rows, [](json& r) { return r["seq"].is_number_integer(); },
-                      [this](std::string tenant, json r) {
-      LakeBronzeRow b;
-      b.seq = r["seq"].get<int64_t>();
-      b.prev_hash = r.value("prev_hash", "");
-      b.event_hash = r.value("event_hash", "");
-      auto sb = r["signed_bytes"].is_string() ? crypto::FromHex(r["signed_bytes"].get<std::string>())
-                                              : Result<std::string>(DataLoss("null"));
-      if (sb.ok()) b.signed_sha256 = crypto::Sha256(*sb);
-      auto sig = r["signature"].is_string() ? crypto::FromHex(r["signature"].get<std::string>())
-                                            : Result<std::string>(DataLoss("null"));
-      if (sig.ok()) b.signature = *sig;
-      b.columns = json::object();
-      b.columns["occurred_at"] = r.contains("occurred_at") ? r["occurred_at"] : json(nullptr);
-      for (const char* col : kDerivedColumns) b.columns[col] = r.contains(col) ? r[col] : json(nullptr);
-      bronze_[tenant][b.seq].push_back(std::move(b));
-    });
+  // Reduces bronze/events to digests (see "bronze rows as digests"), a batch at a time. A data
+  // file that is gone or damaged makes the table unreadable (a finding), not the run an error.
+  Status ScanBronze() {
+    TableRead& t = tables_[kBronze];
+    if (!t.readable) return Status::Ok();
+    auto scan = t.handle->Scan(BronzeScanColumns());
+    if (!scan.ok()) return scan.status();
+    lake::ArrowBatchView b;
+    RowDigest d;
+    std::string last_tenant;
+    std::vector<BronzeEntry>* rows = nullptr;
+    for (;;) {
+      Result<bool> more = scan->Next(&b);
+      if (!more.ok()) return UnreadableBronze(more.status());
+      if (!*more) break;
+      for (int64_t i = 0; i < b.num_rows(); ++i) {
+        if (b.IsNull(kTenantCol, i) || b.IsNull(kSeqCol, i))
+          return Internal("a bronze/events row is not what the adapter writes: null tenant_id or seq");
+        ++report_.bronze_rows;
+        const std::string_view tenant = b.Bytes(kTenantCol, i);
+        if (rows == nullptr || tenant != last_tenant) {
+          if (!InScope(std::string(tenant))) continue;
+          last_tenant = std::string(tenant);
+          rows = &bronze_[last_tenant];
+        }
+        rows->push_back({b.Int64(kSeqCol, i), LakeRowDigest(b, i, d)});
+      }
+    }
+    // In seq order; rows of one seq keep their scan order (DetailBronze reads the first again).
+    for (auto& [tenant, v] : bronze_)
+      std::stable_sort(v.begin(), v.end(), [](const BronzeEntry& x, const BronzeEntry& y) { return x.seq < y.seq; });
+    return Status::Ok();
+  }
+
+  Status UnreadableBronze(const Status& s) {
+    if (s.code() != Code::kNotFound && s.type() != "lake-file-damaged") return s;
+    bronze_.clear();
+    tables_[kBronze].readable = false;
+    // The adapter names the file: "... data file <path>: why" or "... data file <path> is missing".
+    std::string file = tables_[kBronze].handle->uri();
+    if (size_t at = s.message().find("data file "); at != std::string::npos) {
+      at += 10;
+      file = s.message().substr(at, s.message().find_first_of(" :", at) - at);
+    }
+    Add({"table-unreadable", kBronze, "", 0, file, "", "readable", s.code() == Code::kNotFound ? "missing" : "damaged",
+         s.message() + ": its rows cannot be compared; run `oml lake rebuild --table bronze/events` (or `oml "
+         "reconcile --repair`)"});
+    return Status::Ok();
+  }
+
+  // The second pass: rows whose digest differs from the journal's, decoded to name the columns.
+  Status DetailBronze() {
+    if (bronze_mismatch_.empty()) return Status::Ok();
+    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, tables_[kBronze].handle->Scan(BronzeScanColumns()));
+    lake::ArrowBatchView b;
+    for (;;) {
+      OML_ASSIGN_OR_RETURN(bool more, scan.Next(&b));
+      if (!more) break;
+      for (int64_t i = 0; i < b.num_rows(); ++i) {
+        auto m = bronze_mismatch_.find({std::string(b.Bytes(kTenantCol, i)), b.Int64(kSeqCol, i)});
+        if (m == bronze_mismatch_.end() || m->second.done) continue;
+        m->second.done = true;  // the first row of the seq, as the digest pass compared
+        CompareBronze(m->first.first, m->first.second, m->second.prev, m->second.hash, m->second.signature,
+                      m->second.expect, LakeRowAt(b, i));
+      }
+    }
+    return Status::Ok();
   }
 
   Status ParseSilver() {
@@ -411,59 +696,71 @@ class Auditor {
                std::to_string(d.id) + "` once the cause is fixed"});
     }
     OML_ASSIGN_OR_RETURN(db::Rows heads, c_.Query("SELECT tenant_id::text, seq FROM oml.chain_heads ORDER BY tenant_id"));
-    bool found = o_.only_tenant.empty();
-    for (int i = 0; i < heads.size(); ++i) {
-      const std::string tenant = heads.Get(i, 0);
-      if (!InScope(tenant)) continue;
-      found = true;
-      OML_RETURN_IF_ERROR(Chain(tenant, heads.GetInt(i, 1)));
-    }
-    if (!found) return NotFound("no chain for tenant " + o_.only_tenant, "tenant-not-found");
+    std::vector<std::pair<std::string, int64_t>> chains;
+    for (int i = 0; i < heads.size(); ++i)
+      if (InScope(heads.Get(i, 0))) chains.emplace_back(heads.Get(i, 0), heads.GetInt(i, 1));
+    if (chains.empty() && !o_.only_tenant.empty())
+      return NotFound("no chain for tenant " + o_.only_tenant, "tenant-not-found");
+    {
+      JournalPager pager(c_, chains, o_.page_rows);
+      OML_ASSIGN_OR_RETURN(std::optional<JournalPager::Page> page, pager.Next());
+      for (size_t i = 0; i < chains.size(); ++i) OML_RETURN_IF_ERROR(Chain(chains[i].first, chains[i].second, i, pager, page));
+    }  // the pager is done with the connection
     // Rows of tenants with no chain.
     for (auto& [tenant, rows] : bronze_)
-      for (auto& [seq, v] : rows)
-        for (size_t k = 0; k < v.size(); ++k)
-          Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "", "no chain of this tenant has the event"});
+      for (const BronzeEntry& e : rows)
+        Add({"extra-in-lake", kBronze, tenant, e.seq, "", "", "", "", "no chain of this tenant has the event"});
     return ReadPlaces();
   }
 
   // Replays one chain up to its head, comparing bronze row by row and collecting what silver,
   // gold and the buckets must hold.
-  Status Chain(const std::string& tenant, int64_t head) {
+  // `page`: the pager's current page (nullopt: none left); this chain's pages are consumed, and
+  // `page` is left at the next chain's first page.
+  Status Chain(const std::string& tenant, int64_t head, size_t chain, JournalPager& pager,
+               std::optional<JournalPager::Page>& page) {
     ++report_.tenants;
     report_.heads[tenant] = head;
     journal::ChainFold fold(tenant == journal::kProviderTenant);
-    std::map<int64_t, std::vector<LakeBronzeRow>> lake_rows;
+    std::vector<BronzeEntry> lake_rows;  // in seq order
     if (auto it = bronze_.find(tenant); it != bronze_.end()) {
       lake_rows = std::move(it->second);
       bronze_.erase(it);
     }
+    size_t at = 0;  // the first lake row not yet matched with an event
+    auto extra = [&](int64_t seq) {
+      Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "",
+           seq > head ? "beyond the chain's head " + std::to_string(head) : "the journal has no such event"});
+    };
+    RowDigest digest;
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
-    for (int64_t after = 0; after < head;) {
-      OML_ASSIGN_OR_RETURN(
-          auto page, c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
-                                   "WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-                                   {db::Text(tenant), db::Int(after), db::Int(head), db::Int(o_.page_rows)},
-                                   "reconcile_page", true}}));
-      const db::Rows& r = page[0];
-      if (r.size() == 0) break;
+    // This chain's pages; on return (whatever the path) `page` is the next chain's first page.
+    auto skip_rest = [&]() -> Status {
+      while (page && page->chain == chain) {
+        OML_ASSIGN_OR_RETURN(page, pager.Next());
+      }
+      return Status::Ok();
+    };
+    for (; page && page->chain == chain; ) {
+      const db::Rows& r = page->rows;
       for (int i = 0; i < r.size(); ++i) {
         const int64_t seq = r.GetInt(i, 0);
         const std::string prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), signed_bytes = r.GetBytes(i, 3),
                           signature = r.GetBytes(i, 4);
         ++report_.events;
-        auto env = journal::Envelope::FromSignedBytes(signed_bytes);
+        Result<journal::Envelope>& env = page->envs[static_cast<size_t>(i)];
         if (!env.ok()) {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's signed bytes do not parse (" + env.status().message() + "): run `oml verify`"});
           unaudited_.insert(tenant);  // nothing after it can be replayed: no other finding about it
-          return Status::Ok();
+          return skip_rest();
         }
-        const json expect = journal::BronzeRow(*env, hash, signed_bytes, signature);
         const RowKey bk{tenant, seq, "", 0};
         // Bronze.
-        auto lr = lake_rows.find(seq);
-        const size_t n = lr == lake_rows.end() ? 0 : lr->second.size();
+        for (; at < lake_rows.size() && lake_rows[at].seq < seq; ++at) extra(lake_rows[at].seq);
+        const size_t first = at;
+        while (at < lake_rows.size() && lake_rows[at].seq == seq) ++at;
+        const size_t n = at - first;
         if (bronze_ok) {
           const bool delivered = delivery_->Delivered(kBronze, bk, kBronze);
           if (delivered && n == 0) {
@@ -476,13 +773,22 @@ class Auditor {
             Add({"duplicate-in-lake", kBronze, tenant, seq, "", "", "1", std::to_string(n),
                  "the event is stored " + std::to_string(n) + " times"});
           }
-          if (n >= 1) CompareBronze(tenant, seq, prev, hash, signature, expect, lr->second.front());
+          if (n >= 1 && lake_rows[first].digest != JournalRowDigest(*env, prev, hash, signature, digest))
+            bronze_mismatch_[{tenant, seq}] = {prev, hash, signature,
+                                               journal::BronzeRow(*env, hash, signed_bytes, signature)};
         }
-        if (lr != lake_rows.end()) lake_rows.erase(lr);
         // Gold counts delivered bronze rows.
         if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
-          const json& w = expect["workarea_id"];
-          ++gold_expected_[{tenant, DayOf(env->time), w.is_string() ? w.get<std::string>() : "", env->type}];
+          const bool obj = env->payload.is_object();
+          auto w = obj ? env->payload.find("workarea_id") : env->payload.end();
+          GoldKey key{tenant, DayOf(env->time),
+                      obj && w != env->payload.end() && w->is_string() ? w->get<std::string>() : "", env->type};
+          // Neighbouring events mostly share a key: one map lookup per run of them.
+          if (gold_last_ == nullptr || gold_last_key_ != key) {
+            gold_last_ = &gold_expected_[key];
+            gold_last_key_ = std::move(key);
+          }
+          ++*gold_last_;
         }
         // Folds, then the silver rows this event enqueues.
         const std::vector<journal::ArtifactKey> touched = lake::SilverKeysTouched(fold, *env);
@@ -490,7 +796,7 @@ class Auditor {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
           unaudited_.insert(tenant);
-          return Status::Ok();
+          return skip_rest();
         }
         for (const auto& [artifact, version] : touched) {
           auto a = fold.artifacts.find({artifact, version});
@@ -503,16 +809,15 @@ class Auditor {
           }
         }
       }
-      after = r.GetInt(r.size() - 1, 0);
+      OML_ASSIGN_OR_RETURN(page, pager.Next());
     }
     // Lake rows the journal (up to the head) has no event for.
-    for (auto& [seq, v] : lake_rows)
-      for (size_t k = 0; k < v.size(); ++k)
-        Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "",
-             seq > head ? "beyond the chain's head " + std::to_string(head) : "the journal has no such event"});
+    for (; at < lake_rows.size(); ++at) extra(lake_rows[at].seq);
     // What the buckets must hold, from the folded states.
     for (const auto& [k, a] : fold.artifacts) {
       if (tenant == journal::kProviderTenant) break;
+      // Without the buckets only a silver row's claim is looked up (CompareSilver's detail).
+      if (!o_.objects && !silver_.count({tenant, k.first, k.second})) continue;
       const std::string place = a.erased_seq != 0 ? "none" : a.promoted_seq != 0 ? "bodies" : "quarantine";
       const std::string& since = a.erased_seq != 0 ? a.state_at : a.promoted_seq != 0 ? a.promoted_at : a.submitted_at;
       const int64_t since_us = lake::UtcMicros(json(since)).value_or(0);
@@ -537,9 +842,9 @@ class Auditor {
     };
     if (b.signed_sha256 != hash)
       mismatch("signed_bytes", "SHA-256 " + crypto::Hex(hash),
-               b.signed_sha256.empty() ? "not hex" : "SHA-256 " + crypto::Hex(b.signed_sha256));
+               b.signed_sha256.empty() ? "null" : "SHA-256 " + crypto::Hex(b.signed_sha256));
     if (b.signature != signature)
-      mismatch("signature", crypto::Hex(signature), b.signature.empty() ? "not hex" : crypto::Hex(b.signature));
+      mismatch("signature", crypto::Hex(signature), b.signature.empty() ? "null" : crypto::Hex(b.signature));
     if (b.event_hash != crypto::Hex(hash)) mismatch("event_hash", crypto::Hex(hash), b.event_hash);
     if (b.prev_hash != crypto::Hex(prev)) mismatch("prev_hash", crypto::Hex(prev), b.prev_hash);
     if (!SameValue("occurred_at", expect["occurred_at"], b.columns["occurred_at"]))
@@ -629,12 +934,14 @@ class Auditor {
   // In the snapshot: where each body lives (sql/0015) and the upload sessions (their objects
   // and parts may still be in use).
   Status ReadPlaces() {
+    // Without the buckets, a body's place matters only to a silver row's body_location.
+    if (!o_.objects && silver_.empty()) return Status::Ok();
     OML_ASSIGN_OR_RETURN(
         db::Rows bodies,
         c_.Query("SELECT tenant_id::text, artifact_id::text, version, location, coalesce(object_key, ''), "
-                 "CASE WHEN ciphertext IS NULL THEN '' ELSE encode(sha256(ciphertext), 'hex') END "
+                 "CASE WHEN ciphertext IS NULL OR NOT $2 THEN '' ELSE encode(sha256(ciphertext), 'hex') END "
                  "FROM oml.artifact_bodies WHERE $1 = '' OR tenant_id::text = $1",
-                 {db::Text(o_.only_tenant)}));
+                 {db::Text(o_.only_tenant), db::Text(o_.objects ? "true" : "false")}));
     for (int i = 0; i < bodies.size(); ++i)
       bodies_[{bodies.Get(i, 0), bodies.Get(i, 1), bodies.GetInt(i, 2)}] = {bodies.Get(i, 3), bodies.Get(i, 4),
                                                                            bodies.Get(i, 5)};
@@ -811,11 +1118,19 @@ class Auditor {
   Report report_;
   std::map<std::string, TableRead> tables_;
   std::unique_ptr<Delivery> delivery_;
-  std::map<std::string, std::map<int64_t, std::vector<LakeBronzeRow>>> bronze_;  // tenant -> seq -> rows
+  std::map<std::string, std::vector<BronzeEntry>> bronze_;  // tenant -> its rows in seq order
+  struct BronzeMismatch {
+    std::string prev, hash, signature;  // the journal's, raw
+    json expect;                        // journal::BronzeRow of the event
+    bool done = false;                  // DetailBronze compared the first row
+  };
+  std::map<std::pair<std::string, int64_t>, BronzeMismatch> bronze_mismatch_;  // (tenant, seq)
   std::map<ArtKey, std::vector<json>> silver_;
   std::map<ArtKey, SilverExpect> silver_expected_;
   std::map<GoldKey, std::vector<int64_t>> gold_found_;
   std::map<GoldKey, int64_t> gold_expected_;
+  GoldKey gold_last_key_;              // the key of the last gold_expected_ entry counted
+  int64_t* gold_last_ = nullptr;       // its count (std::map entries do not move)
   std::map<ArtKey, ArtInfo> artifacts_;
   std::vector<NamedObject> named_;
   std::set<std::string> unaudited_;  // tenants whose chain could not be replayed to its head

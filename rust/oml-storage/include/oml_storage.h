@@ -44,6 +44,10 @@ extern "C" {
                                           * as if that version were an empty commit. The message
                                           * names the version ("lake-commit-damaged: commit N of
                                           * ..."). See oml_storage_delta_set_aside_damaged_head. */
+#define OML_STORAGE_DAMAGED_FILE 11     /* a data file a snapshot names cannot be read as Parquet
+                                          * of the table's columns (truncated, not Parquet, a column
+                                          * of an incompatible type). The message names the file
+                                          * ("lake-file-damaged: data file <path>: ..."). */
 
 typedef struct OmlStorageError {
   int32_t code;
@@ -349,12 +353,6 @@ int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_js
 int32_t oml_storage_delta_check_rows(const OmlStorageDeltaTable* table, const char* rows_jsonl,
                                      size_t rows_len, int64_t* out_bad_line, OmlStorageError* err);
 
-/* The data files the snapshot names (its live add actions) that the store does not hold, as a
- * JSON array of paths relative to the table (empty: none); *out_json freed with
- * oml_storage_free_string. One listing of the table. A missing file makes every read of the
- * table fail: `oml status` reports it, and `oml lake rebuild` repairs the table. */
-int32_t oml_storage_delta_missing_files(const OmlStorageDeltaTable* table, char** out_json, OmlStorageError* err);
-
 /* The handle's snapshot schema as JSON (*out_json, free with oml_storage_free_string):
  * {"columns": [{"name", "type", "nullable"}, ...] in table order, "partition_columns": [...]},
  * types named as oml_storage_delta_create_table takes them (others by their Delta name). */
@@ -366,6 +364,42 @@ int32_t oml_storage_delta_schema(const OmlStorageDeltaTable* table, char** out_j
  * for tests and small tables. */
 int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** out_jsonl,
                                     OmlStorageError* err);
+
+/* ---- Column scans ------------------------------------------------------------------------
+ * Reading a table's rows a batch at a time through the Arrow C data interface, for readers that
+ * compare many rows (`oml reconcile`): no JSON, no hex, never the whole table in memory.
+ *
+ * oml_storage_delta_files: the data files of the handle's snapshot as JSON (*out_json, free with
+ * oml_storage_free_string): [{"path", "size", "num_records", "stored_size",
+ * "stored_modified_ms"}, ...], path relative to the table root as the log names it, size and
+ * num_records as the log's add action says (num_records null without stats), stored_* as one
+ * listing of the store finds the file now (null: missing). A missing file makes every read of the
+ * table fail: `oml status` reports it, and `oml lake rebuild` repairs the table.
+ *
+ * oml_storage_delta_scan_open: a scan of the handle's snapshot (the snapshot is fixed when it
+ * opens; the handle may be used or closed afterwards). columns_json: a JSON array of column
+ * names, handed back in that order. files_json: NULL for every data file of the snapshot, or a
+ * JSON array of paths as oml_storage_delta_files names them (each must be in the snapshot:
+ * OML_STORAGE_INVALID_ARGUMENT otherwise). Refused (OML_STORAGE_INVALID_ARGUMENT) for an unknown
+ * column, a column of a type other than string, binary, long or timestamp, and a table with
+ * partition columns or deletion vectors (oml writes neither).
+ *
+ * oml_storage_delta_scan_next: the next batch as a struct array (*out_array, *out_schema; the
+ * caller releases both) with one child per column: utf8 ("u"), binary ("z"), int64 ("l") or
+ * timestamp[us, UTC] ("tsu:UTC"), every child nullable; a column a file lacks is all null.
+ * *out_rows = the batch's rows, at least 1; 0 at the end, with the structs left untouched.
+ * A file that is gone is OML_STORAGE_NOT_FOUND; one that cannot be read is
+ * OML_STORAGE_DAMAGED_FILE; both name it. The scan is over after an error.
+ * Not thread-safe: one thread at a time per scan. */
+typedef struct OmlStorageDeltaScan OmlStorageDeltaScan; /* opaque */
+int32_t oml_storage_delta_files(const OmlStorageDeltaTable* table, char** out_json, OmlStorageError* err);
+int32_t oml_storage_delta_scan_open(const OmlStorageDeltaTable* table, const char* columns_json,
+                                    const char* files_json, OmlStorageDeltaScan** out_scan,
+                                    OmlStorageError* err);
+int32_t oml_storage_delta_scan_next(OmlStorageDeltaScan* scan, struct ArrowArray* out_array,
+                                    struct ArrowSchema* out_schema, int64_t* out_rows,
+                                    OmlStorageError* err);
+void oml_storage_delta_scan_close(OmlStorageDeltaScan* scan);
 
 /* Writes a checkpoint of the handle's snapshot version (*out_version). Commits also write one
  * by themselves every delta.checkpointInterval commits (default 100). */

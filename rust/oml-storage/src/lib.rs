@@ -51,6 +51,7 @@ use url::Url;
 
 mod durable_local;
 mod rewrite_guard;
+mod scan;
 mod staging;
 use rewrite_guard::RewriteGuard;
 
@@ -79,6 +80,8 @@ pub const OML_STORAGE_STALE_REWRITE: i32 = 9;
 /// A commit file of the table's log is empty or not a Delta commit (an OS crash before it was
 /// durable, an operator's edit): the table is not read as if the version were an empty commit.
 pub const OML_STORAGE_DAMAGED_COMMIT: i32 = 10;
+/// A data file a snapshot names cannot be read as Parquet of the table's columns (scan.rs).
+pub const OML_STORAGE_DAMAGED_FILE: i32 = 11;
 
 #[repr(C)]
 pub struct OmlStorageError {
@@ -2464,41 +2467,6 @@ fn type_name(t: &DataType) -> String {
 }
 
 /// The handle's snapshot schema and partition columns. See oml_storage.h.
-/// The data files the snapshot names that the store does not hold. See oml_storage.h.
-#[no_mangle]
-pub extern "C" fn oml_storage_delta_missing_files(
-    table: *const OmlStorageDeltaTable,
-    out_json: *mut *mut c_char,
-    err: *mut OmlStorageError,
-) -> i32 {
-    ffi_call(err, || {
-        let out = out_arg(out_json, "out_json")?;
-        *out = ptr::null_mut();
-        let h = delta_ref(table)?;
-        let t = lock_table(h);
-        let store = t.log_store().object_store(None);
-        // One listing of the table (files of every version, tombstoned ones too), then a lookup
-        // per live file: no request per file.
-        let listed: std::collections::HashSet<Path> = block_on(
-            store
-                .list(None)
-                .map_ok(|m| m.location)
-                .try_collect::<std::collections::HashSet<Path>>(),
-        )?
-        .map_err(map_os_error)?;
-        let snap = t.snapshot().map_err(map_delta_error)?;
-        let missing: Vec<String> = snap
-            .log_data()
-            .into_iter()
-            .map(|add| add.object_store_path())
-            .filter(|p| !listed.contains(p))
-            .map(|p| p.to_string())
-            .collect();
-        *out = to_c_string(&serde_json::Value::from(missing).to_string());
-        Ok(())
-    })
-}
-
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_schema(
     table: *const OmlStorageDeltaTable,
