@@ -332,6 +332,7 @@ Status ArrowBatchView::Import(ArrowArray* array, ArrowSchema* schema, const std:
   if (schema_->format == nullptr || std::string_view(schema_->format) != "+s") return bad("not a struct");
   if (array_->n_children != static_cast<int64_t>(types.size()) || schema_->n_children != array_->n_children)
     return bad(std::to_string(array_->n_children) + " columns, want " + std::to_string(types.size()));
+  if (!types.empty() && (array_->children == nullptr || schema_->children == nullptr)) return bad("no children");
   if (array_->length < 0 || array_->offset != 0) return bad("length or offset");
   rows_ = array_->length;
   for (size_t i = 0; i < types.size(); ++i) {

@@ -393,8 +393,11 @@ TEST_F(DeltaAdapterTest, ColumnScanReadsTheSnapshotOrTheNamedFilesAndNamesADamag
     fs::resize_file(victim, size / 2);
     auto listed = t.Files();
     ASSERT_TRUE(listed.ok());
-    for (const DataFile& f : *listed)
-      if (f.path == second) EXPECT_EQ(f.stored_size, static_cast<int64_t>(size / 2));
+    for (const DataFile& f : *listed) {
+      if (f.path == second) {
+        EXPECT_EQ(f.stored_size, static_cast<int64_t>(size / 2));
+      }
+    }
     auto scan = t.Scan(cols, &only);
     ASSERT_TRUE(scan.ok()) << scan.status().ToString();
     ArrowBatchView b;
@@ -414,8 +417,11 @@ TEST_F(DeltaAdapterTest, ColumnScanReadsTheSnapshotOrTheNamedFilesAndNamesADamag
         << g.status().message();
     auto after = t.Files();
     ASSERT_TRUE(after.ok());
-    for (const DataFile& f : *after)
-      if (f.path == second) EXPECT_FALSE(f.stored_size.has_value());
+    for (const DataFile& f : *after) {
+      if (f.path == second) {
+        EXPECT_FALSE(f.stored_size.has_value());
+      }
+    }
   }
 }
 

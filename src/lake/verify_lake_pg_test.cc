@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -179,6 +180,37 @@ std::string VerifyLakeTest::acme_, VerifyLakeTest::beta_;
 std::vector<json>* VerifyLakeTest::rows_ = nullptr;
 crypto::SigningKey* VerifyLakeTest::new_key_ = nullptr;
 journal::Journal* VerifyLakeTest::rotated_ = nullptr;
+
+// UtcMicros parses the times envelopes carry and arrow-json writes; cross-checked against timegm
+// (what it replaced) for valid inputs, and refusing everything else.
+TEST(UtcMicrosTest, AgreesWithTimegmAndRefusesWhatIsNotAUtcTime) {
+  auto timegm_us = [](int y, int mo, int d, int h, int mi, int s, int64_t frac) {
+    std::tm tm{};
+    tm.tm_year = y - 1900;
+    tm.tm_mon = mo - 1;
+    tm.tm_mday = d;
+    tm.tm_hour = h;
+    tm.tm_min = mi;
+    tm.tm_sec = s;
+    return static_cast<int64_t>(timegm(&tm)) * 1000000 + frac;
+  };
+  EXPECT_EQ(UtcMicros(json("2026-12-02T14:28:27.728138Z")), timegm_us(2026, 12, 2, 14, 28, 27, 728138));
+  EXPECT_EQ(UtcMicros(json("1970-01-01T00:00:00Z")), 0);
+  EXPECT_EQ(UtcMicros(json("1969-12-31T23:59:59.5Z")), -500000);
+  EXPECT_EQ(UtcMicros(json("2024-02-29T23:59:59+00:00")), timegm_us(2024, 2, 29, 23, 59, 59, 0));
+  EXPECT_EQ(UtcMicros(json("2025-01-02T03:04:05.123456789Z")), timegm_us(2025, 1, 2, 3, 4, 5, 123456));
+  EXPECT_EQ(UtcMicros(json("2025-01-02T03:04:05.1Z")), timegm_us(2025, 1, 2, 3, 4, 5, 100000));
+  EXPECT_EQ(UtcMicros(json("2016-12-31T23:59:60Z")), timegm_us(2016, 12, 31, 23, 59, 60, 0));  // leap second
+  EXPECT_EQ(UtcMicros(json("2023-02-30T00:00:00Z")), timegm_us(2023, 2, 30, 0, 0, 0, 0));      // carries over
+  EXPECT_EQ(UtcMicros(json(int64_t{1735787045123456})), 1735787045123456);
+  for (const char* bad : {"", "2025-01-02", "2025-01-02T03:04:05", "2025-01-02T03:04:05+01:00", "2025-01-02 03:04:05Z",
+                          "2025-1-02T03:04:05Z", "2025-01-02T03:04:05.Z", "2025-13-02T03:04:05Z", "2025-00-02T03:04:05Z",
+                          "2025-01-32T03:04:05Z", "2025-01-02T24:00:00Z", "2025-01-02T03:60:05Z", "+025-01-02T03:04:05Z",
+                          "2025-01-02T03:04:05Zjunk", "2025-01-02T03:04: 5Z"})
+    EXPECT_EQ(UtcMicros(json(bad)), std::nullopt) << bad;
+  EXPECT_EQ(UtcMicros(json(1.5)), std::nullopt);
+  EXPECT_EQ(UtcMicros(json(nullptr)), std::nullopt);
+}
 
 TEST_F(VerifyLakeTest, OutboxRowsCarryThePayloadColumns) {
   // provider: genesis, key.issued, tenant.created acme, tenant.created beta, key.issued; acme 6; beta 2.

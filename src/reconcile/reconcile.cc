@@ -127,7 +127,11 @@ Digest Sha256Of(std::string_view bytes) {
   static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   Digest d{};
   unsigned int n = 0;
-  EVP_Digest(bytes.data(), bytes.size(), d.data(), &n, md, nullptr);
+  // A digest that silently stayed zero would make every row compare equal: never go on.
+  if (md == nullptr || EVP_Digest(bytes.data(), bytes.size(), d.data(), &n, md, nullptr) != 1 || n != d.size()) {
+    std::fprintf(stderr, "oml reconcile: OpenSSL SHA-256 failed\n");
+    std::abort();
+  }
   return d;
 }
 
@@ -219,11 +223,20 @@ std::string MicrosText(int64_t us) {
   const sys_days day = floor<days>(t);
   const year_month_day ymd(day);
   const hh_mm_ss<microseconds> hms(t - day);
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%04d-%02u-%02uT%02d:%02d:%02d.%06lldZ", static_cast<int>(ymd.year()),
-                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
-                static_cast<int>(hms.hours().count()), static_cast<int>(hms.minutes().count()),
-                static_cast<int>(hms.seconds().count()), static_cast<long long>(hms.subseconds().count()));
+  char buf[48];
+  const long long frac = static_cast<long long>(hms.subseconds().count());
+  int n = std::snprintf(buf, sizeof(buf), "%04d-%02u-%02uT%02d:%02d:%02d", static_cast<int>(ymd.year()),
+                        static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+                        static_cast<int>(hms.hours().count()), static_cast<int>(hms.minutes().count()),
+                        static_cast<int>(hms.seconds().count()));
+  // As arrow-json shows one: no fraction, milliseconds or microseconds, whichever is exact.
+  if (frac % 1000 != 0) {
+    std::snprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), ".%06lldZ", frac);
+  } else if (frac != 0) {
+    std::snprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), ".%03lldZ", frac / 1000);
+  } else {
+    std::snprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), "Z");
+  }
   return buf;
 }
 
@@ -439,6 +452,20 @@ class JournalPager {
     if (next_.valid()) next_.wait();
   }
 
+  // The next chain's first page, dropping what chain i has left (its page in flight is awaited,
+  // and the pages after it are never fetched); nullopt if no chain follows.
+  Result<std::optional<Page>> SkipChain(size_t i) {
+    if (!next_.valid()) return std::optional<Page>();
+    Result<Page> in_flight = next_.get();  // the connection is free again
+    if (in_flight.ok() && in_flight->chain != i) {
+      Page page = std::move(*in_flight);
+      page.last ? Prefetch(page.chain + 1, 0) : Prefetch(page.chain, page.rows.GetInt(page.rows.size() - 1, 0));
+      return std::optional<Page>(std::move(page));
+    }
+    if (!Prefetch(i + 1, 0)) return std::optional<Page>();
+    return Next();
+  }
+
   // The next page; nullopt after the last chain's last page.
   Result<std::optional<Page>> Next() {
     if (!next_.valid()) {
@@ -628,6 +655,7 @@ class Auditor {
   Status UnreadableBronze(const Status& s) {
     if (s.code() != Code::kNotFound && s.type() != "lake-file-damaged") return s;
     bronze_.clear();
+    report_.bronze_rows = 0;
     tables_[kBronze].readable = false;
     // The adapter names the file: "... data file <path>: why" or "... data file <path> is missing".
     std::string file = tables_[kBronze].handle->uri();
@@ -635,24 +663,38 @@ class Auditor {
       at += 10;
       file = s.message().substr(at, s.message().find_first_of(" :", at) - at);
     }
-    Add({"table-unreadable", kBronze, "", 0, file, "", "readable", s.code() == Code::kNotFound ? "missing" : "damaged",
+    Add({"table-unreadable", kBronze, "", 0, file, "", s.code() == Code::kNotFound ? "present" : "readable",
+         s.code() == Code::kNotFound ? "missing" : "damaged",
          s.message() + ": its rows cannot be compared; run `oml lake rebuild --table bronze/events` (or `oml "
          "reconcile --repair`)"});
     return Status::Ok();
   }
 
   // The second pass: rows whose digest differs from the journal's, decoded to name the columns.
+  // A second read that fails (the table vacuumed or damaged since, a store error) still reports
+  // each row that differs, without naming its columns.
   Status DetailBronze() {
     if (bronze_mismatch_.empty()) return Status::Ok();
+    Status s = DetailBronzeScan();
+    if (s.ok()) return s;
+    for (auto& [key, m] : bronze_mismatch_)
+      if (!m.done)
+        Add({"row-mismatch", kBronze, key.first, key.second, "", "", "", "",
+             "the lake's row differs from the journal; its columns could not be read again (" + s.ToString() + ")"});
+    return Status::Ok();
+  }
+
+  Status DetailBronzeScan() {
     OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, tables_[kBronze].handle->Scan(BronzeScanColumns()));
     lake::ArrowBatchView b;
+    RowDigest d;
     for (;;) {
       OML_ASSIGN_OR_RETURN(bool more, scan.Next(&b));
       if (!more) break;
       for (int64_t i = 0; i < b.num_rows(); ++i) {
         auto m = bronze_mismatch_.find({std::string(b.Bytes(kTenantCol, i)), b.Int64(kSeqCol, i)});
-        if (m == bronze_mismatch_.end() || m->second.done) continue;
-        m->second.done = true;  // the first row of the seq, as the digest pass compared
+        if (m == bronze_mismatch_.end() || m->second.done || LakeRowDigest(b, i, d) == m->second.want) continue;
+        m->second.done = true;
         CompareBronze(m->first.first, m->first.second, m->second.prev, m->second.hash, m->second.signature,
                       m->second.expect, LakeRowAt(b, i));
       }
@@ -736,7 +778,9 @@ class Auditor {
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
     // This chain's pages; on return (whatever the path) `page` is the next chain's first page.
     auto skip_rest = [&]() -> Status {
-      while (page && page->chain == chain) {
+      if (page && page->chain == chain && !page->last) {
+        OML_ASSIGN_OR_RETURN(page, pager.SkipChain(chain));
+      } else if (page && page->chain == chain) {
         OML_ASSIGN_OR_RETURN(page, pager.Next());
       }
       return Status::Ok();
@@ -773,9 +817,15 @@ class Auditor {
             Add({"duplicate-in-lake", kBronze, tenant, seq, "", "", "1", std::to_string(n),
                  "the event is stored " + std::to_string(n) + " times"});
           }
-          if (n >= 1 && lake_rows[first].digest != JournalRowDigest(*env, prev, hash, signature, digest))
-            bronze_mismatch_[{tenant, seq}] = {prev, hash, signature,
-                                               journal::BronzeRow(*env, hash, signed_bytes, signature)};
+          if (n >= 1) {
+            const Digest want = JournalRowDigest(*env, prev, hash, signature, digest);
+            for (size_t k = first; k < at; ++k)
+              if (lake_rows[k].digest != want) {  // the first of its rows that differs is named
+                bronze_mismatch_[{tenant, seq}] = {prev, hash, signature,
+                                                   journal::BronzeRow(*env, hash, signed_bytes, signature), want};
+                break;
+              }
+          }
         }
         // Gold counts delivered bronze rows.
         if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
@@ -1122,7 +1172,8 @@ class Auditor {
   struct BronzeMismatch {
     std::string prev, hash, signature;  // the journal's, raw
     json expect;                        // journal::BronzeRow of the event
-    bool done = false;                  // DetailBronze compared the first row
+    Digest want{};                      // the digest its row must have
+    bool done = false;                  // DetailBronze named the first row that differs
   };
   std::map<std::pair<std::string, int64_t>, BronzeMismatch> bronze_mismatch_;  // (tenant, seq)
   std::map<ArtKey, std::vector<json>> silver_;

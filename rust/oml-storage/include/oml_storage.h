@@ -378,7 +378,8 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
  *
  * oml_storage_delta_scan_open: a scan of the handle's snapshot (the snapshot is fixed when it
  * opens; the handle may be used or closed afterwards). columns_json: a JSON array of column
- * names, handed back in that order. files_json: NULL for every data file of the snapshot, or a
+ * names, handed back in that order. files_json: NULL for every data file of the snapshot (in the
+ * log's order, as delta-rs scans them), or a
  * JSON array of paths as oml_storage_delta_files names them (each must be in the snapshot:
  * OML_STORAGE_INVALID_ARGUMENT otherwise). Refused (OML_STORAGE_INVALID_ARGUMENT) for an unknown
  * column, a column of a type other than string, binary, long or timestamp, and a table with
@@ -388,8 +389,9 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
  * caller releases both) with one child per column: utf8 ("u"), binary ("z"), int64 ("l") or
  * timestamp[us, UTC] ("tsu:UTC"), every child nullable; a column a file lacks is all null.
  * *out_rows = the batch's rows, at least 1; 0 at the end, with the structs left untouched.
- * A file that is gone is OML_STORAGE_NOT_FOUND; one that cannot be read is
- * OML_STORAGE_DAMAGED_FILE; both name it. The scan is over after an error.
+ * A file that is gone is OML_STORAGE_NOT_FOUND; one that cannot be read (or holds a value its
+ * column's type cannot carry) is OML_STORAGE_DAMAGED_FILE; both name it. The scan is over after
+ * an error.
  * Not thread-safe: one thread at a time per scan. */
 typedef struct OmlStorageDeltaScan OmlStorageDeltaScan; /* opaque */
 int32_t oml_storage_delta_files(const OmlStorageDeltaTable* table, char** out_json, OmlStorageError* err);

@@ -18,7 +18,7 @@ use std::ffi::c_char;
 use std::sync::Arc;
 
 use deltalake::arrow::array::{new_null_array, Array, ArrayRef, StructArray};
-use deltalake::arrow::compute::cast;
+use deltalake::arrow::compute::{cast_with_options, CastOptions};
 use deltalake::arrow::datatypes::{DataType as ArrowDataType, Field as ArrowField, Fields, TimeUnit};
 use deltalake::arrow::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use deltalake::parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -112,7 +112,8 @@ impl OmlStorageDeltaScan {
                         columns.push(match batch.column_by_name(f.name()) {
                             None => new_null_array(f.data_type(), rows),
                             Some(c) if c.data_type() == f.data_type() => c.clone(),
-                            Some(c) => cast(c, f.data_type())
+                            // Not "safe": a value the cast cannot carry is an error, never a null.
+                            Some(c) => cast_with_options(c, f.data_type(), &CastOptions { safe: false, ..Default::default() })
                                 .map_err(|e| damaged(name, format!("column {}: {e}", f.name())))?,
                         });
                     }
@@ -165,18 +166,17 @@ pub extern "C" fn oml_storage_delta_scan_open(
             fields.push(ArrowField::new(c, ty, true));
         }
         let mut live: HashMap<String, Path> = HashMap::new();
+        let mut order: Vec<Path> = Vec::new();
         for f in snap.log_data().iter() {
             if f.deletion_vector_descriptor().is_some() {
                 return fail(OML_STORAGE_INVALID_ARGUMENT, "a table with deletion vectors cannot be scanned by columns");
             }
             live.insert(f.object_store_path().to_string(), f.object_store_path());
+            order.push(f.object_store_path());
         }
         let files: VecDeque<Path> = match only {
-            None => {
-                let mut v: Vec<(String, Path)> = live.into_iter().collect();
-                v.sort_by(|a, b| a.0.cmp(&b.0));
-                v.into_iter().map(|(_, p)| p).collect()
-            }
+            // The log's order, as delta-rs's own scans read the files.
+            None => order.into_iter().collect(),
             Some(names) => {
                 let mut v = VecDeque::with_capacity(names.len());
                 for n in names {
