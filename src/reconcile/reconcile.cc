@@ -147,6 +147,17 @@ class RowDigest {
     buf_.append(reinterpret_cast<const char*>(&n), sizeof n);
     buf_.append(v);
   }
+  // The same as Str(crypto::Hex(raw)), without the temporary.
+  void Hex(std::string_view raw) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    buf_.push_back('s');
+    const uint32_t n = static_cast<uint32_t>(raw.size() * 2);
+    buf_.append(reinterpret_cast<const char*>(&n), sizeof n);
+    for (unsigned char c : raw) {
+      buf_.push_back(kDigits[c >> 4]);
+      buf_.push_back(kDigits[c & 15]);
+    }
+  }
   void Int(int64_t v) {
     buf_.push_back('i');
     buf_.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -184,8 +195,8 @@ Digest LakeRowDigest(const lake::ArrowBatchView& b, int64_t i, RowDigest& d) {
 // SHA-256(signed_bytes).
 Digest JournalRowDigest(const journal::Envelope& e, const std::string& prev, const std::string& hash,
                         const std::string& signature, RowDigest& d) {
-  d.Str(crypto::Hex(prev));
-  d.Str(crypto::Hex(hash));
+  d.Hex(prev);
+  d.Hex(hash);
   d.Str(hash);
   d.Str(signature);
   if (std::optional<int64_t> us = lake::UtcMicros(json(e.time))) {
@@ -831,10 +842,15 @@ class Auditor {
         if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
           const bool obj = env->payload.is_object();
           auto w = obj ? env->payload.find("workarea_id") : env->payload.end();
-          GoldKey key{tenant, DayOf(env->time),
-                      obj && w != env->payload.end() && w->is_string() ? w->get<std::string>() : "", env->type};
-          // Neighbouring events mostly share a key: one map lookup per run of them.
-          if (gold_last_ == nullptr || gold_last_key_ != key) {
+          static const std::string kNone;
+          const std::string& workarea =
+              obj && w != env->payload.end() && w->is_string() ? w->get_ref<const std::string&>() : kNone;
+          // Neighbouring events mostly share a key: one map lookup (and no key built) per run of
+          // them. (A day fits std::string's inline buffer: no allocation.)
+          std::string day = DayOf(env->time);
+          if (gold_last_ == nullptr || std::get<1>(gold_last_key_) != day || std::get<0>(gold_last_key_) != tenant ||
+              std::get<2>(gold_last_key_) != workarea || std::get<3>(gold_last_key_) != env->type) {
+            GoldKey key{tenant, std::move(day), workarea, env->type};
             gold_last_ = &gold_expected_[key];
             gold_last_key_ = std::move(key);
           }
