@@ -68,8 +68,8 @@ bool SameValue(const std::string& column, const json& want, const json& got) {
 
 // UTC day "YYYY-MM-DD" of an envelope time (as the lake writer derives gold's day); "" if the
 // time does not parse.
-std::string DayOf(const std::string& time) {
-  const std::optional<int64_t> us = lake::UtcMicros(json(time));
+// `us`: the time as lake::UtcMicros reads it (parsed once per event by the caller).
+std::string DayOf(const std::optional<int64_t>& us) {
   if (!us) return "";
   using namespace std::chrono;
   const sys_days day = floor<days>(sys_time<microseconds>(microseconds(*us)));
@@ -192,15 +192,15 @@ Digest LakeRowDigest(const lake::ArrowBatchView& b, int64_t i, RowDigest& d) {
 
 // The digest of the row the journal event must have (journal/bronze_row.h, the same columns in
 // the same order as LakeRowDigest): prev and hash as the journal stores them (raw), hash being
-// SHA-256(signed_bytes).
+// SHA-256(signed_bytes); time_us the envelope time as lake::UtcMicros reads it.
 Digest JournalRowDigest(const journal::Envelope& e, const std::string& prev, const std::string& hash,
-                        const std::string& signature, RowDigest& d) {
+                        const std::string& signature, const std::optional<int64_t>& time_us, RowDigest& d) {
   d.Hex(prev);
   d.Hex(hash);
   d.Str(hash);
   d.Str(signature);
-  if (std::optional<int64_t> us = lake::UtcMicros(json(e.time))) {
-    d.Int(*us);
+  if (time_us) {
+    d.Int(*time_us);
   } else {
     d.Str(e.time);  // never equal to a timestamp
   }
@@ -811,6 +811,7 @@ class Auditor {
           return skip_rest();
         }
         const RowKey bk{tenant, seq, "", 0};
+        const std::optional<int64_t> time_us = lake::UtcMicros(json(env->time));  // bronze and gold
         // Bronze.
         for (; at < lake_rows.size() && lake_rows[at].seq < seq; ++at) extra(lake_rows[at].seq);
         const size_t first = at;
@@ -829,7 +830,7 @@ class Auditor {
                  "the event is stored " + std::to_string(n) + " times"});
           }
           if (n >= 1) {
-            const Digest want = JournalRowDigest(*env, prev, hash, signature, digest);
+            const Digest want = JournalRowDigest(*env, prev, hash, signature, time_us, digest);
             for (size_t k = first; k < at; ++k)
               if (lake_rows[k].digest != want) {  // the first of its rows that differs is named
                 bronze_mismatch_[{tenant, seq}] = {prev, hash, signature,
@@ -847,7 +848,7 @@ class Auditor {
               obj && w != env->payload.end() && w->is_string() ? w->get_ref<const std::string&>() : kNone;
           // Neighbouring events mostly share a key: one map lookup (and no key built) per run of
           // them. (A day fits std::string's inline buffer: no allocation.)
-          std::string day = DayOf(env->time);
+          std::string day = DayOf(time_us);
           if (gold_last_ == nullptr || std::get<1>(gold_last_key_) != day || std::get<0>(gold_last_key_) != tenant ||
               std::get<2>(gold_last_key_) != workarea || std::get<3>(gold_last_key_) != env->type) {
             GoldKey key{tenant, std::move(day), workarea, env->type};
