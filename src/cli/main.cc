@@ -1162,6 +1162,9 @@ int Main(int argc, char** argv) {
                             "(default 3600: writes in progress are not findings)")
       ->check(CLI::NonNegativeNumber);
   reconcile_cmd->add_flag("--no-objects", rc_args.no_objects, "compare the lake only, not the buckets");
+  reconcile_cmd->add_option("--page-rows", rc_args.opts.page_rows,
+                            "journal events per fetch (default 4096; three pages are in memory at once)")
+      ->check(CLI::Range(1, 1 << 20));
   reconcile_cmd->add_option("--metrics-file", rc_args.metrics_file,
                             "also write the run's metrics here, in Prometheus text (for node_exporter's textfile "
                             "collector): oml_reconcile_findings{class}, oml_reconcile_last_run_timestamp_seconds, ...");

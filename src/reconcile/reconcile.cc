@@ -444,10 +444,10 @@ namespace {
 
 // ---- the journal, a page at a time -------------------------------------------------------------
 
-// The journal events of several chains in (chain, seq) order, a page at a time, with the next page
-// fetched and its envelopes parsed by another thread (on the same connection) while the caller
-// replays the current one: the two halves of the work run on two cores. The caller must not use
-// the connection between the first Next and the end (or the object's destruction).
+// The journal events of several chains in (chain, seq) order, a page at a time, in a pipeline:
+// while the caller replays page k, page k+1's envelopes are parsed (on two threads) and page k+2
+// is fetched (on the same connection). The caller must not use the connection between the first
+// Next and the end (or the object's destruction).
 class JournalPager {
  public:
   struct Page {
@@ -461,6 +461,7 @@ class JournalPager {
       : c_(c), chains_(std::move(chains)), page_rows_(page_rows) {}
   ~JournalPager() {
     if (next_.valid()) next_.wait();
+    if (raw_.valid()) raw_.wait();  // only the page task starts one, so after it
   }
 
   // The next chain's first page, dropping what chain i has left (its page in flight is awaited,
@@ -494,33 +495,75 @@ class JournalPager {
   }
 
  private:
-  // Starts fetching chain i's page after `after`; false if there is no chain i.
-  bool Prefetch(size_t i, int64_t after) {
+  // The first non-empty chain from i on (chains_.size() if none).
+  size_t NonEmpty(size_t i) const {
     while (i < chains_.size() && chains_[i].second <= 0) ++i;  // empty chains have no page
+    return i;
+  }
+
+  Result<db::Rows> Fetch(size_t i, int64_t after) {
+    const auto& [tenant, head] = chains_[i];
+    OML_ASSIGN_OR_RETURN(std::vector<db::Rows> r,
+                         c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
+                                       "WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+                                       {db::Text(tenant), db::Int(after), db::Int(head), db::Int(page_rows_)},
+                                       "reconcile_page", true}}));
+    return std::move(r[0]);
+  }
+
+  // Starts building chain i's page after `after` (fetched, parsed); false if there is no chain i.
+  // The task takes the fetch of the page started by the task before it (raw_) if that was this
+  // page (a SkipChain makes it another), and starts the fetch of the page after it before parsing.
+  bool Prefetch(size_t i, int64_t after) {
+    i = NonEmpty(i);
     if (i >= chains_.size()) return false;
     next_ = std::async(std::launch::async, [this, i, after]() -> Result<Page> {
-      const auto& [tenant, head] = chains_[i];
-      OML_ASSIGN_OR_RETURN(
-          std::vector<db::Rows> r,
-          c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
-                        "WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-                        {db::Text(tenant), db::Int(after), db::Int(head), db::Int(page_rows_)},
-                        "reconcile_page", true}}));
-      Page p{i, false, std::move(r[0]), {}};
-      p.last = p.rows.size() == 0 || p.rows.GetInt(p.rows.size() - 1, 0) >= head;
-      p.envs.reserve(static_cast<size_t>(p.rows.size()));
-      for (int k = 0; k < p.rows.size(); ++k)
-        p.envs.push_back(journal::Envelope::FromVerifiedSignedBytes(p.rows.GetBytes(k, 3)));
+      std::optional<Result<db::Rows>> rows;
+      if (raw_.valid()) {
+        RawPage r = raw_.get();
+        if (r.chain == i && r.after == after) rows.emplace(std::move(r.rows));
+      }
+      if (!rows) rows.emplace(Fetch(i, after));
+      if (!rows->ok()) return rows->status();
+      const int64_t head = chains_[i].second;
+      Page p{i, false, std::move(**rows), {}};
+      const int n = p.rows.size();
+      p.last = n == 0 || p.rows.GetInt(n - 1, 0) >= head;
+      // The page after this one, fetched while this one is parsed.
+      const size_t ni = p.last ? NonEmpty(i + 1) : i;
+      const int64_t nafter = p.last ? 0 : p.rows.GetInt(n - 1, 0);
+      if (ni < chains_.size())
+        raw_ = std::async(std::launch::async, [this, ni, nafter]() { return RawPage{ni, nafter, Fetch(ni, nafter)}; });
+      // Parsed on two threads: the second half beside the first (read-only use of the result).
+      auto parse = [&p](int from, int to) {
+        std::vector<Result<journal::Envelope>> v;
+        v.reserve(static_cast<size_t>(to - from));
+        for (int k = from; k < to; ++k) v.push_back(journal::Envelope::FromVerifiedSignedBytes(p.rows.GetBytes(k, 3)));
+        return v;
+      };
+      const int half = n >= 256 ? n / 2 : n;
+      std::future<std::vector<Result<journal::Envelope>>> second;
+      if (half < n) second = std::async(std::launch::async, parse, half, n);
+      p.envs = parse(0, half);
+      if (second.valid())
+        for (auto& e : second.get()) p.envs.push_back(std::move(e));
       return p;
     });
     return true;
   }
+
+  struct RawPage {
+    size_t chain = 0;
+    int64_t after = 0;
+    Result<db::Rows> rows;
+  };
 
   db::Conn& c_;
   const std::vector<std::pair<std::string, int64_t>> chains_;
   const int page_rows_;
   bool started_ = false;
   std::future<Result<Page>> next_;
+  std::future<RawPage> raw_;  // the fetch of the page after next_'s, started by next_'s task
 };
 
 // ---- the audit ---------------------------------------------------------------------------------
@@ -532,6 +575,12 @@ class Auditor {
 
   Result<Report> Run() {
     const auto t0 = std::chrono::steady_clock::now();
+    auto phase_t0 = t0;
+    auto phase = [&](const char* name) {
+      const auto now = std::chrono::steady_clock::now();
+      report_.phase_seconds[name] = std::chrono::duration<double>(now - phase_t0).count();
+      phase_t0 = now;
+    };
     report_.started_unix_ms = NowMicros() / 1000;
     OML_ASSIGN_OR_RETURN(lake::OutboxStream stream, lake::ResolveStream(o_.stream));
     const std::string app_id = lake::AppIdFor(stream.name);
@@ -550,19 +599,28 @@ class Auditor {
       txns[name] = t.txn;
       tables_[name] = std::move(t);
       const std::string n = name;
-      OML_RETURN_IF_ERROR(n == kBronze ? ScanBronze() : n == kSilver ? ParseSilver() : ParseGold());
+      if (n != kBronze) OML_RETURN_IF_ERROR(n == kSilver ? ParseSilver() : ParseGold());
     }
+    // bronze/events, the large table, is scanned on its own thread while the journal is replayed
+    // (its files are fixed by the version read above); InSnapshot joins it before comparing.
+    StartBronzeScan();
+    phase("lake");
     // 3. One snapshot of the database: the journal and what the buckets must hold.
     snapshot_us_ = NowMicros();  // an object written after this is unknown to the snapshot
     OML_RETURN_IF_ERROR(c_.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
     Status s = InSnapshot(stream, txns);
     (void)c_.Exec(s.ok() ? "COMMIT" : "ROLLBACK");
     OML_RETURN_IF_ERROR(s);
+    phase("journal");
     // 4. Outside it (no snapshot held through the bucket reads): the comparisons.
     OML_RETURN_IF_ERROR(DetailBronze());
     CompareSilver();
     CompareGold();
-    if (o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr) OML_RETURN_IF_ERROR(Objects());
+    phase("compare");
+    if (o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr) {
+      OML_RETURN_IF_ERROR(Objects());
+      phase("objects");
+    }
     std::sort(report_.findings.begin(), report_.findings.end(), [](const Finding& a, const Finding& b) {
       return std::tie(a.cls, a.table, a.tenant, a.seq, a.key, a.column) <
              std::tie(b.cls, b.table, b.tenant, b.seq, b.key, b.column);
@@ -629,38 +687,80 @@ class Auditor {
     return Status::Ok();
   }
 
-  // Reduces bronze/events to digests (see "bronze rows as digests"), a batch at a time. A data
-  // file that is gone or damaged makes the table unreadable (a finding), not the run an error.
-  Status ScanBronze() {
+  // What the bronze comparison needs of each replayed journal event, a chain at a time.
+  struct ReplayedEvent {
+    int64_t seq = 0;
+    bool delivered = false;  // its bronze outbox row reached the table
+    uint32_t type = 0;       // event_types_ index
+    Digest digest{};         // JournalRowDigest
+  };
+  struct ReplayedChain {
+    int64_t head = 0;
+    int64_t stopped_at = std::numeric_limits<int64_t>::max();  // journal-unreadable there
+    std::vector<ReplayedEvent> events;                           // in seq order
+  };
+
+  // bronze/events reduced to digests (see "bronze rows as digests"): tenant -> its rows in seq
+  // order (rows of one seq in scan order: DetailBronze reads the first again), and the rows read.
+  struct BronzeScan {
+    std::map<std::string, std::vector<BronzeEntry>> rows;
+    int64_t count = 0;
+    double seconds = 0;  // the scan's own wall time
+  };
+
+  // Starts scanning bronze/events on another thread. The thread touches nothing of the auditor
+  // but `table` (its handle alone) and `only_tenant`; its result is taken by JoinBronzeScan.
+  void StartBronzeScan() {
     TableRead& t = tables_[kBronze];
-    if (!t.readable) return Status::Ok();
-    auto scan = t.handle->Scan(BronzeScanColumns());
-    if (!scan.ok()) return scan.status();
+    if (!t.readable) return;
+    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant]() {
+      return ScanBronze(table, only);
+    });
+  }
+
+  // Waits for the scan. A data file that is gone or damaged makes the table unreadable (a
+  // finding), not the run an error.
+  Status JoinBronzeScan() {
+    if (!bronze_scan_.valid()) return Status::Ok();
+    Result<BronzeScan> r = bronze_scan_.get();
+    if (!r.ok()) return UnreadableBronze(r.status());
+    bronze_ = std::move(r->rows);
+    report_.bronze_rows = r->count;
+    report_.phase_seconds["bronze_scan"] = r->seconds;
+    return Status::Ok();
+  }
+
+  static Result<BronzeScan> ScanBronze(const lake::DeltaTable& table, const std::string& only_tenant) {
+    const auto t0 = std::chrono::steady_clock::now();
+    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, table.Scan(BronzeScanColumns()));
+    BronzeScan out;
     lake::ArrowBatchView b;
     RowDigest d;
     std::string last_tenant;
     std::vector<BronzeEntry>* rows = nullptr;
     for (;;) {
-      Result<bool> more = scan->Next(&b);
-      if (!more.ok()) return UnreadableBronze(more.status());
-      if (!*more) break;
+      OML_ASSIGN_OR_RETURN(bool more, scan.Next(&b));
+      if (!more) break;
       for (int64_t i = 0; i < b.num_rows(); ++i) {
         if (b.IsNull(kTenantCol, i) || b.IsNull(kSeqCol, i))
           return Internal("a bronze/events row is not what the adapter writes: null tenant_id or seq");
-        ++report_.bronze_rows;
+        ++out.count;
         const std::string_view tenant = b.Bytes(kTenantCol, i);
         if (rows == nullptr || tenant != last_tenant) {
-          if (!InScope(std::string(tenant))) continue;
+          if (!only_tenant.empty() && tenant != only_tenant) {
+            rows = nullptr;
+            continue;
+          }
           last_tenant = std::string(tenant);
-          rows = &bronze_[last_tenant];
+          rows = &out.rows[last_tenant];
         }
         rows->push_back({b.Int64(kSeqCol, i), LakeRowDigest(b, i, d)});
       }
     }
-    // In seq order; rows of one seq keep their scan order (DetailBronze reads the first again).
-    for (auto& [tenant, v] : bronze_)
+    for (auto& [tenant, v] : out.rows)
       std::stable_sort(v.begin(), v.end(), [](const BronzeEntry& x, const BronzeEntry& y) { return x.seq < y.seq; });
-    return Status::Ok();
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
   }
 
   Status UnreadableBronze(const Status& s) {
@@ -684,14 +784,16 @@ class Auditor {
   // The second pass: rows whose digest differs from the journal's, decoded to name the columns.
   // A second read that fails (the table vacuumed or damaged since, a store error) still reports
   // each row that differs, without naming its columns.
+  // A row the second read did not meet again (the table was compacted or vacuumed in between: a
+  // different version) is reported the same way.
   Status DetailBronze() {
     if (bronze_mismatch_.empty()) return Status::Ok();
     Status s = DetailBronzeScan();
-    if (s.ok()) return s;
+    const std::string why = s.ok() ? "the second read did not meet the row again" : s.ToString();
     for (auto& [key, m] : bronze_mismatch_)
       if (!m.done)
         Add({"row-mismatch", kBronze, key.first, key.second, "", "", "", "",
-             "the lake's row differs from the journal; its columns could not be read again (" + s.ToString() + ")"});
+             "the lake's row differs from the journal; its columns could not be read again (" + why + ")"});
     return Status::Ok();
   }
 
@@ -704,7 +806,9 @@ class Auditor {
       if (!more) break;
       for (int64_t i = 0; i < b.num_rows(); ++i) {
         auto m = bronze_mismatch_.find({std::string(b.Bytes(kTenantCol, i)), b.Int64(kSeqCol, i)});
-        if (m == bronze_mismatch_.end() || m->second.done || LakeRowDigest(b, i, d) == m->second.want) continue;
+        if (m == bronze_mismatch_.end() || m->second.done || m->second.expect.is_null() ||
+            LakeRowDigest(b, i, d) == m->second.want)
+          continue;
         m->second.done = true;
         CompareBronze(m->first.first, m->first.second, m->second.prev, m->second.hash, m->second.signature,
                       m->second.expect, LakeRowAt(b, i));
@@ -759,11 +863,84 @@ class Auditor {
       OML_ASSIGN_OR_RETURN(std::optional<JournalPager::Page> page, pager.Next());
       for (size_t i = 0; i < chains.size(); ++i) OML_RETURN_IF_ERROR(Chain(chains[i].first, chains[i].second, i, pager, page));
     }  // the pager is done with the connection
-    // Rows of tenants with no chain.
-    for (auto& [tenant, rows] : bronze_)
-      for (const BronzeEntry& e : rows)
-        Add({"extra-in-lake", kBronze, tenant, e.seq, "", "", "", "", "no chain of this tenant has the event"});
+    OML_RETURN_IF_ERROR(JoinBronzeScan());
+    if (tables_[kBronze].readable) {
+      for (auto& [tenant, replayed] : journal_rows_) CompareBronzeRows(tenant, replayed);
+      // Rows of tenants with no chain.
+      for (auto& [tenant, rows] : bronze_)
+        for (const BronzeEntry& e : rows)
+          Add({"extra-in-lake", kBronze, tenant, e.seq, "", "", "", "", "no chain of this tenant has the event"});
+      OML_RETURN_IF_ERROR(ReadMismatchedEvents());
+    }
+    journal_rows_.clear();
+    bronze_.clear();
     return ReadPlaces();
+  }
+
+  // One chain's replayed events against its bronze rows (both in seq order): the events the
+  // lake writer delivered exactly once, each row equal to the journal's; rows the chain lacks.
+  // Rows at or past the event the replay stopped at (journal-unreadable) are not judged.
+  void CompareBronzeRows(const std::string& tenant, ReplayedChain& replayed) {
+    std::vector<BronzeEntry> lake_rows;
+    if (auto it = bronze_.find(tenant); it != bronze_.end()) {
+      lake_rows = std::move(it->second);
+      bronze_.erase(it);
+    }
+    auto extra = [&](int64_t seq) {
+      Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "",
+           seq > replayed.head ? "beyond the chain's head " + std::to_string(replayed.head)
+                               : "the journal has no such event"});
+    };
+    size_t at = 0;  // the first lake row not yet matched with an event
+    for (const ReplayedEvent& ev : replayed.events) {
+      for (; at < lake_rows.size() && lake_rows[at].seq < ev.seq; ++at) extra(lake_rows[at].seq);
+      const size_t first = at;
+      while (at < lake_rows.size() && lake_rows[at].seq == ev.seq) ++at;
+      const size_t n = at - first;
+      if (ev.delivered && n == 0) {
+        Add({"missing-in-lake", kBronze, tenant, ev.seq, "", "", event_types_[ev.type], "",
+             "the event is not in the table"});
+      } else if (!ev.delivered && n > 0) {
+        Add({"extra-in-lake", kBronze, tenant, ev.seq, "", "", "", std::to_string(n) + " row(s)",
+             "the lake writer has not delivered this event (its outbox row is above the table's txn " +
+                 std::to_string(delivery_->TxnOf(kBronze)) + ")"});
+      } else if (n > 1) {
+        Add({"duplicate-in-lake", kBronze, tenant, ev.seq, "", "", "1", std::to_string(n),
+             "the event is stored " + std::to_string(n) + " times"});
+      }
+      for (size_t k = first; k < at; ++k)
+        if (lake_rows[k].digest != ev.digest) {  // the first of its rows that differs is named
+          bronze_mismatch_[{tenant, ev.seq}].want = ev.digest;
+          break;
+        }
+    }
+    for (; at < lake_rows.size() && lake_rows[at].seq < replayed.stopped_at; ++at) extra(lake_rows[at].seq);
+  }
+
+  // The journal's side of each bronze row that differs (for DetailBronze), read again in the
+  // snapshot: a handful of events, where the replay kept only digests.
+  Status ReadMismatchedEvents() {
+    std::map<std::string, std::string> seqs;  // tenant -> "{s1,s2,...}"
+    for (const auto& [key, m] : bronze_mismatch_) {
+      std::string& list = seqs[key.first];
+      list += (list.empty() ? "{" : ",") + std::to_string(key.second);
+    }
+    for (auto& [tenant, list] : seqs) {
+      list += "}";
+      OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query("SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM "
+                                                "oml.journal WHERE tenant_id = $1 AND seq = ANY($2::bigint[])",
+                                                {db::Text(tenant), db::Text(list)}));
+      for (int i = 0; i < r.size(); ++i) {
+        BronzeMismatch& m = bronze_mismatch_[{tenant, r.GetInt(i, 0)}];
+        m.prev = r.GetBytes(i, 1);
+        m.hash = r.GetBytes(i, 2);
+        m.signature = r.GetBytes(i, 4);
+        const std::string signed_bytes = r.GetBytes(i, 3);
+        Result<journal::Envelope> env = journal::Envelope::FromVerifiedSignedBytes(signed_bytes);
+        if (env.ok()) m.expect = journal::BronzeRow(*env, m.hash, signed_bytes, m.signature);
+      }
+    }
+    return Status::Ok();
   }
 
   // Replays one chain up to its head, comparing bronze row by row and collecting what silver,
@@ -775,18 +952,15 @@ class Auditor {
     ++report_.tenants;
     report_.heads[tenant] = head;
     journal::ChainFold fold(tenant == journal::kProviderTenant);
-    std::vector<BronzeEntry> lake_rows;  // in seq order
-    if (auto it = bronze_.find(tenant); it != bronze_.end()) {
-      lake_rows = std::move(it->second);
-      bronze_.erase(it);
-    }
-    size_t at = 0;  // the first lake row not yet matched with an event
-    auto extra = [&](int64_t seq) {
-      Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", "",
-           seq > head ? "beyond the chain's head " + std::to_string(head) : "the journal has no such event"});
-    };
     RowDigest digest;
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
+    ReplayedChain* replayed = nullptr;  // what CompareBronzeRows needs of each event
+    if (bronze_ok) {
+      replayed = &journal_rows_[tenant];
+      replayed->head = head;
+      replayed->events.reserve(static_cast<size_t>(std::max<int64_t>(head, 0)));
+    }
+    RowKey bk{tenant, 0, "", 0};
     // This chain's pages; on return (whatever the path) `page` is the next chain's first page.
     auto skip_rest = [&]() -> Status {
       if (page && page->chain == chain && !page->last) {
@@ -800,45 +974,22 @@ class Auditor {
       const db::Rows& r = page->rows;
       for (int i = 0; i < r.size(); ++i) {
         const int64_t seq = r.GetInt(i, 0);
-        const std::string prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), signed_bytes = r.GetBytes(i, 3),
-                          signature = r.GetBytes(i, 4);
+        const std::string prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), signature = r.GetBytes(i, 4);
         ++report_.events;
         Result<journal::Envelope>& env = page->envs[static_cast<size_t>(i)];
         if (!env.ok()) {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's signed bytes do not parse (" + env.status().message() + "): run `oml verify`"});
           unaudited_.insert(tenant);  // nothing after it can be replayed: no other finding about it
+          if (replayed != nullptr) replayed->stopped_at = seq;
           return skip_rest();
         }
-        const RowKey bk{tenant, seq, "", 0};
+        std::get<1>(bk) = seq;
         const std::optional<int64_t> time_us = lake::UtcMicros(json(env->time));  // bronze and gold
-        // Bronze.
-        for (; at < lake_rows.size() && lake_rows[at].seq < seq; ++at) extra(lake_rows[at].seq);
-        const size_t first = at;
-        while (at < lake_rows.size() && lake_rows[at].seq == seq) ++at;
-        const size_t n = at - first;
-        if (bronze_ok) {
-          const bool delivered = delivery_->Delivered(kBronze, bk, kBronze);
-          if (delivered && n == 0) {
-            Add({"missing-in-lake", kBronze, tenant, seq, "", "", env->type, "", "the event is not in the table"});
-          } else if (!delivered && n > 0) {
-            Add({"extra-in-lake", kBronze, tenant, seq, "", "", "", std::to_string(n) + " row(s)",
-                 "the lake writer has not delivered this event (its outbox row is above the table's txn " +
-                     std::to_string(delivery_->TxnOf(kBronze)) + ")"});
-          } else if (n > 1) {
-            Add({"duplicate-in-lake", kBronze, tenant, seq, "", "", "1", std::to_string(n),
-                 "the event is stored " + std::to_string(n) + " times"});
-          }
-          if (n >= 1) {
-            const Digest want = JournalRowDigest(*env, prev, hash, signature, time_us, digest);
-            for (size_t k = first; k < at; ++k)
-              if (lake_rows[k].digest != want) {  // the first of its rows that differs is named
-                bronze_mismatch_[{tenant, seq}] = {prev, hash, signature,
-                                                   journal::BronzeRow(*env, hash, signed_bytes, signature), want};
-                break;
-              }
-          }
-        }
+        // Bronze: the digest of the row the event must have, compared once the scan is done.
+        if (replayed != nullptr)
+          replayed->events.push_back({seq, delivery_->Delivered(kBronze, bk, kBronze), TypeIndex(env->type),
+                                      JournalRowDigest(*env, prev, hash, signature, time_us, digest)});
         // Gold counts delivered bronze rows.
         if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
           const bool obj = env->payload.is_object();
@@ -863,6 +1014,7 @@ class Auditor {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
           unaudited_.insert(tenant);
+          if (replayed != nullptr) replayed->stopped_at = seq + 1;  // its own row was judged
           return skip_rest();
         }
         for (const auto& [artifact, version] : touched) {
@@ -878,8 +1030,6 @@ class Auditor {
       }
       OML_ASSIGN_OR_RETURN(page, pager.Next());
     }
-    // Lake rows the journal (up to the head) has no event for.
-    for (; at < lake_rows.size(); ++at) extra(lake_rows[at].seq);
     // What the buckets must hold, from the folded states.
     for (const auto& [k, a] : fold.artifacts) {
       if (tenant == journal::kProviderTenant) break;
@@ -1186,6 +1336,16 @@ class Auditor {
   std::map<std::string, TableRead> tables_;
   std::unique_ptr<Delivery> delivery_;
   std::map<std::string, std::vector<BronzeEntry>> bronze_;  // tenant -> its rows in seq order
+  std::future<Result<BronzeScan>> bronze_scan_;              // bronze_, being read
+  std::map<std::string, ReplayedChain> journal_rows_;  // tenant -> its events, for bronze
+  std::vector<std::string> event_types_;
+  std::map<std::string, uint32_t, std::less<>> event_type_index_;
+  uint32_t TypeIndex(const std::string& type) {
+    auto it = event_type_index_.find(type);
+    if (it != event_type_index_.end()) return it->second;
+    event_types_.push_back(type);
+    return event_type_index_[type] = static_cast<uint32_t>(event_types_.size() - 1);
+  }
   struct BronzeMismatch {
     std::string prev, hash, signature;  // the journal's, raw
     json expect;                        // journal::BronzeRow of the event
@@ -1255,7 +1415,8 @@ json Report::ToJson() const {
             {"objects_read", objects_read},
             {"bytes_hashed", bytes_hashed},
             {"key_material_uses", key_material_uses},
-            {"seconds", seconds}}}};
+            {"seconds", seconds},
+            {"phase_seconds", phase_seconds}}}};
 }
 
 std::string Report::ToText() const {

@@ -102,6 +102,11 @@ struct Report {
   int64_t objects_listed = 0, objects_read = 0, bytes_hashed = 0;
   uint64_t key_material_uses = 0;  // crypto::KeyMaterialUses() at the end: always 0
   double seconds = 0;
+  // Wall seconds of each step, one after the other: "lake" (the tables opened, silver and gold
+  // read), "journal" (the snapshot: delivery, the journal replayed, bronze compared), "compare"
+  // (bronze's columns named, silver, gold), "objects"; and "bronze_scan", bronze/events read on
+  // its own thread during "journal".
+  std::map<std::string, double> phase_seconds;
   int64_t started_unix_ms = 0;
   std::map<std::string, int64_t> table_version;  // table -> the Delta version read (-1: none)
   std::map<std::string, int64_t> heads;          // tenant -> the chain head seq audited
