@@ -1163,7 +1163,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   reconcile_cmd->add_flag("--no-objects", rc_args.no_objects, "compare the lake only, not the buckets");
   reconcile_cmd->add_option("--page-rows", rc_args.opts.page_rows,
-                            "journal events per fetch (default 4096; three pages are in memory at once)")
+                            "journal events per fetch (default 4096; a few pages are in memory at once)")
       ->check(CLI::Range(1, 1 << 20));
   reconcile_cmd->add_option("--metrics-file", rc_args.metrics_file,
                             "also write the run's metrics here, in Prometheus text (for node_exporter's textfile "

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <future>
 #include <chrono>
@@ -521,7 +522,8 @@ class JournalPager {
       std::optional<Result<db::Rows>> rows;
       if (raw_.valid()) {
         RawPage r = raw_.get();
-        if (r.chain == i && r.after == after) rows.emplace(std::move(r.rows));
+        // A fetch that failed and is not this page (a SkipChain) still failed the transaction.
+        if ((r.chain == i && r.after == after) || !r.rows.ok()) rows.emplace(std::move(r.rows));
       }
       if (!rows) rows.emplace(Fetch(i, after));
       if (!rows->ok()) return rows->status();
@@ -545,6 +547,7 @@ class JournalPager {
       std::future<std::vector<Result<journal::Envelope>>> second;
       if (half < n) second = std::async(std::launch::async, parse, half, n);
       p.envs = parse(0, half);
+      p.envs.reserve(static_cast<size_t>(n));
       if (second.valid())
         for (auto& e : second.get()) p.envs.push_back(std::move(e));
       return p;
@@ -572,6 +575,9 @@ class Auditor {
  public:
   Auditor(db::Conn& c, std::string lake_root, const Stores& stores, const Options& o)
       : c_(c), lake_root_(std::move(lake_root)), stores_(stores), o_(o) {}
+  // A scan still running (the run failed early) stops at its next batch; bronze_scan_'s
+  // destructor then waits for it, before the table it reads is destroyed.
+  ~Auditor() { cancel_scan_ = true; }
 
   Result<Report> Run() {
     const auto t0 = std::chrono::steady_clock::now();
@@ -713,8 +719,8 @@ class Auditor {
   void StartBronzeScan() {
     TableRead& t = tables_[kBronze];
     if (!t.readable) return;
-    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant]() {
-      return ScanBronze(table, only);
+    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant, this]() {
+      return ScanBronze(table, only, cancel_scan_);
     });
   }
 
@@ -730,7 +736,9 @@ class Auditor {
     return Status::Ok();
   }
 
-  static Result<BronzeScan> ScanBronze(const lake::DeltaTable& table, const std::string& only_tenant) {
+  // `cancel`: set when the run ends early (~Auditor): the scan stops at its next batch.
+  static Result<BronzeScan> ScanBronze(const lake::DeltaTable& table, const std::string& only_tenant,
+                                       const std::atomic<bool>& cancel) {
     const auto t0 = std::chrono::steady_clock::now();
     OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, table.Scan(BronzeScanColumns()));
     BronzeScan out;
@@ -739,6 +747,7 @@ class Auditor {
     std::string last_tenant;
     std::vector<BronzeEntry>* rows = nullptr;
     for (;;) {
+      if (cancel.load(std::memory_order_relaxed)) return Status(Code::kAborted, "the audit ended before the bronze scan", "");
       OML_ASSIGN_OR_RETURN(bool more, scan.Next(&b));
       if (!more) break;
       for (int64_t i = 0; i < b.num_rows(); ++i) {
@@ -793,7 +802,8 @@ class Auditor {
     for (auto& [key, m] : bronze_mismatch_)
       if (!m.done)
         Add({"row-mismatch", kBronze, key.first, key.second, "", "", "", "",
-             "the lake's row differs from the journal; its columns could not be read again (" + why + ")"});
+             "the lake's row differs from the journal; its columns could not be read again (" +
+                 (m.expect.is_null() ? std::string("the journal's event could not be read again") : why) + ")"});
     return Status::Ok();
   }
 
@@ -861,11 +871,15 @@ class Auditor {
     {
       JournalPager pager(c_, chains, o_.page_rows);
       OML_ASSIGN_OR_RETURN(std::optional<JournalPager::Page> page, pager.Next());
-      for (size_t i = 0; i < chains.size(); ++i) OML_RETURN_IF_ERROR(Chain(chains[i].first, chains[i].second, i, pager, page));
+      for (size_t i = 0; i < chains.size(); ++i) {
+        OML_RETURN_IF_ERROR(Chain(chains[i].first, chains[i].second, i, pager, page));
+        // Once the scan is done, each chain is compared as soon as it is replayed (its events
+        // and rows freed): the two are held whole only for the chains replayed before that.
+        OML_RETURN_IF_ERROR(CompareReplayedChains(/*wait=*/false));
+      }
     }  // the pager is done with the connection
-    OML_RETURN_IF_ERROR(JoinBronzeScan());
+    OML_RETURN_IF_ERROR(CompareReplayedChains(/*wait=*/true));
     if (tables_[kBronze].readable) {
-      for (auto& [tenant, replayed] : journal_rows_) CompareBronzeRows(tenant, replayed);
       // Rows of tenants with no chain.
       for (auto& [tenant, rows] : bronze_)
         for (const BronzeEntry& e : rows)
@@ -875,6 +889,19 @@ class Auditor {
     journal_rows_.clear();
     bronze_.clear();
     return ReadPlaces();
+  }
+
+  // Compares the chains replayed so far with their bronze rows, if the scan is done (`wait`:
+  // waits for it).
+  Status CompareReplayedChains(bool wait) {
+    if (bronze_scan_.valid()) {
+      if (!wait && bronze_scan_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return Status::Ok();
+      OML_RETURN_IF_ERROR(JoinBronzeScan());
+    }
+    if (tables_[kBronze].readable)
+      for (auto& [tenant, replayed] : journal_rows_) CompareBronzeRows(tenant, replayed);
+    journal_rows_.clear();
+    return Status::Ok();
   }
 
   // One chain's replayed events against its bronze rows (both in seq order): the events the
@@ -958,7 +985,6 @@ class Auditor {
     if (bronze_ok) {
       replayed = &journal_rows_[tenant];
       replayed->head = head;
-      replayed->events.reserve(static_cast<size_t>(std::max<int64_t>(head, 0)));
     }
     RowKey bk{tenant, 0, "", 0};
     // This chain's pages; on return (whatever the path) `page` is the next chain's first page.
@@ -1336,7 +1362,8 @@ class Auditor {
   std::map<std::string, TableRead> tables_;
   std::unique_ptr<Delivery> delivery_;
   std::map<std::string, std::vector<BronzeEntry>> bronze_;  // tenant -> its rows in seq order
-  std::future<Result<BronzeScan>> bronze_scan_;              // bronze_, being read
+  std::atomic<bool> cancel_scan_{false};
+  std::future<Result<BronzeScan>> bronze_scan_;  // bronze_, being read (after tables_: destroyed first)
   std::map<std::string, ReplayedChain> journal_rows_;  // tenant -> its events, for bronze
   std::vector<std::string> event_types_;
   std::map<std::string, uint32_t, std::less<>> event_type_index_;
