@@ -456,6 +456,10 @@ class JournalPager {
     bool last = false;  // the chain's last page (it may be empty)
     db::Rows rows;      // seq, prev_hash, event_hash, signed_bytes, signature
     std::vector<Result<journal::Envelope>> envs;  // one per row
+    // Of each row whose envelope parsed: its time as lake::UtcMicros reads it, and the digest of
+    // the bronze row it must have (JournalRowDigest), worked out beside the replay.
+    std::vector<std::optional<int64_t>> times;
+    std::vector<Digest> digests;
   };
 
   JournalPager(db::Conn& c, std::vector<std::pair<std::string, int64_t>> chains, int page_rows)
@@ -536,11 +540,22 @@ class JournalPager {
       const int64_t nafter = p.last ? 0 : p.rows.GetInt(n - 1, 0);
       if (ni < chains_.size())
         raw_ = std::async(std::launch::async, [this, ni, nafter]() { return RawPage{ni, nafter, Fetch(ni, nafter)}; });
-      // Parsed on two threads: the second half beside the first (read-only use of the result).
+      // Parsed on two threads: the second half beside the first (read-only use of the result;
+      // each writes its own rows of times and digests).
+      p.times.resize(static_cast<size_t>(n));
+      p.digests.resize(static_cast<size_t>(n));
       auto parse = [&p](int from, int to) {
         std::vector<Result<journal::Envelope>> v;
         v.reserve(static_cast<size_t>(to - from));
-        for (int k = from; k < to; ++k) v.push_back(journal::Envelope::FromVerifiedSignedBytes(p.rows.GetBytes(k, 3)));
+        RowDigest d;
+        for (int k = from; k < to; ++k) {
+          v.push_back(journal::Envelope::FromVerifiedSignedBytes(p.rows.GetBytes(k, 3)));
+          if (!v.back().ok()) continue;
+          const journal::Envelope& e = *v.back();
+          const auto t = p.times[static_cast<size_t>(k)] = lake::UtcMicros(json(e.time));
+          p.digests[static_cast<size_t>(k)] =
+              JournalRowDigest(e, p.rows.GetBytes(k, 1), p.rows.GetBytes(k, 2), p.rows.GetBytes(k, 4), t, d);
+        }
         return v;
       };
       const int half = n >= 256 ? n / 2 : n;
@@ -979,7 +994,6 @@ class Auditor {
     ++report_.tenants;
     report_.heads[tenant] = head;
     journal::ChainFold fold(tenant == journal::kProviderTenant);
-    RowDigest digest;
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
     ReplayedChain* replayed = nullptr;  // what CompareBronzeRows needs of each event
     if (bronze_ok) {
@@ -1000,7 +1014,6 @@ class Auditor {
       const db::Rows& r = page->rows;
       for (int i = 0; i < r.size(); ++i) {
         const int64_t seq = r.GetInt(i, 0);
-        const std::string prev = r.GetBytes(i, 1), hash = r.GetBytes(i, 2), signature = r.GetBytes(i, 4);
         ++report_.events;
         Result<journal::Envelope>& env = page->envs[static_cast<size_t>(i)];
         if (!env.ok()) {
@@ -1011,11 +1024,11 @@ class Auditor {
           return skip_rest();
         }
         std::get<1>(bk) = seq;
-        const std::optional<int64_t> time_us = lake::UtcMicros(json(env->time));  // bronze and gold
+        const std::optional<int64_t>& time_us = page->times[static_cast<size_t>(i)];  // bronze and gold
         // Bronze: the digest of the row the event must have, compared once the scan is done.
         if (replayed != nullptr)
           replayed->events.push_back({seq, delivery_->Delivered(kBronze, bk, kBronze), TypeIndex(env->type),
-                                      JournalRowDigest(*env, prev, hash, signature, time_us, digest)});
+                                      page->digests[static_cast<size_t>(i)]});
         // Gold counts delivered bronze rows.
         if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
           const bool obj = env->payload.is_object();
@@ -1054,6 +1067,7 @@ class Auditor {
           }
         }
       }
+      Dispose(std::exchange(page, std::nullopt));  // freed beside the replay
       OML_ASSIGN_OR_RETURN(page, pager.Next());
     }
     // What the buckets must hold, from the folded states.
@@ -1075,7 +1089,17 @@ class Auditor {
                           since_us});
       }
     }
+    Dispose(std::move(fold));  // its maps are freed beside the next chain's replay
     return Status::Ok();
+  }
+
+  // Destroys `x` on another thread (the replay's thread is the audit's busiest: a page's parsed
+  // envelopes and a chain's fold are many small blocks). One at a time: waits for the last.
+  template <typename T>
+  void Dispose(T&& x) {
+    if (disposal_.valid()) disposal_.wait();
+    auto owned = std::make_shared<std::decay_t<T>>(std::forward<T>(x));
+    disposal_ = std::async(std::launch::async, [owned = std::move(owned)]() mutable { owned.reset(); });
   }
 
   void CompareBronze(const std::string& tenant, int64_t seq, const std::string& prev, const std::string& hash,
@@ -1362,6 +1386,7 @@ class Auditor {
   std::map<std::string, TableRead> tables_;
   std::unique_ptr<Delivery> delivery_;
   std::map<std::string, std::vector<BronzeEntry>> bronze_;  // tenant -> its rows in seq order
+  std::future<void> disposal_;  // Dispose's last
   std::atomic<bool> cancel_scan_{false};
   std::future<Result<BronzeScan>> bronze_scan_;  // bronze_, being read (after tables_: destroyed first)
   std::map<std::string, ReplayedChain> journal_rows_;  // tenant -> its events, for bronze
