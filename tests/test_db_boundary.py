@@ -14,6 +14,7 @@ notice reaches the client even when the transaction rolls back). `test_the_attac
 shows the same engine takes over a function pinned the old way, so a pass here means something.
 """
 import re
+import time
 
 import psycopg
 import pytest
@@ -40,6 +41,21 @@ def role_conn(d, role):
     url = re.sub(r"user=[^&]+", f"user={role}", d.app_url())
     assert f"user={role}" in url, url
     return psycopg.connect(url, autocommit=True)
+
+
+def wait_for_temp_objects_to_go(c, roles, timeout=30.0):
+    """Waits until no temporary relation of `roles` is left. A client's close returns before its
+    backend has dropped the session's temporary objects (the attacker's pg_temp tables and their
+    triggers), so a snapshot taken at once could still list them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = c.execute("SELECT count(*) FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace "
+                         "WHERE n.nspname LIKE 'pg\\_temp\\_%%' AND r.relowner::regrole::text = ANY(%s)",
+                         (list(roles),)).fetchone()[0]
+        if left == 0:
+            return
+        assert time.monotonic() < deadline, f"{left} temporary relations of {roles} still there"
+        time.sleep(0.05)
 
 
 def boundary_snapshot(c):
@@ -443,6 +459,7 @@ def test_shadowing_attack_against_every_definer_and_trigger_function_as_every_ro
             for r in roles:
                 c.execute(sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM {}").format(
                     sql.Identifier(c.info.dbname), sql.Identifier(r)))
+            wait_for_temp_objects_to_go(c, roles)
             after = boundary_snapshot(c)
         # The outbox rows the calls committed change no privilege; everything else is identical.
         for k in before:
