@@ -83,15 +83,19 @@ using ServedKey = std::tuple<std::string, int64_t, int64_t, std::string>;  // (a
 // fold on these tables.
 class ChainFold {
  public:
-  explicit ChainFold(bool provider) : provider_(provider) {}
+  // `body_reviews`: whether to keep `body_reviews` (verify --folds compares it; the reconciler
+  // has no use for it and leaves it empty).
+  explicit ChainFold(bool provider, bool body_reviews = true) : provider_(provider), keep_reviews_(body_reviews) {}
 
   // kDataLoss if a folded event's payload lacks a member or has one of the wrong type.
-  Status Apply(int64_t seq, const Envelope& e) {
-    try {
-      return ApplyOrThrow(seq, e);
-    } catch (const nlohmann::json::exception& ex) {
-      return DataLoss(e.type + " payload is malformed: " + ex.what());
-    }
+  Status Apply(int64_t seq, const Envelope& e) { return ApplyCatching(seq, e); }
+  // The same, taking the payload's strings instead of copying them: `e.payload` is left with
+  // moved-from strings (e.type and e.time stay as they were).
+  Status Apply(int64_t seq, Envelope&& e) {
+    take_ = true;
+    Status s = ApplyCatching(seq, e);
+    take_ = false;
+    return s;
   }
 
   std::map<std::string, TenantRow> tenants;           // provider chain only
@@ -101,14 +105,33 @@ class ChainFold {
   std::map<std::string, SimulationRow> simulations;  // by simulation_id
   // artifacts.body_review: claim.submitted's `review` member as signed (dumped), nullopt (NULL)
   // when it has none. One entry per entry of `artifacts`.
-  std::map<ArtifactKey, std::optional<std::string>> body_reviews;
+  std::map<ArtifactKey, std::optional<std::string>> body_reviews;  // empty if not kept
   std::map<AttachmentKey, AttachmentRow> attachments;
   std::map<ServedKey, int64_t> review_served;  // served_seq
 
  private:
-  static std::string Str(const nlohmann::json& p, const char* k) { return p.at(k).get<std::string>(); }
+  // Member k of p as a string: copied, or moved out when Apply was given the envelope (take_: p
+  // is then not const, whatever the reference says).
+  std::string Str(const nlohmann::json& p, const char* k) const {
+    const std::string& v = p.at(k).get_ref<const std::string&>();
+    return take_ ? std::move(const_cast<std::string&>(v)) : v;
+  }
 
-  // Throws nlohmann::json::exception for a missing member or one of the wrong type.
+  // Member k of p as a string, for a lookup (never moved).
+  static const std::string& Ref(const nlohmann::json& p, const char* k) {
+    return p.at(k).get_ref<const std::string&>();
+  }
+
+  Status ApplyCatching(int64_t seq, const Envelope& e) {
+    try {
+      return ApplyOrThrow(seq, e);
+    } catch (const nlohmann::json::exception& ex) {
+      return DataLoss(e.type + " payload is malformed: " + ex.what());
+    }
+  }
+
+  // Throws nlohmann::json::exception for a missing member or one of the wrong type. A member Str
+  // reads (it may be moved out) is read by nothing after it; lookups use Ref.
   Status ApplyOrThrow(int64_t seq, const Envelope& e) {
     const nlohmann::json& p = e.payload;
     if (e.type == "tenant.created" && provider_) {
@@ -127,7 +150,7 @@ class ChainFold {
     } else if (e.type == "api_key.revoked") {
       // UPDATE … WHERE key_hash AND revoked_at IS NULL. A key no api_key.created made (inserted
       // outside oml) gets no expected row: its row is extra whether or not it was revoked.
-      auto it = api_keys.find(Str(p, "key_id"));
+      auto it = api_keys.find(Ref(p, "key_id"));
       if (it != api_keys.end() && it->second.revoked_seq == 0) it->second.revoked_seq = seq;
     } else if (e.type == "claim.submitted") {
       ArtifactRow a;
@@ -146,7 +169,11 @@ class ChainFold {
       a.state_seq = seq;
       a.submitted_at = a.state_at = e.time;
       a.workarea_seq = seq;
-      const ArtifactKey key{Str(p, "artifact_id"), p.at("version").get<int64_t>()};
+      ArtifactKey key{Str(p, "artifact_id"), p.at("version").get<int64_t>()};
+      if (!keep_reviews_) {
+        artifacts.emplace(std::move(key), std::move(a));
+        return Status::Ok();
+      }
       // INSERT … body_review = the payload's `review` (absent: NULL).
       std::optional<std::string> review;
       if (p.contains("review") && !p.at("review").is_null()) review = p.at("review").dump();
@@ -178,7 +205,8 @@ class ChainFold {
       // UPDATE … SET state, <act>_seq = seq WHERE (artifact_id, version) AND state = <from>: the
       // fold refuses (the transaction fails) when the state is not the act's starting state, so a
       // journalled act always found it.
-      auto it = artifacts.find(ArtifactKey{Str(p, "artifact_id"), p.at("version").get<int64_t>()});
+      const ArtifactKey key{Ref(p, "artifact_id"), p.at("version").get<int64_t>()};
+      auto it = artifacts.find(key);
       if (it != artifacts.end()) {
         ArtifactRow& a = it->second;
         if (e.type == "claim.promoted") {
@@ -199,8 +227,7 @@ class ChainFold {
       // location = 'quarantine') runs when the server had attachments to list, and the payload
       // then carries `attachments_served` (a server without the review gate writes neither).
       if (e.type == "claim.promoted" && p.contains("attachments_served")) {
-        const std::string id = Str(p, "artifact_id");
-        const int64_t version = p.at("version").get<int64_t>();
+        const auto& [id, version] = key;
         for (auto at = attachments.lower_bound({id, version, std::numeric_limits<int64_t>::min()});
              at != attachments.end() && std::get<0>(at->first) == id && std::get<1>(at->first) == version; ++at) {
           if (at->second.location != "quarantine") continue;
@@ -211,7 +238,7 @@ class ChainFold {
     } else if (e.type == "artifact.erased") {
       // UPDATE … SET state = 'erased', erased_seq = seq WHERE artifact_id AND erased_seq IS NULL
       // (every version).
-      const std::string id = Str(p, "artifact_id");
+      const std::string& id = Ref(p, "artifact_id");
       for (auto it = artifacts.lower_bound({id, std::numeric_limits<int64_t>::min()});
            it != artifacts.end() && it->first.first == id; ++it) {
         if (it->second.erased_seq != 0) continue;
@@ -234,7 +261,8 @@ class ChainFold {
       // UPDATE … SET workarea_id = to, reassigned_seq = seq WHERE artifact_id AND version IN
       // versions AND workarea_id = from AND erased_seq IS NULL, refused unless every listed
       // version matched: a journalled reassignment moved them all.
-      const std::string id = Str(p, "artifact_id"), to = Str(p, "to_workarea_id");
+      const std::string& id = Ref(p, "artifact_id");
+      const std::string to = Str(p, "to_workarea_id");
       for (const auto& v : p.at("versions")) {
         auto it = artifacts.find(ArtifactKey{id, v.get<int64_t>()});
         if (it == artifacts.end() || it->second.erased_seq != 0) continue;
@@ -248,7 +276,7 @@ class ChainFold {
     } else if (e.type == "simulation.ended") {
       // oml.end_simulation: ends it (refused unless running), then retracts every version of the
       // simulation that is not erased.
-      const std::string sim = Str(p, "simulation_id");
+      const std::string& sim = Ref(p, "simulation_id");
       auto it = simulations.find(sim);
       if (it != simulations.end() && it->second.ended_seq == 0) {
         it->second.state = "ended";
@@ -266,6 +294,8 @@ class ChainFold {
   }
 
   bool provider_;
+  bool keep_reviews_;
+  bool take_ = false;  // Apply(Envelope&&) is running
 };
 
 }  // namespace oml::journal

@@ -375,8 +375,8 @@ class Delivery {
   // lake::DeadLetterIndex::DeliveredThrough says for the table's txn; any other once the table's
   // txn passed its outbox seq (a row at or below the floor, or pruned, has).
   bool Delivered(const std::string& target, const RowKey& k, const std::string& table) const {
-    const int64_t txn = TxnOf(table);
     if (dead_.letters().empty() && lag_.empty()) return true;  // the usual case, without a lookup
+    const int64_t txn = TxnOf(table);
     if (dead_.Find(target, k) != nullptr) return dead_.DeliveredThrough(target, k, table, txn);
     auto l = lag_.find({target, k});
     if (l == lag_.end()) return true;  // at or below the floor (or pruned below the frontier)
@@ -993,7 +993,7 @@ class Auditor {
                std::optional<JournalPager::Page>& page) {
     ++report_.tenants;
     report_.heads[tenant] = head;
-    journal::ChainFold fold(tenant == journal::kProviderTenant);
+    journal::ChainFold fold(tenant == journal::kProviderTenant, /*body_reviews=*/false);
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
     ReplayedChain* replayed = nullptr;  // what CompareBronzeRows needs of each event
     if (bronze_ok) {
@@ -1049,7 +1049,8 @@ class Auditor {
         }
         // Folds, then the silver rows this event enqueues.
         const std::vector<journal::ArtifactKey> touched = lake::SilverKeysTouched(fold, *env);
-        if (Status s = fold.Apply(seq, *env); !s.ok()) {
+        // The fold takes the payload's strings (the envelope is not read after this).
+        if (Status s = fold.Apply(seq, std::move(*env)); !s.ok()) {
           Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
                "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
           unaudited_.insert(tenant);
@@ -1074,7 +1075,7 @@ class Auditor {
     for (const auto& [k, a] : fold.artifacts) {
       if (tenant == journal::kProviderTenant) break;
       // Without the buckets only a silver row's claim is looked up (CompareSilver's detail).
-      if (!o_.objects && !silver_.count({tenant, k.first, k.second})) continue;
+      if (!o_.objects && !silver_.count(ArtKeyView{tenant, k.first, k.second})) continue;
       const std::string place = a.erased_seq != 0 ? "none" : a.promoted_seq != 0 ? "bodies" : "quarantine";
       const std::string& since = a.erased_seq != 0 ? a.state_at : a.promoted_seq != 0 ? a.promoted_at : a.submitted_at;
       const int64_t since_us = lake::UtcMicros(json(since)).value_or(0);
@@ -1363,6 +1364,7 @@ class Auditor {
   }
 
   using ArtKey = std::tuple<std::string, std::string, int64_t>;  // tenant, artifact, version
+  using ArtKeyView = std::tuple<std::string_view, std::string_view, int64_t>;  // a lookup without copies
   using GoldKey = std::tuple<std::string, std::string, std::string, std::string>;
   struct ArtInfo {
     std::string digest, place;
@@ -1405,7 +1407,7 @@ class Auditor {
     bool done = false;                  // DetailBronze named the first row that differs
   };
   std::map<std::pair<std::string, int64_t>, BronzeMismatch> bronze_mismatch_;  // (tenant, seq)
-  std::map<ArtKey, std::vector<json>> silver_;
+  std::map<ArtKey, std::vector<json>, std::less<>> silver_;
   std::map<ArtKey, SilverExpect> silver_expected_;
   std::map<GoldKey, std::vector<int64_t>> gold_found_;
   std::map<GoldKey, int64_t> gold_expected_;
