@@ -5,11 +5,13 @@
 set -euo pipefail
 
 # postgresql-15-plpgsql-check: the PL/pgSQL lint of tests/test_db_boundary.py (issue 17).
+# libjemalloc-dev: the `oml` binary's allocator (src/cli/CMakeLists.txt says why); libsimdjson-dev:
+# the reconciler's envelope parser (src/journal/event.cc).
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache mold git curl
   libpq-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libboost1.81-dev prometheus-cpp-dev libtomlplusplus-dev libgtest-dev googletest
-  libmagic-dev libmagic-mgc libpoppler-cpp-dev libre2-dev poppler-utils
+  libmagic-dev libmagic-mgc libpoppler-cpp-dev libre2-dev poppler-utils libjemalloc-dev libsimdjson-dev
   postgresql-15 postgresql-contrib postgresql-15-plpgsql-check sudo python3-venv locales
 )
 if [ "${1:-}" = "--bench" ]; then APT_PACKAGES+=(wrk openssl); fi

@@ -224,3 +224,17 @@ def test_local_profile_works_for_a_non_root_user():
     finally:
         run("cluster", "stop")
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_binary_allocates_with_jemalloc():
+    """src/cli/CMakeLists.txt links jemalloc as the binary's malloc (docs/performance.md: glibc's
+    malloc was a third of a reconcile). If the link order ever let libc's malloc win, jemalloc
+    would be loaded but unused: its own stats, printed at exit on request, prove it served the
+    allocations."""
+    r = subprocess.run([OML_BIN, "canonicalize"], input='{"b":2,"a":1}\n', capture_output=True, text=True,
+                       env={**os.environ, "MALLOC_CONF": "stats_print:true"}, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == '7b2261223a312c2262223a327d\n'
+    assert "___ Begin jemalloc statistics ___" in r.stderr
+    m = re.search(r'^Version: "(\d+)\.(\d+)\.', r.stderr, re.M)
+    assert m and (int(m[1]), int(m[2])) >= (5, 3), r.stderr[:300]

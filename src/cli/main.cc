@@ -1,7 +1,7 @@
 // The `oml` command: one binary, one subcommand per operation (ARCHITECTURE.md "Components").
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
-#include <malloc.h>
+#include <jemalloc/jemalloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -421,13 +421,34 @@ sigset_t BlockStopSignals() {
   return set;
 }
 
+// Sets jemalloc's dirty and muzzy decay to 0 for every arena, present and future (the binary's
+// allocator: src/cli/CMakeLists.txt). Internal if jemalloc refuses (it is not the allocator).
+Status ReturnFreedMemoryAtOnce() {
+  ssize_t zero = 0;
+  for (const char* name : {"arenas.dirty_decay_ms", "arenas.muzzy_decay_ms"})
+    if (int e = mallctl(name, nullptr, nullptr, &zero, sizeof zero); e != 0)
+      return Internal(std::string("jemalloc: mallctl ") + name + ": " + std::strerror(e));
+  unsigned narenas = 0;
+  size_t len = sizeof narenas;
+  if (int e = mallctl("arenas.narenas", &narenas, &len, nullptr, 0); e != 0)
+    return Internal(std::string("jemalloc: mallctl arenas.narenas: ") + std::strerror(e));
+  for (unsigned i = 0; i < narenas; ++i) {
+    for (const char* what : {"dirty_decay_ms", "muzzy_decay_ms"}) {
+      const std::string name = "arena." + std::to_string(i) + "." + what;
+      // EFAULT: arena i is not initialized yet (it will take the defaults set above).
+      if (int e = mallctl(name.c_str(), nullptr, nullptr, &zero, sizeof zero); e != 0 && e != EFAULT)
+        return Internal("jemalloc: mallctl " + name + ": " + std::strerror(e));
+    }
+  }
+  return Status::Ok();
+}
+
 // `local_profile`: `oml dev`, whose durability is reduced by definition (one disk, no standbys).
 Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_profile = false) {
-  // Buffers of 256 KiB and more (request bodies up to http_max_request_bytes, an upload chunk's
-  // ciphertext) are mmapped and unmapped on free. glibc otherwise raises its mmap threshold after
-  // the first such free and keeps them in each worker thread's arena: a 1 GiB tus upload in
-  // 6 MiB chunks left ~300 MiB resident over 32 workers (tests/test_uploads.py, memory).
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  // Freed pages go back to the system at once (jemalloc otherwise keeps them ~10 s in each of
+  // its arenas): a 1 GiB tus upload in 6 MiB chunks over 32 workers otherwise left ~100 MiB more
+  // resident at its peak (tests/test_uploads.py, memory). The batch commands keep the default.
+  OML_RETURN_IF_ERROR(ReturnFreedMemoryAtOnce());
   OML_ASSIGN_OR_RETURN(auto rt, Runtime::Open(c, true, c.db_pool_size, c.db_acquire_timeout_ms));
   OML_RETURN_IF_ERROR(journal::CheckSigningKeyInForce(*rt->pool, *rt->key));
   OML_RETURN_IF_ERROR(rt->RequireOwnKeyTrusted());

@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <ctime>
+#include <iterator>
+
+#include <simdjson.h>
 
 #include "crypto/crypto.h"
 #include "journal/canonical_json.h"
@@ -26,10 +29,82 @@ Result<Envelope> Envelope::FromSignedBytes(const std::string& bytes) {
   return EnvelopeOf(std::move(j));
 }
 
+namespace {
+// A simdjson DOM element as nlohmann::json, typed as nlohmann::json::parse types the same text:
+// a non-negative integer is number_unsigned, a negative one number_integer, anything with a
+// fraction or an exponent number_float; of duplicate object members the last wins.
+nlohmann::json ToNlohmann(simdjson::dom::element e) {
+  switch (e.type()) {
+    case simdjson::dom::element_type::OBJECT: {
+      nlohmann::json j = nlohmann::json::object();
+      auto& o = j.get_ref<nlohmann::json::object_t&>();
+      for (auto [k, v] : simdjson::dom::object(e)) {
+        // Members usually come sorted (canonical JSON): appended at the end without a search.
+        if (o.empty() || std::prev(o.end())->first < k)
+          o.emplace_hint(o.end(), std::string(k), ToNlohmann(v));
+        else
+          o[std::string(k)] = ToNlohmann(v);
+      }
+      return j;
+    }
+    case simdjson::dom::element_type::ARRAY: {
+      nlohmann::json j = nlohmann::json::array();
+      auto& a = j.get_ref<nlohmann::json::array_t&>();
+      for (simdjson::dom::element v : simdjson::dom::array(e)) a.push_back(ToNlohmann(v));
+      return j;
+    }
+    case simdjson::dom::element_type::STRING:
+      return std::string(std::string_view(e));
+    case simdjson::dom::element_type::INT64: {
+      const int64_t i = int64_t(e);
+      if (i >= 0) return static_cast<uint64_t>(i);
+      return i;
+    }
+    case simdjson::dom::element_type::UINT64:
+      return uint64_t(e);
+    case simdjson::dom::element_type::DOUBLE:
+      return double(e);
+    case simdjson::dom::element_type::BOOL:
+      return bool(e);
+    case simdjson::dom::element_type::NULL_VALUE:
+      return nullptr;
+  }
+  return nullptr;  // unreachable: every element type is handled above
+}
+
+// Whether `text` may hold the integer -0 outside a string: a "-0" after a structural character or
+// whitespace and not followed by a fraction, an exponent or a digit (a string may match too: the
+// check only has to miss none). nlohmann reads it as number_integer, simdjson as the INT64 0
+// that ToNlohmann makes number_unsigned.
+bool MayHoldNegativeZero(std::string_view text) {
+  for (size_t at = text.find("-0"); at != std::string_view::npos; at = text.find("-0", at + 1)) {
+    const char before = at == 0 ? ' ' : text[at - 1];
+    const char after = at + 2 < text.size() ? text[at + 2] : ' ';
+    const bool token_start = before == ':' || before == ',' || before == '[' || before == ' ' || before == '\n' ||
+                             before == '\t' || before == '\r';
+    const bool integer_end = !(after == '.' || after == 'e' || after == 'E' || (after >= '0' && after <= '9'));
+    if (token_start && integer_end) return true;
+  }
+  return false;
+}
+}  // namespace
+
+Result<nlohmann::json> ParseJsonFast(const std::string& text) {
+  // One parser per thread: its buffers are reused from document to document.
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (!MayHoldNegativeZero(text) && parser.parse(text).get(root) == simdjson::SUCCESS) return ToNlohmann(root);
+  // What simdjson refuses (an integer beyond 64 bits, which nlohmann reads as a double; bad
+  // JSON) is left to nlohmann, so that the result is always nlohmann's.
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return DataLoss("not valid JSON");
+  return j;
+}
+
 Result<Envelope> Envelope::FromVerifiedSignedBytes(const std::string& bytes) {
-  nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return DataLoss("signed bytes are not valid JSON");
-  return EnvelopeOf(std::move(j));
+  Result<nlohmann::json> j = ParseJsonFast(bytes);
+  if (!j.ok()) return DataLoss("signed bytes are not valid JSON");
+  return EnvelopeOf(std::move(*j));
 }
 
 namespace {

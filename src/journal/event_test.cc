@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 
@@ -130,6 +131,51 @@ TEST_F(ReceiptTest, DetectsEachTamper) {
   EXPECT_EQ(s.code(), Code::kDataLoss);
   EXPECT_EQ(s.message(), "receipt key_id " + r_.key_id + " is not the given public key (" +
                              crypto::KeyIdFor(other->public_key()) + ")");
+}
+
+// ParseJsonFast (simdjson) must give what nlohmann::json::parse gives: the same value, the same
+// number types (the fold and the digests read them), the same dump.
+TEST(ParseJsonFastTest, EqualsNlohmannValueTypeAndDump) {
+  const std::vector<std::string> docs = {
+      "{}", "[]", "null", "true", "false", "0", "-0", "1", "-1", "0.5", "-0.0", "1e2", "1E-2", "1.0",
+      "9223372036854775807", "-9223372036854775808", "9223372036854775808", "18446744073709551615",
+      "18446744073709551616", "123456789012345678901234567890", "-9223372036854775809",
+      R"("")", R"("\u00e9\ud83d\ude00\n\t\"\\\/")", "\"\xc3\xa9\xf0\x9f\x98\x80\"",
+      R"({"b":1,"a":2,"c":{"z":[1,-2,3.5,"x",null,true,{}],"y":[]}})",
+      R"({"a":1,"a":2})", R"({"b":1,"a":2,"b":3})", R"({"":0,"\u0000":1})",
+      R"({"v":1,"tenant":"6f1c2a0e-3b4d-4e5f-8a9b-0c1d2e3f4a5b","seq":7,"payload":{"size":5,"n":-3}})",
+      "  [1, 2 ,\n3]  ", "[-0,-0.0,-0e1, -0]", R"({"a":-0})", R"({"t":"2026-01-05","n":-5,"z":-0.5})", R"([[[[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]]])",
+  };
+  for (const std::string& d : docs) {
+    const nlohmann::json want = nlohmann::json::parse(d);
+    Result<nlohmann::json> got = ParseJsonFast(d);
+    ASSERT_TRUE(got.ok()) << d << ": " << got.status().ToString();
+    EXPECT_EQ(got->type(), want.type()) << d;
+    EXPECT_EQ(*got, want) << d;
+    EXPECT_EQ(got->dump(), want.dump()) << d;
+    // Every nested value's type too (== compares 1 and 1u equal).
+    std::function<void(const nlohmann::json&, const nlohmann::json&)> same_types = [&](const nlohmann::json& a,
+                                                                                       const nlohmann::json& b) {
+      ASSERT_EQ(a.type(), b.type()) << d << " at " << a.dump();
+      if (a.is_object())
+        for (auto it = a.begin(); it != a.end(); ++it) same_types(it.value(), b.at(it.key()));
+      if (a.is_array())
+        for (size_t i = 0; i < a.size(); ++i) same_types(a[i], b[i]);
+    };
+    same_types(*got, want);
+  }
+}
+
+TEST(ParseJsonFastTest, RefusesWhatNlohmannRefuses) {
+  for (const std::string d : {"", "{", "[1,]", "{\"a\":}", "nul", "\"\xff\"", "\"\xc3\"", "01", "1.", "[1] x",
+                              "{\"a\" 1}", "\"\\ud800\"x", "-05", "[-0", "{\"a\":-0"}) {
+    const bool nlohmann_ok = nlohmann::json::accept(d);
+    Result<nlohmann::json> got = ParseJsonFast(d);
+    EXPECT_EQ(got.ok(), nlohmann_ok) << d;
+    if (!got.ok()) {
+      EXPECT_EQ(got.status().code(), Code::kDataLoss) << d;
+    }
+  }
 }
 
 }  // namespace
