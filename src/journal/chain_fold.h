@@ -92,10 +92,11 @@ class ChainFold {
   // The same, taking the payload's strings instead of copying them: `e.payload` is left with
   // moved-from strings (e.type and e.time stay as they were).
   Status Apply(int64_t seq, Envelope&& e) {
-    take_ = true;
-    Status s = ApplyCatching(seq, e);
-    take_ = false;
-    return s;
+    struct Taking {  // take_ is reset however ApplyCatching ends (bad_alloc included)
+      bool& t;
+      ~Taking() { t = false; }
+    } taking{take_ = true};
+    return ApplyCatching(seq, e);
   }
 
   std::map<std::string, TenantRow> tenants;           // provider chain only
@@ -113,13 +114,17 @@ class ChainFold {
   // Member k of p as a string: copied, or moved out when Apply was given the envelope (take_: p
   // is then not const, whatever the reference says).
   std::string Str(const nlohmann::json& p, const char* k) const {
-    const std::string& v = p.at(k).get_ref<const std::string&>();
+    const std::string& v = Ref(p, k);
     return take_ ? std::move(const_cast<std::string&>(v)) : v;
   }
 
-  // Member k of p as a string, for a lookup (never moved).
+  // Member k of p as a string, for a lookup (never moved). A member of another type throws
+  // what get<std::string>() throws ("type must be string, but is number"), not get_ref's
+  // less telling type_error.303.
   static const std::string& Ref(const nlohmann::json& p, const char* k) {
-    return p.at(k).get_ref<const std::string&>();
+    const nlohmann::json& v = p.at(k);
+    if (!v.is_string()) (void)v.get<std::string>();
+    return v.get_ref<const std::string&>();
   }
 
   Status ApplyCatching(int64_t seq, const Envelope& e) {

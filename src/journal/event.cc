@@ -30,6 +30,8 @@ Result<Envelope> Envelope::FromSignedBytes(const std::string& bytes) {
 }
 
 namespace {
+struct UnknownElement {};
+
 // A simdjson DOM element as nlohmann::json, typed as nlohmann::json::parse types the same text:
 // a non-negative integer is number_unsigned, a negative one number_integer, anything with a
 // fraction or an exponent number_float; of duplicate object members the last wins.
@@ -69,7 +71,8 @@ nlohmann::json ToNlohmann(simdjson::dom::element e) {
     case simdjson::dom::element_type::NULL_VALUE:
       return nullptr;
   }
-  return nullptr;  // unreachable: every element type is handled above
+  // A type this code does not know (a newer simdjson's): nlohmann parses the document instead.
+  throw UnknownElement{};
 }
 
 // Whether `text` may hold the integer -0 outside a string: a "-0" after a structural character or
@@ -93,7 +96,12 @@ Result<nlohmann::json> ParseJsonFast(const std::string& text) {
   // One parser per thread: its buffers are reused from document to document.
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
-  if (!MayHoldNegativeZero(text) && parser.parse(text).get(root) == simdjson::SUCCESS) return ToNlohmann(root);
+  if (!MayHoldNegativeZero(text) && parser.parse(text).get(root) == simdjson::SUCCESS) {
+    try {
+      return ToNlohmann(root);
+    } catch (const UnknownElement&) {
+    }
+  }
   // What simdjson refuses (an integer beyond 64 bits, which nlohmann reads as a double; bad
   // JSON) is left to nlohmann, so that the result is always nlohmann's.
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -145,6 +145,8 @@ TEST(ParseJsonFastTest, EqualsNlohmannValueTypeAndDump) {
       R"({"a":1,"a":2})", R"({"b":1,"a":2,"b":3})", R"({"":0,"\u0000":1})",
       R"({"v":1,"tenant":"6f1c2a0e-3b4d-4e5f-8a9b-0c1d2e3f4a5b","seq":7,"payload":{"size":5,"n":-3}})",
       "  [1, 2 ,\n3]  ", "[-0,-0.0,-0e1, -0]", R"({"a":-0})", R"({"t":"2026-01-05","n":-5,"z":-0.5})", R"([[[[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]]])",
+      "-1e-400", "1E+2", "-1.5e-3", R"("a\u0000b")", "\xEF\xBB\xBF-0", "\xEF\xBB\xBF" "1",
+      std::string(1025, '[') + std::string(1025, ']'),  // deeper than simdjson's default: nlohmann's
   };
   for (const std::string& d : docs) {
     const nlohmann::json want = nlohmann::json::parse(d);
@@ -168,7 +170,8 @@ TEST(ParseJsonFastTest, EqualsNlohmannValueTypeAndDump) {
 
 TEST(ParseJsonFastTest, RefusesWhatNlohmannRefuses) {
   for (const std::string d : {"", "{", "[1,]", "{\"a\":}", "nul", "\"\xff\"", "\"\xc3\"", "01", "1.", "[1] x",
-                              "{\"a\" 1}", "\"\\ud800\"x", "-05", "[-0", "{\"a\":-0"}) {
+                              "{\"a\" 1}", "\"\\ud800\"x", "-05", "[-0", "{\"a\":-0",
+                              "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "1e400", "[1e309]", "\"\x01\""}) {
     const bool nlohmann_ok = nlohmann::json::accept(d);
     Result<nlohmann::json> got = ParseJsonFast(d);
     EXPECT_EQ(got.ok(), nlohmann_ok) << d;
