@@ -167,7 +167,7 @@ def test_a_clean_deployment_reconciles_to_nothing_and_touches_no_key(served):
     assert "reconcile: last run " in doc.stdout and " 0 finding(s)" in doc.stdout, doc.stdout
     prom = d.home / "reconcile.prom"
     with no_keys(d):
-        d.run("reconcile", "--no-objects", "--metrics-file", str(prom), env=KEYLESS)
+        d.run("reconcile", "--no-objects", "--full", "--metrics-file", str(prom), env=KEYLESS)
     text = prom.read_text()
     assert 'oml_reconcile_findings{class="missing-in-lake"} 0\n' in text
     assert 'oml_reconcile_findings{class="dead-lettered"} 0\n' in text

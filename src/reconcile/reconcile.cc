@@ -341,11 +341,14 @@ class Delivery {
   // Loads the dead letters (lake::DeadLetterIndex) and the outbox rows above what each target's
   // tables hold (the lag: normally small), a page at a time. Payload members are read only from
   // silver rows, and only when they have the right JSON type.
-  Status Load(db::Conn& c, const std::string& stream, const std::string& outbox_table, const std::string& only_tenant) {
+  // `delivered_through`: an outbox seq through which every row is known delivered to every
+  // table (0: none known): the lag is read above it only.
+  Status Load(db::Conn& c, const std::string& stream, const std::string& outbox_table, const std::string& only_tenant,
+              int64_t delivered_through = 0) {
     OML_RETURN_IF_ERROR(dead_.Load(c, stream, only_tenant));
     // Silver rows above silver's txn; bronze rows above the lower of bronze's and gold's.
-    const int64_t silver_floor = std::max<int64_t>(TxnOf(kSilver), 0);
-    const int64_t bronze_floor = std::max<int64_t>(std::min(TxnOf(kBronze), TxnOf(kGold)), 0);
+    const int64_t silver_floor = std::max<int64_t>(TxnOf(kSilver), delivered_through);
+    const int64_t bronze_floor = std::max<int64_t>(std::min(TxnOf(kBronze), TxnOf(kGold)), delivered_through);
     for (int64_t after = std::min(silver_floor, bronze_floor);;) {
       OML_ASSIGN_OR_RETURN(
           db::Rows lag,
@@ -410,6 +413,7 @@ struct NamedObject {
   std::optional<uint64_t> size;           // attachments: the journalled ciphertext_size
   std::string place;                      // quarantine | bodies | none (erased)
   int64_t place_since_us = 0;             // signed time of the event that set `place` (0: submission)
+  bool carried = false;                   // incremental: taken from the baseline, its claim not replayed
 };
 
 Result<std::string> HashObject(blob::ObjectStore& store, const std::string& key, uint64_t size, int64_t* read) {
@@ -462,7 +466,13 @@ class JournalPager {
     std::vector<Digest> digests;
   };
 
-  JournalPager(db::Conn& c, std::vector<std::pair<std::string, int64_t>> chains, int page_rows)
+  // A chain: its events after `after` up to `head`.
+  struct Span {
+    std::string tenant;
+    int64_t after = 0, head = 0;
+  };
+
+  JournalPager(db::Conn& c, std::vector<Span> chains, int page_rows)
       : c_(c), chains_(std::move(chains)), page_rows_(page_rows) {}
   ~JournalPager() {
     if (next_.valid()) next_.wait();
@@ -476,10 +486,10 @@ class JournalPager {
     Result<Page> in_flight = next_.get();  // the connection is free again
     if (in_flight.ok() && in_flight->chain != i) {
       Page page = std::move(*in_flight);
-      page.last ? Prefetch(page.chain + 1, 0) : Prefetch(page.chain, page.rows.GetInt(page.rows.size() - 1, 0));
+      page.last ? Prefetch(page.chain + 1, kStart) : Prefetch(page.chain, page.rows.GetInt(page.rows.size() - 1, 0));
       return std::optional<Page>(std::move(page));
     }
-    if (!Prefetch(i + 1, 0)) return std::optional<Page>();
+    if (!Prefetch(i + 1, kStart)) return std::optional<Page>();
     return Next();
   }
 
@@ -488,13 +498,13 @@ class JournalPager {
     if (!next_.valid()) {
       if (started_) return std::optional<Page>();
       started_ = true;
-      if (!Prefetch(0, 0)) return std::optional<Page>();
+      if (!Prefetch(0, kStart)) return std::optional<Page>();
     }
     OML_ASSIGN_OR_RETURN(Page page, next_.get());
     if (!page.last) {
       Prefetch(page.chain, page.rows.GetInt(page.rows.size() - 1, 0));
     } else {
-      Prefetch(page.chain + 1, 0);
+      Prefetch(page.chain + 1, kStart);
     }
     return std::optional<Page>(std::move(page));
   }
@@ -502,16 +512,16 @@ class JournalPager {
  private:
   // The first non-empty chain from i on (chains_.size() if none).
   size_t NonEmpty(size_t i) const {
-    while (i < chains_.size() && chains_[i].second <= 0) ++i;  // empty chains have no page
+    while (i < chains_.size() && chains_[i].head <= chains_[i].after) ++i;  // empty spans have no page
     return i;
   }
 
   Result<db::Rows> Fetch(size_t i, int64_t after) {
-    const auto& [tenant, head] = chains_[i];
+    const Span& span = chains_[i];
     OML_ASSIGN_OR_RETURN(std::vector<db::Rows> r,
                          c_.Pipeline({{"SELECT seq, prev_hash, event_hash, signed_bytes, signature FROM oml.journal "
                                        "WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-                                       {db::Text(tenant), db::Int(after), db::Int(head), db::Int(page_rows_)},
+                                       {db::Text(span.tenant), db::Int(after), db::Int(span.head), db::Int(page_rows_)},
                                        "reconcile_page", true}}));
     return std::move(r[0]);
   }
@@ -519,9 +529,12 @@ class JournalPager {
   // Starts building chain i's page after `after` (fetched, parsed); false if there is no chain i.
   // The task takes the fetch of the page started by the task before it (raw_) if that was this
   // page (a SkipChain makes it another), and starts the fetch of the page after it before parsing.
+  // `after` kStart: the span's own start.
   bool Prefetch(size_t i, int64_t after) {
+    const size_t asked = i;
     i = NonEmpty(i);
     if (i >= chains_.size()) return false;
+    if (after == kStart || i != asked) after = chains_[i].after;
     next_ = std::async(std::launch::async, [this, i, after]() -> Result<Page> {
       std::optional<Result<db::Rows>> rows;
       if (raw_.valid()) {
@@ -531,13 +544,13 @@ class JournalPager {
       }
       if (!rows) rows.emplace(Fetch(i, after));
       if (!rows->ok()) return rows->status();
-      const int64_t head = chains_[i].second;
+      const int64_t head = chains_[i].head;
       Page p{i, false, std::move(**rows), {}};
       const int n = p.rows.size();
       p.last = n == 0 || p.rows.GetInt(n - 1, 0) >= head;
       // The page after this one, fetched while this one is parsed.
       const size_t ni = p.last ? NonEmpty(i + 1) : i;
-      const int64_t nafter = p.last ? 0 : p.rows.GetInt(n - 1, 0);
+      const int64_t nafter = p.last ? (ni < chains_.size() ? chains_[ni].after : 0) : p.rows.GetInt(n - 1, 0);
       if (ni < chains_.size())
         raw_ = std::async(std::launch::async, [this, ni, nafter]() { return RawPage{ni, nafter, Fetch(ni, nafter)}; });
       // Parsed on two threads: the second half beside the first (read-only use of the result;
@@ -576,8 +589,10 @@ class JournalPager {
     Result<db::Rows> rows;
   };
 
+  static constexpr int64_t kStart = -1;
+
   db::Conn& c_;
-  const std::vector<std::pair<std::string, int64_t>> chains_;
+  const std::vector<Span> chains_;
   const int page_rows_;
   bool started_ = false;
   std::future<Result<Page>> next_;
@@ -608,6 +623,10 @@ class Auditor {
     // 1. The lake writer's position, outside any transaction (lake_status.h).
     OML_ASSIGN_OR_RETURN(lake::LakeStatus st, lake::ReadLakeStatus(c_, stream, lake_root_));
     WriterFindings(st);
+    frontier_ = st.frontier;
+    // The baseline is read from the database while the tables are read (they do not use it).
+    std::future<Result<std::optional<Baseline>>> baseline;
+    if (!o_.full && o_.since_us == 0) baseline = std::async(std::launch::async, [this] { return LoadBaseline(); });
     // 2. The tables, each at one version with its txn: before the database snapshot. Each is
     // parsed (and its text freed) before the next is read.
     std::map<std::string, int64_t> txns;
@@ -622,10 +641,16 @@ class Auditor {
       const std::string n = name;
       if (n != kBronze) OML_RETURN_IF_ERROR(n == kSilver ? ParseSilver() : ParseGold());
     }
+    // Full or incremental (a baseline, and what changed since it), before bronze is scanned.
+    phase("lake.tables");
+    OML_RETURN_IF_ERROR(ChooseMode(baseline));
+    phase("lake.mode");
     // bronze/events, the large table, is scanned on its own thread while the journal is replayed
     // (its files are fixed by the version read above); InSnapshot joins it before comparing.
     StartBronzeScan();
-    phase("lake");
+    phase("lake.scan_start");
+    report_.phase_seconds["lake"] = report_.phase_seconds["lake.tables"] + report_.phase_seconds["lake.mode"] +
+                                    report_.phase_seconds["lake.scan_start"];
     // 3. One snapshot of the database: the journal and what the buckets must hold.
     snapshot_us_ = NowMicros();  // an object written after this is unknown to the snapshot
     OML_RETURN_IF_ERROR(c_.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
@@ -646,12 +671,52 @@ class Auditor {
       return std::tie(a.cls, a.table, a.tenant, a.seq, a.key, a.column) <
              std::tie(b.cls, b.table, b.tenant, b.seq, b.key, b.column);
     });
+    BuildCheckpoint();
     report_.key_material_uses = crypto::KeyMaterialUses();
     report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return std::move(report_);
   }
 
  private:
+  using ArtKey = std::tuple<std::string, std::string, int64_t>;  // tenant, artifact, version
+  using ArtKeyView = std::tuple<std::string_view, std::string_view, int64_t>;  // a lookup without copies
+  using GoldKey = std::tuple<std::string, std::string, std::string, std::string>;
+  // ---- incremental ----
+  struct ChainMark {
+    int64_t head = 0;
+    std::string hash;                      // event_hash at head, hex
+    int64_t bronze = 0, gold = 0, silver = 0;  // every event through this seq had reached the table
+  };
+  using ListingKey = std::pair<std::string, std::string>;  // (bucket, key)
+  struct Baseline {
+    int64_t run = 0;  // oml.reconcile_runs id
+    std::map<std::string, std::pair<int64_t, int64_t>> bronze_files;  // path -> (size, modified ms)
+    std::map<std::string, ChainMark> chains;
+    std::map<GoldKey, int64_t> gold;           // expected counts
+    std::map<ArtKey, std::string> silver;      // SilverRowDigest of each row
+    std::map<std::string, int64_t> txn;
+    std::vector<NamedObject> named;
+    std::map<ListingKey, std::pair<int64_t, int64_t>> listing;  // hashed and right: (size, modified ms)
+    bool since = false;       // not a run's checkpoint: the --since window (SinceWindow)
+    int64_t frontier = 0;     // the lake writer's frontier when the run began
+    bool caught_up = false;   // every chain had reached every table (each mark at its head)
+  };
+  // What this run saw of a chain, for the next checkpoint.
+  struct Track {
+    int64_t head = 0;
+    std::string hash;
+    std::optional<ChainMark> base;
+    int64_t bronze_gap = 0, gold_gap = 0, silver_gap = 0;  // the first event not delivered (0: none)
+    bool broken = false;  // an event delivered after one that was not: the marks are no prefix
+    void Mark(int64_t* gap, bool delivered, int64_t seq) {
+      if (!delivered) {
+        if (*gap == 0) *gap = seq;
+      } else if (*gap != 0) {
+        broken = true;
+      }
+    }
+  };
+
   void Add(Finding f) { report_.findings.push_back(std::move(f)); }
   bool InScope(const std::string& tenant) const { return o_.only_tenant.empty() || tenant == o_.only_tenant; }
 
@@ -717,6 +782,7 @@ class Auditor {
   };
   struct ReplayedChain {
     int64_t head = 0;
+    int64_t covered = 0;  // incremental: events through this seq were in the baseline's files
     int64_t stopped_at = std::numeric_limits<int64_t>::max();  // journal-unreadable there
     std::vector<ReplayedEvent> events;                           // in seq order
   };
@@ -734,8 +800,11 @@ class Auditor {
   void StartBronzeScan() {
     TableRead& t = tables_[kBronze];
     if (!t.readable) return;
-    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant, this]() {
-      return ScanBronze(table, only, cancel_scan_);
+    const bool only_new = base_ && !base_->since;
+    if (only_new && new_bronze_files_.empty()) return;  // incremental, nothing added: no row to read
+    const std::vector<std::string>* files = only_new ? &new_bronze_files_ : nullptr;
+    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant, files, this]() {
+      return ScanBronze(table, only, files, cancel_scan_);
     });
   }
 
@@ -752,10 +821,11 @@ class Auditor {
   }
 
   // `cancel`: set when the run ends early (~Auditor): the scan stops at its next batch.
+  // `files`: those data files only (nullptr: all).
   static Result<BronzeScan> ScanBronze(const lake::DeltaTable& table, const std::string& only_tenant,
-                                       const std::atomic<bool>& cancel) {
+                                       const std::vector<std::string>* files, const std::atomic<bool>& cancel) {
     const auto t0 = std::chrono::steady_clock::now();
-    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, table.Scan(BronzeScanColumns()));
+    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, table.Scan(BronzeScanColumns(), files));
     BronzeScan out;
     lake::ArrowBatchView b;
     RowDigest d;
@@ -823,7 +893,9 @@ class Auditor {
   }
 
   Status DetailBronzeScan() {
-    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, tables_[kBronze].handle->Scan(BronzeScanColumns()));
+    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan,
+                         tables_[kBronze].handle->Scan(BronzeScanColumns(),
+                                                       base_ && !base_->since ? &new_bronze_files_ : nullptr));
     lake::ArrowBatchView b;
     RowDigest d;
     for (;;) {
@@ -865,8 +937,22 @@ class Auditor {
   }
 
   Status InSnapshot(const lake::OutboxStream& stream, const std::map<std::string, int64_t>& txns) {
+    auto step_t0 = std::chrono::steady_clock::now();
+    // Within "journal": the wall seconds of its steps ("journal.delivery", ".seeds", ".replay",
+    // ".places").
+    auto step = [&](const char* name) {
+      const auto now = std::chrono::steady_clock::now();
+      report_.phase_seconds[std::string("journal.") + name] = std::chrono::duration<double>(now - step_t0).count();
+      step_t0 = now;
+    };
     delivery_ = std::make_unique<Delivery>(txns);
-    OML_RETURN_IF_ERROR(delivery_->Load(c_, stream.name, stream.table, o_.only_tenant));
+    // Incremental from a baseline at which every chain had reached every table: the outbox rows
+    // through its frontier were all for events the baseline saw delivered (a row committed later
+    // has a higher seq), so only the rows above it can be lag (an outbox that keeps a long
+    // retention is not read whole).
+    const int64_t known = base_ && base_->caught_up ? base_->frontier : 0;
+    OML_RETURN_IF_ERROR(delivery_->Load(c_, stream.name, stream.table, o_.only_tenant, known));
+    step("delivery");
     for (const DeadLetterRecord& d : delivery_->letters()) {
       if (d.requeued) continue;
       Add({"dead-lettered", d.target, d.tenant, d.journal_seq,
@@ -877,17 +963,38 @@ class Auditor {
                std::to_string(d.skipped_seq) + "): " + d.error + "; requeue it with `oml dead-letter requeue " +
                std::to_string(d.id) + "` once the cause is fixed"});
     }
-    OML_ASSIGN_OR_RETURN(db::Rows heads, c_.Query("SELECT tenant_id::text, seq FROM oml.chain_heads ORDER BY tenant_id"));
-    std::vector<std::pair<std::string, int64_t>> chains;
-    for (int i = 0; i < heads.size(); ++i)
-      if (InScope(heads.Get(i, 0))) chains.emplace_back(heads.Get(i, 0), heads.GetInt(i, 1));
+    OML_ASSIGN_OR_RETURN(db::Rows heads,
+                         c_.Query("SELECT tenant_id::text, seq, event_hash FROM oml.chain_heads ORDER BY tenant_id"));
+    std::vector<JournalPager::Span> chains;
+    for (int i = 0; i < heads.size(); ++i) {
+      const std::string tenant = heads.Get(i, 0);
+      if (!InScope(tenant)) continue;
+      Track& tr = track_[tenant];
+      tr.head = heads.GetInt(i, 1);
+      tr.hash = crypto::Hex(heads.GetBytes(i, 2));
+      int64_t after = 0;  // a full run, or a chain the baseline did not have: from its first event
+      if (base_) {
+        if (auto m = base_->chains.find(tenant); m != base_->chains.end()) {
+          tr.base = m->second;
+          after = std::min({m->second.bronze, m->second.gold, m->second.silver});
+        }
+      }
+      chains.push_back({tenant, after, tr.head});
+    }
     if (chains.empty() && !o_.only_tenant.empty())
       return NotFound("no chain for tenant " + o_.only_tenant, "tenant-not-found");
+    step("delivery");
+    if (base_) {
+      OML_RETURN_IF_ERROR(LoadSeeds(chains));
+      for (const auto& [k, n] : base_->gold)
+        if (InScope(std::get<0>(k))) gold_expected_[k] = n;
+    }
+    step("seeds");
     {
       JournalPager pager(c_, chains, o_.page_rows);
       OML_ASSIGN_OR_RETURN(std::optional<JournalPager::Page> page, pager.Next());
       for (size_t i = 0; i < chains.size(); ++i) {
-        OML_RETURN_IF_ERROR(Chain(chains[i].first, chains[i].second, i, pager, page));
+        OML_RETURN_IF_ERROR(Chain(chains[i], i, pager, page));
         // Once the scan is done, each chain is compared as soon as it is replayed (its events
         // and rows freed): the two are held whole only for the chains replayed before that.
         OML_RETURN_IF_ERROR(CompareReplayedChains(/*wait=*/false));
@@ -903,7 +1010,10 @@ class Auditor {
     }
     journal_rows_.clear();
     bronze_.clear();
-    return ReadPlaces();
+    step("replay");
+    Status places = ReadPlaces();
+    step("places");
+    return places;
   }
 
   // Compares the chains replayed so far with their bronze rows, if the scan is done (`wait`:
@@ -934,6 +1044,15 @@ class Auditor {
                                : "the journal has no such event"});
     };
     size_t at = 0;  // the first lake row not yet matched with an event
+    // Incremental: rows of events the baseline found in its files, read again from a file added
+    // since (the rows of the baseline's files are not read).
+    // (--since: rows of events before the window are not judged.)
+    if (base_ && base_->since)
+      while (at < lake_rows.size() && lake_rows[at].seq <= replayed.covered) ++at;
+    for (; at < lake_rows.size() && lake_rows[at].seq <= replayed.covered; ++at)
+      Add({"duplicate-in-lake", kBronze, tenant, lake_rows[at].seq, "", "", "1", "2",
+           "the event is in a data file added since the baseline run " + std::to_string(base_ ? base_->run : 0) +
+               " and was already in the table then"});
     for (const ReplayedEvent& ev : replayed.events) {
       for (; at < lake_rows.size() && lake_rows[at].seq < ev.seq; ++at) extra(lake_rows[at].seq);
       const size_t first = at;
@@ -989,16 +1108,52 @@ class Auditor {
   // gold and the buckets must hold.
   // `page`: the pager's current page (nullopt: none left); this chain's pages are consumed, and
   // `page` is left at the next chain's first page.
-  Status Chain(const std::string& tenant, int64_t head, size_t chain, JournalPager& pager,
+  // Incremental: the span starts after the baseline's marks, and the fold first replays the
+  // seeds (LoadSeeds) of the claim versions the span names.
+  Status Chain(const JournalPager::Span& span, size_t chain, JournalPager& pager,
                std::optional<JournalPager::Page>& page) {
+    const std::string& tenant = span.tenant;
+    const int64_t head = span.head;
     ++report_.tenants;
     report_.heads[tenant] = head;
+    Track& tr = track_[tenant];
+    const int64_t covered_bronze = tr.base ? tr.base->bronze : 0, covered_gold = tr.base ? tr.base->gold : 0;
     journal::ChainFold fold(tenant == journal::kProviderTenant, /*body_reviews=*/false);
     const bool bronze_ok = tables_[kBronze].readable, gold_ok = tables_[kGold].readable;
     ReplayedChain* replayed = nullptr;  // what CompareBronzeRows needs of each event
     if (bronze_ok) {
       replayed = &journal_rows_[tenant];
       replayed->head = head;
+      replayed->covered = covered_bronze;
+    }
+    // The silver rows an event enqueues (`touched`, taken before it was folded), as the fold now
+    // has them. `window`: an event of the span (a seed was delivered before the baseline).
+    auto expect_silver = [&](const std::vector<journal::ArtifactKey>& touched, int64_t seq, bool window) {
+      for (const auto& [artifact, version] : touched) {
+        auto a = fold.artifacts.find({artifact, version});
+        if (a == fold.artifacts.end() || a->second.promoted_seq == 0) continue;  // never promoted: no row
+        SilverExpect& e = silver_expected_[{tenant, artifact, version}];
+        const RowKey sk{tenant, seq, artifact, version};
+        if (delivery_->Delivered(kSilver, sk, kSilver)) {
+          e.row = lake::SilverClaimRow(tenant, {artifact, version}, a->second, seq);
+          e.seq = seq;
+        } else if (window && tr.silver_gap == 0) {
+          tr.silver_gap = seq;
+        }
+      }
+    };
+    if (auto sd = seeds_.find(tenant); sd != seeds_.end()) {
+      for (auto& [seq, env] : sd->second) {
+        const std::vector<journal::ArtifactKey> touched = lake::SilverKeysTouched(fold, env);
+        if (Status s = fold.Apply(seq, std::move(env)); !s.ok()) {
+          Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
+               "the event's payload cannot be folded (" + s.message() + "): run `oml verify --folds`"});
+          unaudited_.insert(tenant);
+          break;
+        }
+        expect_silver(touched, seq, false);
+      }
+      seeds_.erase(sd);
     }
     RowKey bk{tenant, 0, "", 0};
     // This chain's pages; on return (whatever the path) `page` is the next chain's first page.
@@ -1025,12 +1180,18 @@ class Auditor {
         }
         std::get<1>(bk) = seq;
         const std::optional<int64_t>& time_us = page->times[static_cast<size_t>(i)];  // bronze and gold
-        // Bronze: the digest of the row the event must have, compared once the scan is done.
-        if (replayed != nullptr)
-          replayed->events.push_back({seq, delivery_->Delivered(kBronze, bk, kBronze), TypeIndex(env->type),
-                                      page->digests[static_cast<size_t>(i)]});
-        // Gold counts delivered bronze rows.
-        if (gold_ok && delivery_->Delivered(kBronze, bk, kGold)) {
+        // Bronze: the digest of the row the event must have, compared once the scan is done
+        // (incremental: an event the baseline found in the table is not looked for again).
+        const bool to_bronze = seq > covered_bronze && delivery_->Delivered(kBronze, bk, kBronze);
+        const bool to_gold = seq > covered_gold && delivery_->Delivered(kBronze, bk, kGold);
+        if (seq > covered_bronze) {
+          tr.Mark(&tr.bronze_gap, to_bronze, seq);
+          if (replayed != nullptr)
+            replayed->events.push_back({seq, to_bronze, TypeIndex(env->type), page->digests[static_cast<size_t>(i)]});
+        }
+        if (seq > covered_gold) tr.Mark(&tr.gold_gap, to_gold, seq);
+        // Gold counts delivered bronze rows (incremental: added to the baseline's counts).
+        if (gold_ok && to_gold) {
           const bool obj = env->payload.is_object();
           auto w = obj ? env->payload.find("workarea_id") : env->payload.end();
           static const std::string kNone;
@@ -1057,22 +1218,15 @@ class Auditor {
           if (replayed != nullptr) replayed->stopped_at = seq + 1;  // its own row was judged
           return skip_rest();
         }
-        for (const auto& [artifact, version] : touched) {
-          auto a = fold.artifacts.find({artifact, version});
-          if (a == fold.artifacts.end() || a->second.promoted_seq == 0) continue;  // never promoted: no row
-          SilverExpect& e = silver_expected_[{tenant, artifact, version}];
-          const RowKey sk{tenant, seq, artifact, version};
-          if (delivery_->Delivered(kSilver, sk, kSilver)) {
-            e.row = lake::SilverClaimRow(tenant, {artifact, version}, a->second, seq);
-            e.seq = seq;
-          }
-        }
+        expect_silver(touched, seq, true);
       }
       Dispose(std::exchange(page, std::nullopt));  // freed beside the replay
       OML_ASSIGN_OR_RETURN(page, pager.Next());
     }
-    // What the buckets must hold, from the folded states.
+    // What the buckets must hold, from the folded states (incremental: the claim versions
+    // replayed, every other one as the baseline left it).
     for (const auto& [k, a] : fold.artifacts) {
+      if (base_) touched_.insert({tenant, k.first, k.second});
       if (tenant == journal::kProviderTenant) break;
       // Without the buckets only a silver row's claim is looked up (CompareSilver's detail).
       if (!o_.objects && !silver_.count(ArtKeyView{tenant, k.first, k.second})) continue;
@@ -1127,8 +1281,26 @@ class Auditor {
     if (!tables_[kSilver].readable) return;
     for (auto& [key, rows] : silver_) {
       const auto& [tenant, artifact, version] = key;
+      silver_digest_[key] = SilverRowDigest(rows.front());  // the next checkpoint's
       if (unaudited_.count(tenant)) continue;
       const std::string k = artifact + " v" + std::to_string(version);
+      // Incremental: a claim version no event since the baseline named is as the baseline
+      // found it (its row's digest).
+      if (base_ && !touched_.count(key)) {
+        if (base_->since) continue;  // --since: only the claims its events name
+        auto d = base_->silver.find(key);
+        if (d != base_->silver.end()) {
+          if (rows.size() > 1)
+            Add({"duplicate-in-lake", kSilver, tenant, 0, k, "", "1", std::to_string(rows.size()),
+                 "the claim version has " + std::to_string(rows.size()) + " rows"});
+          if (silver_digest_[key] != d->second)
+            Add({"state-mismatch", kSilver, tenant, 0, k, "", "the row of baseline run " + std::to_string(base_->run),
+                 "a different row",
+                 "no event since the baseline changed this claim version, yet its row changed (run `oml reconcile "
+                 "--full` to name the column)"});
+          continue;
+        }
+      }
       auto e = silver_expected_.find(key);
       if (e == silver_expected_.end()) {
         auto a = artifacts_.find(key);
@@ -1167,6 +1339,27 @@ class Auditor {
       Add({"missing-in-lake", kSilver, tenant, e.seq, artifact + " v" + std::to_string(version), "",
            Show(e.row["state"]), "no row", "the promoted claim version has no row"});
     }
+    if (!base_) return;
+    for (const auto& [key, d] : base_->silver) {
+      const auto& [tenant, artifact, version] = key;
+      if (!InScope(tenant) || unaudited_.count(tenant) || touched_.count(key) || silver_.count(key)) continue;
+      Add({"missing-in-lake", kSilver, tenant, 0, artifact + " v" + std::to_string(version), "",
+           "the row of baseline run " + std::to_string(base_->run), "no row",
+           "the promoted claim version had a row at the baseline and has none now"});
+    }
+  }
+
+  // A SHA-256 (hex) of a silver row's compared columns as read (the checkpoint's per-row digest).
+  static std::string SilverRowDigest(const json& row) {
+    std::string text;
+    for (const char* col : kSilverColumns) {
+      text += col;
+      text += '=';
+      text += row.contains(col) ? row[col].dump() : "null";
+      text += '\n';
+    }
+    const Digest d = Sha256Of(text);
+    return crypto::Hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
   }
 
   void CompareGold() {
@@ -1174,8 +1367,10 @@ class Auditor {
     auto name = [](const GoldKey& k) {
       return std::get<1>(k) + " " + (std::get<2>(k).empty() ? std::string("-") : std::get<2>(k)) + " " + std::get<3>(k);
     };
+    // --since: the days before its own are not compared.
+    auto before = [&](const GoldKey& k) { return !since_day_.empty() && std::get<1>(k) < since_day_; };
     for (const auto& [k, want] : gold_expected_) {
-      if (unaudited_.count(std::get<0>(k))) continue;
+      if (unaudited_.count(std::get<0>(k)) || before(k)) continue;
       auto f = gold_found_.find(k);
       int64_t got = 0;
       if (f != gold_found_.end())
@@ -1188,7 +1383,7 @@ class Auditor {
              "bronze's delivered events of this day, workarea and type"});
     }
     for (const auto& [k, v] : gold_found_) {
-      if (unaudited_.count(std::get<0>(k))) continue;
+      if (unaudited_.count(std::get<0>(k)) || before(k)) continue;
       if (gold_expected_.count(k)) continue;
       int64_t got = 0;
       for (int64_t n : v) got += n;
@@ -1204,12 +1399,26 @@ class Auditor {
   Status ReadPlaces() {
     // Without the buckets, a body's place matters only to a silver row's body_location.
     if (!o_.objects && silver_.empty()) return Status::Ok();
-    OML_ASSIGN_OR_RETURN(
-        db::Rows bodies,
-        c_.Query("SELECT tenant_id::text, artifact_id::text, version, location, coalesce(object_key, ''), "
-                 "CASE WHEN ciphertext IS NULL OR NOT $2 THEN '' ELSE encode(sha256(ciphertext), 'hex') END "
-                 "FROM oml.artifact_bodies WHERE $1 = '' OR tenant_id::text = $1",
-                 {db::Text(o_.only_tenant), db::Text(o_.objects ? "true" : "false")}));
+    // Incremental: the claim versions replayed only (the others are not compared again).
+    const char* kBodyCols =
+        "b.tenant_id::text, b.artifact_id::text, b.version, b.location, coalesce(b.object_key, ''), "
+        "CASE WHEN b.ciphertext IS NULL OR NOT $1 THEN '' ELSE encode(sha256(b.ciphertext), 'hex') END ";
+    db::Rows bodies;
+    if (base_) {
+      json only = json::array();
+      for (const auto& [t, a, v] : touched_) only.push_back({{"t", t}, {"a", a}, {"v", v}});
+      if (!only.empty()) {
+        OML_ASSIGN_OR_RETURN(bodies, c_.Query(std::string("SELECT ") + kBodyCols +
+                                                  "FROM json_to_recordset($2::json) AS x(t uuid, a uuid, v integer), "
+                                                  "LATERAL (SELECT * FROM oml.artifact_bodies b WHERE b.tenant_id = x.t "
+                                                  "AND b.artifact_id = x.a AND b.version = x.v OFFSET 0) b",
+                                              {db::Text(o_.objects ? "true" : "false"), db::Text(only.dump())}));
+      }
+    } else {
+      OML_ASSIGN_OR_RETURN(bodies, c_.Query(std::string("SELECT ") + kBodyCols +
+                                                "FROM oml.artifact_bodies b WHERE $2 = '' OR b.tenant_id::text = $2",
+                                            {db::Text(o_.objects ? "true" : "false"), db::Text(o_.only_tenant)}));
+    }
     for (int i = 0; i < bodies.size(); ++i)
       bodies_[{bodies.Get(i, 0), bodies.Get(i, 1), bodies.GetInt(i, 2)}] = {bodies.Get(i, 3), bodies.Get(i, 4),
                                                                            bodies.Get(i, 5)};
@@ -1242,6 +1451,11 @@ class Auditor {
   Status Objects() {
     const int64_t now_us = NowMicros();
     const int64_t grace_us = static_cast<int64_t>(o_.object_grace.count()) * 1000000;
+    // Incremental: the objects of claim versions not replayed, as the baseline named them.
+    if (base_)
+      for (const NamedObject& n : base_->named)
+        if (InScope(n.tenant) && !unaudited_.count(n.tenant) && !touched_.count(ArtKey{n.tenant, n.artifact_id, n.version}))
+          named_.push_back(n), named_.back().carried = true;
     // Bodies: an inline one is hashed by PostgreSQL; one kept as an object is named like a file.
     for (const auto& [key, a] : artifacts_) {
       const auto& [tenant, artifact, version] = key;
@@ -1319,6 +1533,18 @@ class Auditor {
              std::to_string(it->second.size), what + ": the object's size is not the journalled ciphertext_size"});
         continue;
       }
+      // Listed as the baseline hashed it (same size and modification time), for a claim version
+      // that has not moved since: not read again.
+      const ListingKey lk{bucket, key};
+      const std::pair<int64_t, int64_t> seen{static_cast<int64_t>(it->second.size), it->second.modified_ms};
+      if (n.carried && it->second.modified_ms != 0) {
+        auto was = base_->listing.find(lk);
+        if (was != base_->listing.end() && was->second == seen) {
+          ++report_.objects_unchanged;
+          listing_[lk] = seen;
+          continue;
+        }
+      }
       blob::ObjectStore* store = promoted ? stores_.bodies : stores_.quarantine;
       auto digest = HashObject(*store, key, it->second.size, &report_.bytes_hashed);
       if (!digest.ok()) {
@@ -1332,9 +1558,12 @@ class Auditor {
       if (*digest != n.ciphertext_sha256)
         Add({"object-digest-mismatch", bucket, n.tenant, n.seq, key, "ciphertext_sha256", n.ciphertext_sha256, *digest,
              what + ": the object's bytes are not what the signed event names"});
+      else if (!young(it->second) && it->second.modified_ms != 0)
+        listing_[lk] = seen;  // hashed and right: a later run need not read it again
     }
-    // What nothing names.
+    // What nothing names (--since knows the names of the claims in its window only: not judged).
     for (auto [listing, bucket] : {std::pair{&in_q, "quarantine"}, std::pair{&in_b, "bodies"}}) {
+      if (base_ && base_->since) break;
       for (const auto& [key, m] : *listing) {
         if (named_keys.count(key)) continue;
         const size_t slash = key.find('/');
@@ -1363,9 +1592,331 @@ class Auditor {
     return Status::Ok();
   }
 
-  using ArtKey = std::tuple<std::string, std::string, int64_t>;  // tenant, artifact, version
-  using ArtKeyView = std::tuple<std::string_view, std::string_view, int64_t>;  // a lookup without copies
-  using GoldKey = std::tuple<std::string, std::string, std::string, std::string>;
+  // ---- incremental ----
+
+  // Decides, before bronze is scanned, whether this run is incremental (base_ set, report_.mode
+  // "incremental", new_bronze_files_ what bronze gained since) or full (report_.full_reason).
+  // `baseline`: LoadBaseline's (not valid with --full).
+  Status ChooseMode(std::future<Result<std::optional<Baseline>>>& baseline) {
+    TableRead& bronze = tables_[kBronze];
+    if (bronze.readable) {
+      OML_ASSIGN_OR_RETURN(bronze_files_, bronze.handle->Files());
+    }
+    auto full = [&](std::string why) {
+      report_.full_reason = std::move(why);
+      base_.reset();
+      new_bronze_files_.clear();
+      return Status::Ok();
+    };
+    if (o_.since_us > 0) return SinceWindow();
+    if (o_.full) return full("--full");
+    OML_ASSIGN_OR_RETURN(std::optional<Baseline> b, baseline.get());
+    for (const char* name : {kBronze, kSilver, kGold})
+      if (!tables_[name].readable) return full(std::string(name) + " cannot be compared whole");
+    if (!b)
+      return full(std::string("no baseline: no earlier run of this stream over every tenant") +
+                  (WithObjects() ? " and both buckets" : "") + " without findings recorded a checkpoint");
+    base_ = std::move(b);
+    const std::string since = " since baseline run " + std::to_string(base_->run);
+    for (const auto& [name, was] : base_->txn)
+      if (report_.txn[name] < was)
+        return full(name + "'s txn went back from " + std::to_string(was) + " to " + std::to_string(report_.txn[name]) +
+                    since);
+    std::map<std::string, const lake::DataFile*> now;
+    for (const auto& f : bronze_files_) now[f.path] = &f;
+    for (const auto& [path, seen] : base_->bronze_files) {
+      auto it = now.find(path);
+      if (it == now.end() || !it->second->stored_size || !it->second->stored_modified_ms ||
+          std::pair{*it->second->stored_size, *it->second->stored_modified_ms} != seen)
+        return full("bronze/events data file " + path + " was removed or rewritten" + since +
+                    " (compaction, VACUUM or damage)");
+      now.erase(it);
+    }
+    for (const auto& [path, f] : now) new_bronze_files_.push_back(path);
+    // Each chain still has the event the baseline ended at (append-only: nothing before it changed
+    // unless the chain was restored or forked).
+    json at = json::array();
+    for (const auto& [tenant, m] : base_->chains)
+      if (InScope(tenant)) at.push_back({{"t", tenant}, {"q", m.head}});
+    // (Each json_to_recordset row an index lookup: LATERAL ... OFFSET 0 keeps the planner, which
+    // cannot estimate the list, from hashing a scan of the whole table.)
+    OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query("SELECT x.t::text, j.event_hash FROM json_to_recordset($1::json) AS "
+                                              "x(t uuid, q bigint), LATERAL (SELECT event_hash FROM oml.journal j "
+                                              "WHERE j.tenant_id = x.t AND j.seq = x.q OFFSET 0) j",
+                                              {db::Text(at.dump())}));
+    std::map<std::string, std::string> found;
+    for (int i = 0; i < r.size(); ++i) found[r.Get(i, 0)] = crypto::Hex(r.GetBytes(i, 1));
+    for (const auto& [tenant, m] : base_->chains) {
+      if (!InScope(tenant)) continue;
+      auto f = found.find(tenant);
+      if (f == found.end() || f->second != m.hash)
+        return full("the chain of tenant " + tenant + " no longer has the event at seq " + std::to_string(m.head) +
+                    " that baseline run " + std::to_string(base_->run) + " ended at (restored or forked: run `oml verify`)");
+    }
+    report_.mode = "incremental";
+    report_.baseline_run = base_->run;
+    return Status::Ok();
+  }
+
+  // The incremental checkpoint's format; a baseline of another is not used (the run is full).
+  static constexpr int kCheckpointVersion = 2;
+
+  // --since: a window with no baseline behind it: each chain from its first event committed since
+  // the start of the UTC day of --since (less a minute: an envelope's time is taken after its
+  // transaction's start, which committed_at records). Bronze is scanned whole.
+  Status SinceWindow() {
+    report_.mode = "since";
+    since_day_ = DayOf(o_.since_us);
+    using namespace std::chrono;
+    const int64_t day_start_us =
+        duration_cast<microseconds>(floor<days>(sys_time<microseconds>(microseconds(o_.since_us))).time_since_epoch())
+            .count();
+    OML_ASSIGN_OR_RETURN(
+        db::Rows r,
+        c_.Query("SELECT h.tenant_id::text, coalesce((SELECT min(j.seq) FROM oml.journal j WHERE j.tenant_id = "
+                 "h.tenant_id AND j.committed_at >= to_timestamp($1::double precision / 1e6) - interval '1 minute'), "
+                 "h.seq + 1) FROM oml.chain_heads h",
+                 {db::Text(std::to_string(day_start_us))}));
+    Baseline b;
+    b.since = true;
+    for (int i = 0; i < r.size(); ++i) {
+      const int64_t before = r.GetInt(i, 1) - 1;
+      b.chains[r.Get(i, 0)] = {before, "", before, before, before};
+    }
+    base_ = std::move(b);
+    return Status::Ok();
+  }
+
+  bool WithObjects() const { return o_.objects && stores_.quarantine != nullptr && stores_.bodies != nullptr; }
+
+  // The newest run of this stream over every tenant without findings that recorded a checkpoint
+  // (with the buckets, if this run compares them); nullopt if there is none or it cannot be read.
+  Result<std::optional<Baseline>> LoadBaseline() {
+    // The candidates first, then each one's checkpoint (a condition on the jsonb would read every
+    // run's checkpoint).
+    OML_ASSIGN_OR_RETURN(db::Rows ids, c_.Query("SELECT id FROM oml.reconcile_runs WHERE stream = $1 AND tenant_id IS NULL "
+                                                "AND findings = 0 AND (objects OR NOT $2) ORDER BY id DESC LIMIT 16",
+                                                {db::Text(o_.stream), db::Text(WithObjects() ? "true" : "false")}));
+    for (int i = 0; i < ids.size(); ++i) {
+      OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query("SELECT checkpoint->'incremental' FROM oml.reconcile_runs WHERE id = $1",
+                                                {db::Int(ids.GetInt(i, 0))}));
+      if (r.size() == 0 || r.IsNull(0, 0)) continue;  // a run that recorded none
+      return ParseBaseline(ids.GetInt(i, 0), r.Get(0, 0));
+    }
+    return std::optional<Baseline>();
+  }
+
+  Result<std::optional<Baseline>> ParseBaseline(int64_t run, const std::string& text) {
+    Baseline b;
+    b.run = run;
+    try {
+      const json c = json::parse(text);
+      if (c.at("v").get<int>() != kCheckpointVersion) return std::optional<Baseline>();
+      if (WithObjects() && !c.at("objects").get<bool>()) return std::optional<Baseline>();
+      for (const auto& f : c.at("bronze_files"))
+        b.bronze_files[f.at(0).get<std::string>()] = {f.at(1).get<int64_t>(), f.at(2).get<int64_t>()};
+      for (const auto& [tenant, m] : c.at("chains").items())
+        b.chains[tenant] = {m.at(0).get<int64_t>(), m.at(1).get<std::string>(), m.at(2).get<int64_t>(),
+                            m.at(3).get<int64_t>(), m.at(4).get<int64_t>()};
+      for (const auto& g : c.at("gold"))
+        b.gold[{g.at(0).get<std::string>(), g.at(1).get<std::string>(), g.at(2).get<std::string>(),
+                g.at(3).get<std::string>()}] = g.at(4).get<int64_t>();
+      for (const auto& [tenant, rows] : c.at("silver").items())
+        for (const auto& x : rows)
+          b.silver[{tenant, x.at(0).get<std::string>(), x.at(1).get<int64_t>()}] = x.at(2).get<std::string>();
+      for (const auto& [name, v] : c.at("txn").items()) b.txn[name] = v.get<int64_t>();
+      b.frontier = c.at("frontier").get<int64_t>();
+      b.caught_up = c.at("caught_up").get<bool>();
+      const json& named = c.value("named", json::object());
+      if (!named.is_object() || !c.at("silver").is_object()) return std::optional<Baseline>();
+      for (const auto& [tenant, objects] : named.items())
+        for (const auto& n : objects) {
+          NamedObject o;
+          o.tenant = tenant;
+          o.artifact_id = n.at(0).get<std::string>();
+          o.version = n.at(1).get<int64_t>();
+          o.what = n.at(2).get<std::string>();
+          o.seq = n.at(3).get<int64_t>();
+          o.ciphertext_sha256 = n.at(4).get<std::string>();
+          if (!n.at(5).is_null()) o.size = n.at(5).get<uint64_t>();
+          o.place = n.at(6).get<std::string>();
+          o.place_since_us = n.at(7).get<int64_t>();
+          if (!n.at(8).is_null())  // hashed and right in its place: (size, modified ms) as listed then
+            b.listing[{o.place, tenant + "/" + o.ciphertext_sha256}] = {n.at(8).get<int64_t>(), n.at(9).get<int64_t>()};
+          b.named.push_back(std::move(o));
+        }
+    } catch (const json::exception&) {
+      return std::optional<Baseline>();  // a checkpoint this version cannot read: a full run
+    }
+    return std::optional<Baseline>(std::move(b));
+  }
+
+  static bool LooksLikeUuid(const std::string& s) {
+    if (s.size() != 36) return false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+      if (dash ? s[i] != '-' : !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+    }
+    return true;
+  }
+
+  // Incremental: the claim versions each span's events name (their artifact_id; a
+  // simulation.ended names every claim of its simulation), and of those, the events at or below
+  // the span's start that made their state: found through the seq columns of oml.artifacts and
+  // oml.attachments (an index only), read from the journal into seeds_.
+  Status LoadSeeds(const std::vector<JournalPager::Span>& chains) {
+    json spans = json::array();
+    for (const auto& sp : chains)
+      if (sp.after > 0 && sp.head > sp.after) spans.push_back({{"t", sp.tenant}, {"a", sp.after}, {"h", sp.head}});
+    if (spans.empty()) return Status::Ok();
+    OML_ASSIGN_OR_RETURN(db::Rows w, c_.Query("SELECT w.t::text, j.signed_bytes FROM json_to_recordset($1::json) AS "
+                                              "w(t uuid, a bigint, h bigint), LATERAL (SELECT signed_bytes FROM "
+                                              "oml.journal j WHERE j.tenant_id = w.t AND j.seq > w.a AND j.seq <= w.h "
+                                              "OFFSET 0) j",
+                                              {db::Text(spans.dump())}));
+    std::set<std::pair<std::string, std::string>> ids, sims;  // (tenant, artifact_id | simulation_id)
+    // A claim version submitted within the span has its whole history there: an event that names
+    // that version only (its attach, a serve, a verdict) needs no seed. Any other naming event
+    // does, and an erasure or reassignment names every version of its artifact.
+    std::set<std::tuple<std::string, std::string, int64_t>> fresh, named;
+    for (int i = 0; i < w.size(); ++i) {
+      Result<journal::Envelope> e = journal::Envelope::FromVerifiedSignedBytes(w.GetBytes(i, 1));
+      if (!e.ok() || !e->payload.is_object()) continue;  // the replay reports it
+      const json& p = e->payload;
+      auto a = p.find("artifact_id");
+      auto v = p.find("version");
+      const bool one_version = a != p.end() && a->is_string() && v != p.end() && v->is_number_integer() &&
+                               e->type != "claim.reassigned";
+      if (one_version && e->type == "claim.submitted") {
+        fresh.emplace(w.Get(i, 0), a->get<std::string>(), v->get<int64_t>());
+      } else if (one_version) {
+        named.emplace(w.Get(i, 0), a->get<std::string>(), v->get<int64_t>());
+      } else if (a != p.end() && a->is_string() && LooksLikeUuid(a->get<std::string>())) {
+        ids.emplace(w.Get(i, 0), a->get<std::string>());
+      }
+      auto sim = p.find("simulation_id");
+      if (e->type == "simulation.ended" && sim != p.end() && sim->is_string())
+        sims.emplace(w.Get(i, 0), sim->get<std::string>());
+    }
+    for (const auto& [t, id, v] : named)
+      if (!fresh.count({t, id, v}) && LooksLikeUuid(id)) ids.emplace(t, id);
+    if (ids.empty() && sims.empty()) return Status::Ok();  // the usual case: new claims only
+    std::map<std::string, int64_t> after;
+    for (const auto& sp : chains) after[sp.tenant] = sp.after;
+    std::set<std::pair<std::string, int64_t>> seqs;
+    auto add = [&](const std::string& tenant, int64_t seq) {
+      if (seq > 0 && seq <= after[tenant]) seqs.emplace(tenant, seq);
+    };
+    const char* kSeqCols =
+        "a.tenant_id::text, a.artifact_id::text, a.submitted_seq, coalesce(a.promoted_seq, 0), "
+        "coalesce(a.rejected_seq, 0), coalesce(a.demoted_seq, 0), coalesce(a.erased_seq, 0), "
+        "coalesce(a.retracted_seq, 0), coalesce(a.reassigned_seq, 0)";
+    auto take = [&](const db::Rows& r) {
+      for (int i = 0; i < r.size(); ++i) {
+        ids.emplace(r.Get(i, 0), r.Get(i, 1));
+        for (int c = 2; c <= 8; ++c) add(r.Get(i, 0), r.GetInt(i, c));
+      }
+    };
+    if (!sims.empty()) {
+      json list = json::array();  // (a JOIN: each pair an index lookup, not a scan)
+      for (const auto& [t, sim] : sims) list.push_back({{"t", t}, {"s", sim}});
+      OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query(std::string("SELECT ") + kSeqCols +
+                                                    " FROM oml.artifacts a JOIN json_to_recordset($1::json) AS x(t uuid, "
+                                                    "s text) ON a.tenant_id = x.t AND a.simulation_id = x.s",
+                                                {db::Text(list.dump())}));
+      take(r);
+    }
+    if (ids.empty()) return LoadSeedEvents(seqs);
+    json list = json::array();
+    for (const auto& [t, id] : ids) list.push_back({{"t", t}, {"a", id}});
+    OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query(std::string("SELECT ") + kSeqCols +
+                                                  " FROM json_to_recordset($1::json) AS x(t uuid, a uuid), LATERAL "
+                                                  "(SELECT * FROM oml.artifacts a WHERE a.tenant_id = x.t AND "
+                                                  "a.artifact_id = x.a OFFSET 0) a",
+                                              {db::Text(list.dump())}));
+    take(r);
+    OML_ASSIGN_OR_RETURN(db::Rows at, c_.Query("SELECT x.t::text, t.attach_seq FROM json_to_recordset($1::json) AS "
+                                               "x(t uuid, a uuid), LATERAL (SELECT attach_seq FROM oml.attachments t "
+                                               "WHERE t.tenant_id = x.t AND t.artifact_id = x.a OFFSET 0) t",
+                                               {db::Text(list.dump())}));
+    for (int i = 0; i < at.size(); ++i) add(at.Get(i, 0), at.GetInt(i, 1));
+    return LoadSeedEvents(seqs);
+  }
+
+  Status LoadSeedEvents(const std::set<std::pair<std::string, int64_t>>& seqs) {
+    if (seqs.empty()) return Status::Ok();
+    json want = json::array();
+    for (const auto& [t, q] : seqs) want.push_back({{"t", t}, {"q", q}});
+    OML_ASSIGN_OR_RETURN(db::Rows ev, c_.Query("SELECT x.t::text, x.q, j.signed_bytes FROM json_to_recordset($1::json) "
+                                               "AS x(t uuid, q bigint), LATERAL (SELECT signed_bytes FROM oml.journal j "
+                                               "WHERE j.tenant_id = x.t AND j.seq = x.q OFFSET 0) j ORDER BY 1, 2",
+                                               {db::Text(want.dump())}));
+    for (int i = 0; i < ev.size(); ++i) {
+      const std::string tenant = ev.Get(i, 0);
+      const int64_t seq = ev.GetInt(i, 1);
+      Result<journal::Envelope> e = journal::Envelope::FromVerifiedSignedBytes(ev.GetBytes(i, 2));
+      if (!e.ok()) {
+        Add({"journal-unreadable", "journal", tenant, seq, "", "", "", "",
+             "the event's signed bytes do not parse (" + e.status().message() + "): run `oml verify`"});
+        unaudited_.insert(tenant);
+        continue;
+      }
+      seeds_[tenant].emplace_back(seq, std::move(*e));
+      ++report_.events_seeded;
+    }
+    return Status::Ok();
+  }
+
+  // The checkpoint a later run may start from (report_.incremental), or why there is none
+  // (report_.checkpoint_note). Written whatever the findings; only a run without any is chosen.
+  void BuildCheckpoint() {
+    auto none = [&](std::string why) { report_.checkpoint_note = std::move(why); };
+    if (!o_.only_tenant.empty()) return none("a --tenant run records no checkpoint");
+    if (o_.since_us > 0) return none("a --since run records no checkpoint");
+    if (!unaudited_.empty()) return none("a chain could not be replayed to its head");
+    for (const char* name : {kBronze, kSilver, kGold})
+      if (!tables_[name].readable) return none(std::string(name) + " could not be compared");
+    json files = json::array();
+    for (const auto& f : bronze_files_) {
+      if (!f.stored_size || !f.stored_modified_ms) return none("bronze/events data file " + f.path + " is not listed");
+      files.push_back({f.path, *f.stored_size, *f.stored_modified_ms});
+    }
+    json chains = json::object();
+    bool caught_up = true;
+    for (const auto& [tenant, tr] : track_) {
+      caught_up = caught_up && tr.bronze_gap == 0 && tr.gold_gap == 0 && tr.silver_gap == 0;
+      if (tr.broken)
+        return none("tenant " + tenant +
+                    ": an event reached the lake after an earlier one that has not (a requeued dead letter); the next "
+                    "run is full");
+      auto mark = [&](int64_t gap) { return gap == 0 ? tr.head : gap - 1; };
+      chains[tenant] = {tr.head, tr.hash, mark(tr.bronze_gap), mark(tr.gold_gap), mark(tr.silver_gap)};
+    }
+    json gold = json::array();
+    for (const auto& [k, n] : gold_expected_)
+      gold.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), n});
+    json silver = json::object();  // tenant -> [[artifact_id, version, digest], ...]
+    for (const auto& [k, d] : silver_digest_) silver[std::get<0>(k)].push_back({std::get<1>(k), std::get<2>(k), d});
+    json c = {{"v", kCheckpointVersion},         {"bronze_files", std::move(files)}, {"chains", std::move(chains)},
+              {"gold", std::move(gold)}, {"silver", std::move(silver)}, {"txn", report_.txn},
+              {"objects", WithObjects()}, {"frontier", frontier_}, {"caught_up", caught_up}};
+    if (WithObjects()) {
+      // tenant -> [[artifact_id, version, what, seq, sha256, size, place, since_us, listed size,
+      // listed modified ms (both null unless hashed and right in its place)], ...]
+      json named = json::object();
+      for (const NamedObject& n : named_) {
+        auto l = listing_.find({n.place, n.tenant + "/" + n.ciphertext_sha256});
+        const bool listed = l != listing_.end();
+        named[n.tenant].push_back({n.artifact_id, n.version, n.what, n.seq, n.ciphertext_sha256,
+                                   n.size ? json(*n.size) : json(nullptr), n.place, n.place_since_us,
+                                   listed ? json(l->second.first) : json(nullptr),
+                                   listed ? json(l->second.second) : json(nullptr)});
+      }
+      c["named"] = std::move(named);
+    }
+    report_.incremental = std::move(c);
+  }
+
   struct ArtInfo {
     std::string digest, place;
     int64_t seq = 0;       // claim.submitted
@@ -1420,6 +1971,17 @@ class Auditor {
   std::map<ArtKey, BodyRow> bodies_;                                      // artifact_bodies, in scope
   std::map<std::pair<std::string, std::string>, SessionRow> sessions_;  // (tenant, upload_id)
   std::map<std::string, std::string> session_objects_;                  // object key -> upload_id
+
+  std::optional<Baseline> base_;                 // set: an incremental run (or a --since window)
+  std::string since_day_;                        // --since: its UTC day; gold is compared from it
+  int64_t frontier_ = 0;                         // the lake writer's frontier as the run began
+  std::vector<lake::DataFile> bronze_files_;     // bronze's data files at the version read
+  std::vector<std::string> new_bronze_files_;    // incremental: added since the baseline
+  std::map<std::string, Track> track_;           // tenant -> its chain as replayed
+  std::set<ArtKey> touched_;                     // incremental: the claim versions replayed
+  std::map<std::string, std::vector<std::pair<int64_t, journal::Envelope>>> seeds_;  // LoadSeeds
+  std::map<ArtKey, std::string> silver_digest_;  // SilverRowDigest of each silver row read
+  std::map<ListingKey, std::pair<int64_t, int64_t>> listing_;  // objects hashed (or unchanged) and right
 };
 
 }  // namespace
@@ -1469,6 +2031,12 @@ json Report::ToJson() const {
             {"objects_read", objects_read},
             {"bytes_hashed", bytes_hashed},
             {"key_material_uses", key_material_uses},
+            {"mode", mode},
+            {"full_reason", full_reason.empty() ? json(nullptr) : json(full_reason)},
+            {"baseline_run", baseline_run > 0 ? json(baseline_run) : json(nullptr)},
+            {"objects_unchanged", objects_unchanged},
+            {"events_seeded", events_seeded},
+            {"checkpoint", incremental.is_null() ? json(checkpoint_note) : json("recorded")},
             {"seconds", seconds},
             {"phase_seconds", phase_seconds}}}};
 }
@@ -1489,7 +2057,11 @@ std::string Report::ToText() const {
   s += "; " + std::to_string(events) + " events of " + std::to_string(tenants) + " chain(s), " +
        std::to_string(bronze_rows) + " bronze, " + std::to_string(silver_rows) + " silver and " +
        std::to_string(gold_rows) + " gold rows, " + std::to_string(objects_listed) + " objects listed, " +
-       std::to_string(objects_read) + " read; no key loaded\n";
+       std::to_string(objects_read) + " read" +
+       (objects_unchanged > 0 ? " (" + std::to_string(objects_unchanged) + " unchanged, not read)" : "") +
+       "; " + (mode == "incremental" ? "incremental from run " + std::to_string(baseline_run)
+                                      : "full (" + full_reason + ")") +
+       "; no key loaded\n";
   return s;
 }
 
@@ -1528,6 +2100,7 @@ std::string Report::PrometheusText() const {
 
 Status RecordRun(db::Conn& conn, const Report& r, const Options& o, int64_t repaired) {
   json checkpoint = {{"table_version", r.table_version}, {"txn", r.txn}, {"heads", r.heads}};
+  if (!r.incremental.is_null()) checkpoint["incremental"] = r.incremental;
   return conn
       .Query("INSERT INTO oml.reconcile_runs (stream, tenant_id, started_at, findings, classes, events, objects, "
              "repaired, checkpoint) VALUES ($1, nullif($2, '')::uuid, now() - make_interval(secs => $3::double precision), $4, "

@@ -40,6 +40,25 @@
 //                  table-unreadable (a data file the table names is missing, or its log is
 //                  damaged: its rows cannot be compared; `oml lake rebuild` repairs it).
 //
+// Incremental. A whole-deployment run (no --tenant) records a checkpoint in oml.reconcile_runs:
+// bronze's data files (path, size, modified time), per chain its head seq and event_hash and
+// the seqs through which every event had reached bronze, gold and silver, gold's expected
+// counts, a SHA-256 of every silver row, and (with the buckets) every named object with the
+// size and time it was hashed at. A later run starts from the newest such run without findings
+// (the baseline) unless --full: it re-reads only what changed since, i.e.
+//   - the journal from each chain's first event not yet delivered everywhere at the baseline,
+//   - bronze's data files added since (every baseline file must still be there, unchanged),
+//   - the claim versions those events name, replayed from their own events (found through
+//     oml.artifacts' and oml.attachments' seq columns, used only as an index: the events
+//     themselves come from the journal), whose silver rows and objects are compared in full,
+//   - silver whole (one row per promoted claim version; rows of untouched claims against the
+//     baseline's digests), gold whole (against the baseline's counts plus the new events),
+//   - both buckets listed; an object hashed again only if its size or time changed or its
+//     claim moved. Inline bodies of untouched claims are not hashed again.
+// Anything else falls back to a full run, and the report says why (full_reason): no baseline,
+// a baseline file of bronze removed or rewritten (compaction, VACUUM, damage), a chain whose
+// event at the baseline head changed, a table unreadable, behind or whose txn went back.
+//
 // Delivered. Each table is read first, at one version, with its txn (the last outbox seq it
 // holds); then one REPEATABLE READ snapshot of PostgreSQL. Every outbox row at or below a
 // table's txn committed before the table was read, so it is in the snapshot: an event is
@@ -86,6 +105,13 @@ struct Options {
   std::chrono::seconds stale_after{300};
   std::chrono::seconds object_grace{3600};
   bool objects = true;  // compare the buckets (the slow part: every named object is read)
+  // Re-read everything even when a baseline allows an incremental run (see "Incremental" above).
+  bool full = false;
+  // --since: compare only what the events committed since this time (Unix microseconds; 0: no
+  // restriction) left in the lake and the buckets, from the start of its UTC day (gold's days are
+  // compared whole). bronze is still scanned whole (only rows of those events are judged); no
+  // baseline is used and none is recorded; orphans and stale uploads are not looked for.
+  int64_t since_us = 0;
   int page_rows = 4096;  // journal rows per fetch
 };
 
@@ -110,6 +136,15 @@ struct Report {
   int64_t started_unix_ms = 0;
   std::map<std::string, int64_t> table_version;  // table -> the Delta version read (-1: none)
   std::map<std::string, int64_t> heads;          // tenant -> the chain head seq audited
+  std::string mode = "full";   // "full" | "incremental"
+  std::string full_reason;     // why the run was full ("--full", "no baseline", what changed ...)
+  int64_t baseline_run = 0;    // incremental: the oml.reconcile_runs id it started from
+  int64_t objects_unchanged = 0;  // incremental: objects listed as the baseline hashed them (not read)
+  int64_t events_seeded = 0;      // incremental: earlier events of the claims replayed
+  // The checkpoint a later incremental run may start from (null: this run cannot be one, and
+  // checkpoint_note says why). RecordRun stores it; only a run without findings is a baseline.
+  nlohmann::json incremental;
+  std::string checkpoint_note;
 
   std::map<std::string, int64_t> Counts() const;  // class -> findings
   // {"findings": [...], "summary": {...}}
