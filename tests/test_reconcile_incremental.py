@@ -154,3 +154,42 @@ def test_a_changed_baseline_file_or_chain_makes_the_run_full_and_says_why(served
     assert rep["summary"]["mode"] == "full"
     assert rep["summary"]["full_reason"] == (f"the chain of tenant {d.tenant_id} no longer has the event at seq {h} that "
                                              f"baseline run {base} ended at (restored or forked: run `oml verify`)")
+
+
+def test_since_compares_only_what_the_events_since_then_left(served):
+    d = served
+    ids = populated(d)
+    t = d.tenant_id
+    from datetime import datetime, timedelta, timezone
+    from deltalake import DeltaTable
+    # Damage: a bronze row deleted, a silver row's state changed.
+    bronze = DeltaTable(str(d.home / "lake" / BRONZE))
+    lost = head(d) - 2
+    bronze.delete(predicate=f"tenant_id = '{t}' AND seq = {lost}")
+    silver = DeltaTable(str(d.home / "lake" / SILVER))
+    silver.update(predicate=f"artifact_id = '{ids['demoted']}'", updates={"state": "'promoted'"})
+    with d.su() as c:
+        demoted_seq = c.execute("SELECT demoted_seq FROM oml.artifacts WHERE artifact_id = %s",
+                                (ids["demoted"],)).fetchone()[0]
+    want = sorted([("missing-in-lake", BRONZE, t, lost, None, None),
+                   ("state-mismatch", SILVER, t, demoted_seq, f"{ids['demoted']} v1", "state")])
+    # Since a day ago: every event is in the window, found as a full run finds it.
+    _, rep = reconcile(d, "--since", "1d", code=3)
+    s = rep["summary"]
+    assert (s["mode"], s["checkpoint"], s["baseline_run"]) == ("since", "a --since run records no checkpoint", None)
+    assert s["events"] == journal_count(d)
+    assert brief(rep) == want
+    _, rep = reconcile(d, "--full", code=3)
+    assert brief(rep) == want
+    # Since tomorrow: no event is in the window, and nothing before it is judged.
+    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, rep = reconcile(d, "--since", tomorrow, code=0)
+    assert (rep["summary"]["mode"], rep["summary"]["events"]) == ("since", 0)
+    # Usage errors: exit 4, nothing recorded.
+    n = len(runs(d))
+    for args, msg in ((["--since", "yesterday"], "--since yesterday: give an RFC 3339 time"),
+                      (["--since", "1d", "--full"], "--since compares part of the lake and --full all of it")):
+        r = d.run("reconcile", *args, check=False)
+        assert r.returncode == 4, (r.returncode, r.stderr)
+        assert msg in r.stderr, r.stderr
+    assert len(runs(d)) == n

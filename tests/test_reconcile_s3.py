@@ -62,6 +62,10 @@ def test_the_audit_and_its_repair_on_s3(s3_everything):
     d = s3_everything
     ids = populated(d)
     reconcile(d, code=0)
+    # Incremental on S3: nothing new, every object listed as the clean run hashed it.
+    _, rep = reconcile(d, code=0)
+    s = rep["summary"]
+    assert (s["mode"], s["events"], s["objects_read"], s["objects_unchanged"]) == ("incremental", 0, 0, 4)
     t = d.tenant_id
     with d.su() as c:
         held_digest, held_seq = c.execute(
@@ -79,6 +83,7 @@ def test_the_audit_and_its_repair_on_s3(s3_everything):
     d.s3.delete_object(Bucket="oml-lake", Key=parquet[0])
     victim = parquet[0][len("lake/bronze/events/"):]
     code, rep = reconcile(d, code=3)
+    assert (rep["summary"]["mode"], rep["summary"]["full_reason"]) == ("full", "bronze/events cannot be compared whole")
     assert brief(rep) == sorted([
         ("misplaced-object", "bodies", t, held_seq, held, "containment-breach"),
         ("orphan-object", "quarantine", t, None, orphan, None),

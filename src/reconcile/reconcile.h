@@ -129,9 +129,10 @@ struct Report {
   uint64_t key_material_uses = 0;  // crypto::KeyMaterialUses() at the end: always 0
   double seconds = 0;
   // Wall seconds of each step, one after the other: "lake" (the tables opened, silver and gold
-  // read), "journal" (the snapshot: delivery, the journal replayed, bronze compared), "compare"
-  // (bronze's columns named, silver, gold), "objects"; and "bronze_scan", bronze/events read on
-  // its own thread during "journal".
+  // read; its parts "lake.tables", "lake.mode", "lake.scan_start"), "journal" (the snapshot:
+  // delivery, the journal replayed, bronze compared; its parts "journal.delivery", ".seeds",
+  // ".replay", ".places"), "compare" (bronze's columns named, silver, gold), "objects"; and
+  // "bronze_scan", bronze/events read on its own thread during "journal".
   std::map<std::string, double> phase_seconds;
   int64_t started_unix_ms = 0;
   std::map<std::string, int64_t> table_version;  // table -> the Delta version read (-1: none)
