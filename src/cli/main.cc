@@ -797,14 +797,17 @@ struct ReconcileArgs {
 
 // --since: an RFC 3339 time, or an age "<n>s|m|h|d" before now; Unix microseconds.
 Result<int64_t> SinceMicros(const std::string& s) {
-  if (auto t = lake::UtcMicros(nlohmann::json(s)); t && s.size() > 10) return *t;
+  if (auto t = lake::UtcMicros(nlohmann::json(s)); t && s.size() > 10 && *t > 0) return *t;
   static const std::map<char, int64_t> kUnit = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
   if (s.size() >= 2 && kUnit.count(s.back()) &&
       std::all_of(s.begin(), s.end() - 1, [](char c) { return c >= '0' && c <= '9'; }) && s.size() <= 10) {
-    const int64_t age_s = std::stoll(s.substr(0, s.size() - 1)) * kUnit.at(s.back());
     const int64_t now_us =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    return now_us - age_s * 1000000;
+    const int64_t n = std::stoll(s.substr(0, s.size() - 1));  // at most 9 digits
+    if (n <= now_us / 1000000 / kUnit.at(s.back())) {  // not before 1970 (and no overflow)
+      const int64_t since = now_us - n * kUnit.at(s.back()) * 1000000;
+      if (since > 0) return since;
+    }
   }
   return InvalidArgument("--since " + s + ": give an RFC 3339 time (2026-12-01T00:00:00Z) or an age (36h, 7d)");
 }

@@ -281,6 +281,59 @@ struct BronzeEntry {
   Digest digest{};
 };
 
+// A multiset of bronze rows (a data file's, or the rows of some files): how many, and the sum,
+// lane by lane mod 2^64, of SHA-256(tenant_id, 0, seq, row digest) over them. Two sets with the
+// same count and sum hold the same rows (short of a crafted collision); the sum does not depend
+// on the order, so a compaction that moved rows between files keeps it.
+struct RowSet {
+  int64_t rows = 0;
+  std::array<uint64_t, 4> sum{};
+
+  void Add(std::string_view tenant, int64_t seq, const Digest& row) {
+    std::string buf(tenant);
+    buf.push_back('\0');
+    for (int k = 7; k >= 0; --k) buf.push_back(static_cast<char>((static_cast<uint64_t>(seq) >> (8 * k)) & 0xff));
+    buf.append(reinterpret_cast<const char*>(row.data()), row.size());
+    Add(Sha256Of(buf));
+  }
+  void Add(const Digest& h) {
+    ++rows;
+    for (int lane = 0; lane < 4; ++lane) {
+      uint64_t v = 0;
+      for (int k = 0; k < 8; ++k) v = (v << 8) | h[static_cast<size_t>(lane * 8 + k)];
+      sum[static_cast<size_t>(lane)] += v;
+    }
+  }
+  void Merge(const RowSet& o) {
+    rows += o.rows;
+    for (size_t lane = 0; lane < 4; ++lane) sum[lane] += o.sum[lane];
+  }
+  bool operator==(const RowSet& o) const { return rows == o.rows && sum == o.sum; }
+  std::string SumHex() const {
+    char buf[65];
+    std::snprintf(buf, sizeof(buf), "%016llx%016llx%016llx%016llx", static_cast<unsigned long long>(sum[0]),
+                  static_cast<unsigned long long>(sum[1]), static_cast<unsigned long long>(sum[2]),
+                  static_cast<unsigned long long>(sum[3]));
+    return buf;
+  }
+  static std::optional<RowSet> Parse(int64_t rows, const std::string& hex) {
+    if (hex.size() != 64) return std::nullopt;
+    RowSet r;
+    r.rows = rows;
+    for (size_t lane = 0; lane < 4; ++lane) {
+      uint64_t v = 0;
+      for (size_t k = 0; k < 16; ++k) {
+        const char c = hex[lane * 16 + k];
+        const int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (x < 0) return std::nullopt;
+        v = (v << 4) | static_cast<uint64_t>(x);
+      }
+      r.sum[lane] = v;
+    }
+    return r;
+  }
+};
+
 struct TableRead {
   std::string name;
   bool readable = false;  // rows were read; false: missing, unreadable or behind
@@ -609,6 +662,9 @@ class Auditor {
   // destructor then waits for it, before the table it reads is destroyed.
   ~Auditor() { cancel_scan_ = true; }
 
+  // Set after Run: the incremental run found what only a full run can name.
+  const std::string& needs_full() const { return needs_full_; }
+
   Result<Report> Run() {
     const auto t0 = std::chrono::steady_clock::now();
     auto phase_t0 = t0;
@@ -690,7 +746,11 @@ class Auditor {
   using ListingKey = std::pair<std::string, std::string>;  // (bucket, key)
   struct Baseline {
     int64_t run = 0;  // oml.reconcile_runs id
-    std::map<std::string, std::pair<int64_t, int64_t>> bronze_files;  // path -> (size, modified ms)
+    struct File {
+      int64_t size = 0, modified_ms = 0;  // as listed
+      RowSet rows;                        // its rows
+    };
+    std::map<std::string, File> bronze_files;
     std::map<std::string, ChainMark> chains;
     std::map<GoldKey, int64_t> gold;           // expected counts
     std::map<ArtKey, std::string> silver;      // SilverRowDigest of each row
@@ -793,6 +853,10 @@ class Auditor {
     std::map<std::string, std::vector<BronzeEntry>> rows;
     int64_t count = 0;
     double seconds = 0;  // the scan's own wall time
+    std::map<std::string, RowSet> files;  // each data file read, every tenant's rows
+    // Incremental: the rows read (every tenant's) of events the baseline had already found in
+    // bronze (seq at or below the chain's bronze mark).
+    RowSet covered;
   };
 
   // Starts scanning bronze/events on another thread. The thread touches nothing of the auditor
@@ -802,9 +866,15 @@ class Auditor {
     if (!t.readable) return;
     const bool only_new = base_ && !base_->since;
     if (only_new && new_bronze_files_.empty()) return;  // incremental, nothing added: no row to read
-    const std::vector<std::string>* files = only_new ? &new_bronze_files_ : nullptr;
-    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant, files, this]() {
-      return ScanBronze(table, only, files, cancel_scan_);
+    std::vector<std::string> files = only_new ? new_bronze_files_ : std::vector<std::string>();
+    if (!only_new)
+      for (const auto& f : bronze_files_) files.push_back(f.path);
+    std::map<std::string, int64_t> covered;  // tenant -> bronze mark of the baseline
+    if (only_new)
+      for (const auto& [tenant, m] : base_->chains) covered[tenant] = m.bronze;
+    bronze_scan_ = std::async(std::launch::async, [&table = *t.handle, only = o_.only_tenant, files = std::move(files),
+                                                   covered = std::move(covered), this]() {
+      return ScanBronze(table, only, files, covered, cancel_scan_);
     });
   }
 
@@ -816,39 +886,59 @@ class Auditor {
     if (!r.ok()) return UnreadableBronze(r.status());
     bronze_ = std::move(r->rows);
     report_.bronze_rows = r->count;
+    scanned_files_ = std::move(r->files);
+    // Incremental over baseline files a compaction (or anything else) removed: their rows must be
+    // exactly the rows read again of events the baseline had found in bronze, else only a full
+    // run can say which differ (Reconcile runs one).
+    if (base_ && !base_->since && !removed_.empty() && !(r->covered == removed_rows_))
+      needs_full_ = "the rows of the " + std::to_string(removed_.size()) + " bronze/events data file(s) removed since baseline run " +
+                    std::to_string(base_->run) + " (" + std::to_string(removed_rows_.rows) +
+                    " rows) are not the rows of those events in the files added since (" + std::to_string(r->covered.rows) +
+                    ")";
     report_.phase_seconds["bronze_scan"] = r->seconds;
     return Status::Ok();
   }
 
   // `cancel`: set when the run ends early (~Auditor): the scan stops at its next batch.
-  // `files`: those data files only (nullptr: all).
+  // `files`: the data files to read, one at a time (each file's RowSet is the checkpoint's).
+  // `covered`: incremental, each chain's bronze mark at the baseline (BronzeScan::covered).
   static Result<BronzeScan> ScanBronze(const lake::DeltaTable& table, const std::string& only_tenant,
-                                       const std::vector<std::string>* files, const std::atomic<bool>& cancel) {
+                                       const std::vector<std::string>& files,
+                                       const std::map<std::string, int64_t>& covered,
+                                       const std::atomic<bool>& cancel) {
     const auto t0 = std::chrono::steady_clock::now();
-    OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, table.Scan(BronzeScanColumns(), files));
     BronzeScan out;
     lake::ArrowBatchView b;
     RowDigest d;
     std::string last_tenant;
     std::vector<BronzeEntry>* rows = nullptr;
-    for (;;) {
-      if (cancel.load(std::memory_order_relaxed)) return Status(Code::kAborted, "the audit ended before the bronze scan", "");
-      OML_ASSIGN_OR_RETURN(bool more, scan.Next(&b));
-      if (!more) break;
-      for (int64_t i = 0; i < b.num_rows(); ++i) {
-        if (b.IsNull(kTenantCol, i) || b.IsNull(kSeqCol, i))
-          return Internal("a bronze/events row is not what the adapter writes: null tenant_id or seq");
-        ++out.count;
-        const std::string_view tenant = b.Bytes(kTenantCol, i);
-        if (rows == nullptr || tenant != last_tenant) {
-          if (!only_tenant.empty() && tenant != only_tenant) {
-            rows = nullptr;
-            continue;
+    int64_t mark = 0;  // covered[last_tenant]
+    for (const std::string& file : files) {
+      const std::vector<std::string> one{file};
+      OML_ASSIGN_OR_RETURN(lake::ColumnScan scan, table.Scan(BronzeScanColumns(), &one));
+      RowSet& set = out.files[file];
+      for (;;) {
+        if (cancel.load(std::memory_order_relaxed))
+          return Status(Code::kAborted, "the audit ended before the bronze scan", "");
+        OML_ASSIGN_OR_RETURN(bool more, scan.Next(&b));
+        if (!more) break;
+        for (int64_t i = 0; i < b.num_rows(); ++i) {
+          if (b.IsNull(kTenantCol, i) || b.IsNull(kSeqCol, i))
+            return Internal("a bronze/events row is not what the adapter writes: null tenant_id or seq");
+          ++out.count;
+          const std::string_view tenant = b.Bytes(kTenantCol, i);
+          const int64_t seq = b.Int64(kSeqCol, i);
+          const Digest digest = LakeRowDigest(b, i, d);
+          if (tenant != last_tenant || (rows == nullptr && last_tenant.empty())) {
+            last_tenant = std::string(tenant);
+            auto c = covered.find(last_tenant);
+            mark = c == covered.end() ? 0 : c->second;
+            rows = !only_tenant.empty() && tenant != only_tenant ? nullptr : &out.rows[last_tenant];
           }
-          last_tenant = std::string(tenant);
-          rows = &out.rows[last_tenant];
+          set.Add(tenant, seq, digest);
+          if (seq <= mark) out.covered.Add(tenant, seq, digest);
+          if (rows != nullptr) rows->push_back({seq, digest});
         }
-        rows->push_back({b.Int64(kSeqCol, i), LakeRowDigest(b, i, d)});
       }
     }
     for (auto& [tenant, v] : out.rows)
@@ -983,7 +1073,7 @@ class Auditor {
     }
     if (chains.empty() && !o_.only_tenant.empty())
       return NotFound("no chain for tenant " + o_.only_tenant, "tenant-not-found");
-    step("delivery");
+    step("heads");
     if (base_) {
       OML_RETURN_IF_ERROR(LoadSeeds(chains));
       for (const auto& [k, n] : base_->gold)
@@ -1046,8 +1136,9 @@ class Auditor {
     size_t at = 0;  // the first lake row not yet matched with an event
     // Incremental: rows of events the baseline found in its files, read again from a file added
     // since (the rows of the baseline's files are not read).
-    // (--since: rows of events before the window are not judged.)
-    if (base_ && base_->since)
+    // (--since: rows of events before the window are not judged. Incremental after a compaction:
+    // they are the removed files' rows, compared as a set in JoinBronzeScan.)
+    if (base_ && (base_->since || !removed_.empty()))
       while (at < lake_rows.size() && lake_rows[at].seq <= replayed.covered) ++at;
     for (; at < lake_rows.size() && lake_rows[at].seq <= replayed.covered; ++at)
       Add({"duplicate-in-lake", kBronze, tenant, lake_rows[at].seq, "", "", "1", "2",
@@ -1305,8 +1396,10 @@ class Auditor {
       if (e == silver_expected_.end()) {
         auto a = artifacts_.find(key);
         Add({"containment-breach", kSilver, tenant, 0, k, "", "no row", Show(rows.front().value("state", json(nullptr))),
-             a == artifacts_.end() ? "the journal has no such claim version"
-                                   : "the journal never promoted this claim version: its metadata left quarantine"});
+             base_ ? "the claim version had no row at baseline run " + std::to_string(base_->run) +
+                         " and no event since promoted it: its metadata left quarantine"
+             : a == artifacts_.end() ? "the journal has no such claim version"
+                                     : "the journal never promoted this claim version: its metadata left quarantine"});
         continue;
       }
       if (e->second.row.is_null()) {
@@ -1606,6 +1699,8 @@ class Auditor {
       report_.full_reason = std::move(why);
       base_.reset();
       new_bronze_files_.clear();
+      removed_.clear();
+      removed_rows_ = RowSet();
       return Status::Ok();
     };
     if (o_.since_us > 0) return SinceWindow();
@@ -1626,12 +1721,19 @@ class Auditor {
     for (const auto& f : bronze_files_) now[f.path] = &f;
     for (const auto& [path, seen] : base_->bronze_files) {
       auto it = now.find(path);
-      if (it == now.end() || !it->second->stored_size || !it->second->stored_modified_ms ||
-          std::pair{*it->second->stored_size, *it->second->stored_modified_ms} != seen)
-        return full("bronze/events data file " + path + " was removed or rewritten" + since +
-                    " (compaction, VACUUM or damage)");
+      if (it == now.end()) {  // removed: by a compaction, if its rows are in the files added since
+        removed_.push_back(path);
+        removed_rows_.Merge(seen.rows);
+        continue;
+      }
+      if (!it->second->stored_size || !it->second->stored_modified_ms ||
+          std::pair{*it->second->stored_size, *it->second->stored_modified_ms} != std::pair{seen.size, seen.modified_ms})
+        return full("bronze/events data file " + path + " was rewritten in place" + since + " (damage)");
       now.erase(it);
     }
+    if (!removed_.empty() && !o_.only_tenant.empty())
+      return full(std::to_string(removed_.size()) + " bronze/events data file(s) were removed" + since +
+                  " (a compaction): only a run over every tenant can account for their rows");
     for (const auto& [path, f] : now) new_bronze_files_.push_back(path);
     // Each chain still has the event the baseline ended at (append-only: nothing before it changed
     // unless the chain was restored or forked).
@@ -1659,11 +1761,12 @@ class Auditor {
   }
 
   // The incremental checkpoint's format; a baseline of another is not used (the run is full).
-  static constexpr int kCheckpointVersion = 2;
+  static constexpr int kCheckpointVersion = 3;
 
   // --since: a window with no baseline behind it: each chain from its first event committed since
-  // the start of the UTC day of --since (less a minute: an envelope's time is taken after its
-  // transaction's start, which committed_at records). Bronze is scanned whole.
+  // the start of the UTC day of --since, less an hour (an envelope's time is taken after its
+  // transaction's start, which committed_at records, and may follow a head up to a minute ahead;
+  // an event too many only costs its bronze row's comparison). Bronze is scanned whole.
   Status SinceWindow() {
     report_.mode = "since";
     since_day_ = DayOf(o_.since_us);
@@ -1674,7 +1777,7 @@ class Auditor {
     OML_ASSIGN_OR_RETURN(
         db::Rows r,
         c_.Query("SELECT h.tenant_id::text, coalesce((SELECT min(j.seq) FROM oml.journal j WHERE j.tenant_id = "
-                 "h.tenant_id AND j.committed_at >= to_timestamp($1::double precision / 1e6) - interval '1 minute'), "
+                 "h.tenant_id AND j.committed_at >= to_timestamp($1::double precision / 1e6) - interval '1 hour'), "
                  "h.seq + 1) FROM oml.chain_heads h",
                  {db::Text(std::to_string(day_start_us))}));
     Baseline b;
@@ -1701,7 +1804,8 @@ class Auditor {
       OML_ASSIGN_OR_RETURN(db::Rows r, c_.Query("SELECT checkpoint->'incremental' FROM oml.reconcile_runs WHERE id = $1",
                                                 {db::Int(ids.GetInt(i, 0))}));
       if (r.size() == 0 || r.IsNull(0, 0)) continue;  // a run that recorded none
-      return ParseBaseline(ids.GetInt(i, 0), r.Get(0, 0));
+      OML_ASSIGN_OR_RETURN(std::optional<Baseline> b, ParseBaseline(ids.GetInt(i, 0), r.Get(0, 0)));
+      if (b) return b;  // else one of another format (or without the buckets): an older one may do
     }
     return std::optional<Baseline>();
   }
@@ -1713,8 +1817,11 @@ class Auditor {
       const json c = json::parse(text);
       if (c.at("v").get<int>() != kCheckpointVersion) return std::optional<Baseline>();
       if (WithObjects() && !c.at("objects").get<bool>()) return std::optional<Baseline>();
-      for (const auto& f : c.at("bronze_files"))
-        b.bronze_files[f.at(0).get<std::string>()] = {f.at(1).get<int64_t>(), f.at(2).get<int64_t>()};
+      for (const auto& f : c.at("bronze_files")) {
+        std::optional<RowSet> rows = RowSet::Parse(f.at(3).get<int64_t>(), f.at(4).get<std::string>());
+        if (!rows) return std::optional<Baseline>();
+        b.bronze_files[f.at(0).get<std::string>()] = {f.at(1).get<int64_t>(), f.at(2).get<int64_t>(), *rows};
+      }
       for (const auto& [tenant, m] : c.at("chains").items())
         b.chains[tenant] = {m.at(0).get<int64_t>(), m.at(1).get<std::string>(), m.at(2).get<int64_t>(),
                             m.at(3).get<int64_t>(), m.at(4).get<int64_t>()};
@@ -1769,37 +1876,30 @@ class Auditor {
     for (const auto& sp : chains)
       if (sp.after > 0 && sp.head > sp.after) spans.push_back({{"t", sp.tenant}, {"a", sp.after}, {"h", sp.head}});
     if (spans.empty()) return Status::Ok();
-    OML_ASSIGN_OR_RETURN(db::Rows w, c_.Query("SELECT w.t::text, j.signed_bytes FROM json_to_recordset($1::json) AS "
-                                              "w(t uuid, a bigint, h bigint), LATERAL (SELECT signed_bytes FROM "
-                                              "oml.journal j WHERE j.tenant_id = w.t AND j.seq > w.a AND j.seq <= w.h "
-                                              "OFFSET 0) j",
-                                              {db::Text(spans.dump())}));
+    // The span's events that name a claim made earlier (journal.event_type, set with the signed
+    // bytes by the append, is the index; the bytes say what they name). claim.submitted names
+    // only a version whose history starts there; the usual span, new claims only, reads nothing.
+    OML_ASSIGN_OR_RETURN(
+        db::Rows w,
+        c_.Query("SELECT w.t::text, j.signed_bytes FROM json_to_recordset($1::json) AS w(t uuid, a bigint, h bigint), "
+                 "LATERAL (SELECT signed_bytes FROM oml.journal j WHERE j.tenant_id = w.t AND j.seq > w.a AND "
+                 "j.seq <= w.h AND j.event_type IN ('submission.attach', 'review.served', 'claim.promoted', "
+                 "'claim.rejected', 'claim.demoted', 'artifact.erased', 'claim.reassigned', 'simulation.ended') "
+                 "OFFSET 0) j",
+                 {db::Text(spans.dump())}));
     std::set<std::pair<std::string, std::string>> ids, sims;  // (tenant, artifact_id | simulation_id)
-    // A claim version submitted within the span has its whole history there: an event that names
-    // that version only (its attach, a serve, a verdict) needs no seed. Any other naming event
-    // does, and an erasure or reassignment names every version of its artifact.
-    std::set<std::tuple<std::string, std::string, int64_t>> fresh, named;
     for (int i = 0; i < w.size(); ++i) {
       Result<journal::Envelope> e = journal::Envelope::FromVerifiedSignedBytes(w.GetBytes(i, 1));
       if (!e.ok() || !e->payload.is_object()) continue;  // the replay reports it
       const json& p = e->payload;
+      // (A version submitted within the span has no seq at or below its start: no seed.)
       auto a = p.find("artifact_id");
-      auto v = p.find("version");
-      const bool one_version = a != p.end() && a->is_string() && v != p.end() && v->is_number_integer() &&
-                               e->type != "claim.reassigned";
-      if (one_version && e->type == "claim.submitted") {
-        fresh.emplace(w.Get(i, 0), a->get<std::string>(), v->get<int64_t>());
-      } else if (one_version) {
-        named.emplace(w.Get(i, 0), a->get<std::string>(), v->get<int64_t>());
-      } else if (a != p.end() && a->is_string() && LooksLikeUuid(a->get<std::string>())) {
+      if (a != p.end() && a->is_string() && LooksLikeUuid(a->get<std::string>()))
         ids.emplace(w.Get(i, 0), a->get<std::string>());
-      }
       auto sim = p.find("simulation_id");
       if (e->type == "simulation.ended" && sim != p.end() && sim->is_string())
         sims.emplace(w.Get(i, 0), sim->get<std::string>());
     }
-    for (const auto& [t, id, v] : named)
-      if (!fresh.count({t, id, v}) && LooksLikeUuid(id)) ids.emplace(t, id);
     if (ids.empty() && sims.empty()) return Status::Ok();  // the usual case: new claims only
     std::map<std::string, int64_t> after;
     for (const auto& sp : chains) after[sp.tenant] = sp.after;
@@ -1811,10 +1911,14 @@ class Auditor {
         "a.tenant_id::text, a.artifact_id::text, a.submitted_seq, coalesce(a.promoted_seq, 0), "
         "coalesce(a.rejected_seq, 0), coalesce(a.demoted_seq, 0), coalesce(a.erased_seq, 0), "
         "coalesce(a.retracted_seq, 0), coalesce(a.reassigned_seq, 0)";
+    // oml.artifacts keeps a version's last claim.reassigned only: if that one is in the span, the
+    // ones before it (which set the workarea a delivered row may still show) are looked up.
+    std::set<std::pair<std::string, std::string>> reassigned_again;
     auto take = [&](const db::Rows& r) {
       for (int i = 0; i < r.size(); ++i) {
         ids.emplace(r.Get(i, 0), r.Get(i, 1));
         for (int c = 2; c <= 8; ++c) add(r.Get(i, 0), r.GetInt(i, c));
+        if (r.GetInt(i, 8) > after[r.Get(i, 0)]) reassigned_again.emplace(r.Get(i, 0), r.Get(i, 1));
       }
     };
     if (!sims.empty()) {
@@ -1840,6 +1944,24 @@ class Auditor {
                                                "WHERE t.tenant_id = x.t AND t.artifact_id = x.a OFFSET 0) t",
                                                {db::Text(list.dump())}));
     for (int i = 0; i < at.size(); ++i) add(at.Get(i, 0), at.GetInt(i, 1));
+    if (!reassigned_again.empty()) {
+      json tenants = json::array();
+      std::set<std::string> seen;
+      for (const auto& [t, id] : reassigned_again)
+        if (seen.insert(t).second) tenants.push_back({{"t", t}, {"a", after[t]}});
+      OML_ASSIGN_OR_RETURN(
+          db::Rows re, c_.Query("SELECT x.t::text, j.seq, j.signed_bytes FROM json_to_recordset($1::json) AS "
+                                "x(t uuid, a bigint), LATERAL (SELECT seq, signed_bytes FROM oml.journal j WHERE "
+                                "j.tenant_id = x.t AND j.seq <= x.a AND j.event_type = 'claim.reassigned' OFFSET 0) j",
+                                {db::Text(tenants.dump())}));
+      for (int i = 0; i < re.size(); ++i) {
+        Result<journal::Envelope> e = journal::Envelope::FromVerifiedSignedBytes(re.GetBytes(i, 2));
+        if (!e.ok() || !e->payload.is_object()) continue;  // (a full run reports it)
+        auto a = e->payload.find("artifact_id");
+        if (a != e->payload.end() && a->is_string() && reassigned_again.count({re.Get(i, 0), a->get<std::string>()}))
+          add(re.Get(i, 0), re.GetInt(i, 1));
+      }
+    }
     return LoadSeedEvents(seqs);
   }
 
@@ -1872,14 +1994,22 @@ class Auditor {
   void BuildCheckpoint() {
     auto none = [&](std::string why) { report_.checkpoint_note = std::move(why); };
     if (!o_.only_tenant.empty()) return none("a --tenant run records no checkpoint");
+
     if (o_.since_us > 0) return none("a --since run records no checkpoint");
+    if (!report_.findings.empty()) return none("a run with findings is no baseline");
+    if (!needs_full_.empty()) return none(needs_full_);
     if (!unaudited_.empty()) return none("a chain could not be replayed to its head");
     for (const char* name : {kBronze, kSilver, kGold})
       if (!tables_[name].readable) return none(std::string(name) + " could not be compared");
-    json files = json::array();
+    json files = json::array();  // [[path, size, modified ms, rows, RowSet sum], ...]
     for (const auto& f : bronze_files_) {
       if (!f.stored_size || !f.stored_modified_ms) return none("bronze/events data file " + f.path + " is not listed");
-      files.push_back({f.path, *f.stored_size, *f.stored_modified_ms});
+      const RowSet* rows = nullptr;  // read by this run, or as the baseline read it
+      if (auto it = scanned_files_.find(f.path); it != scanned_files_.end()) rows = &it->second;
+      if (rows == nullptr && base_ && !base_->since)
+        if (auto it = base_->bronze_files.find(f.path); it != base_->bronze_files.end()) rows = &it->second.rows;
+      if (rows == nullptr) return none("bronze/events data file " + f.path + " was not read");
+      files.push_back({f.path, *f.stored_size, *f.stored_modified_ms, rows->rows, rows->SumHex()});
     }
     json chains = json::object();
     bool caught_up = true;
@@ -1977,6 +2107,10 @@ class Auditor {
   int64_t frontier_ = 0;                         // the lake writer's frontier as the run began
   std::vector<lake::DataFile> bronze_files_;     // bronze's data files at the version read
   std::vector<std::string> new_bronze_files_;    // incremental: added since the baseline
+  std::vector<std::string> removed_;             // incremental: baseline files no longer in bronze
+  RowSet removed_rows_;                          // their rows, as the baseline read them
+  std::map<std::string, RowSet> scanned_files_;  // each data file this run read
+  std::string needs_full_;                       // set: only a full run can judge (Reconcile runs one)
   std::map<std::string, Track> track_;           // tenant -> its chain as replayed
   std::set<ArtKey> touched_;                     // incremental: the claim versions replayed
   std::map<std::string, std::vector<std::pair<int64_t, journal::Envelope>>> seeds_;  // LoadSeeds
@@ -2060,7 +2194,8 @@ std::string Report::ToText() const {
        std::to_string(objects_read) + " read" +
        (objects_unchanged > 0 ? " (" + std::to_string(objects_unchanged) + " unchanged, not read)" : "") +
        "; " + (mode == "incremental" ? "incremental from run " + std::to_string(baseline_run)
-                                      : "full (" + full_reason + ")") +
+               : mode == "since"     ? std::string("since the start of its day")
+                                     : "full (" + full_reason + ")") +
        "; no key loaded\n";
   return s;
 }
@@ -2112,8 +2247,19 @@ Status RecordRun(db::Conn& conn, const Report& r, const Options& o, int64_t repa
 }
 
 Result<Report> Reconcile(db::Conn& conn, const std::string& lake_root, const Stores& stores, const Options& o) {
-  Auditor a(conn, lake_root, stores, o);
-  return a.Run();
+  std::string why;
+  {
+    Auditor a(conn, lake_root, stores, o);
+    OML_ASSIGN_OR_RETURN(Report r, a.Run());
+    if (a.needs_full().empty()) return r;
+    why = a.needs_full();
+  }
+  Options full = o;
+  full.full = true;
+  Auditor a(conn, lake_root, stores, full);
+  OML_ASSIGN_OR_RETURN(Report r, a.Run());
+  r.full_reason = "incremental run abandoned: " + why;
+  return r;
 }
 
 }  // namespace oml::reconcile
