@@ -18,7 +18,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 JOBS ?= $(shell nproc)
 OML := $(BUILD)/oml
 
-.PHONY: all deps build run test test-cpp test-py venv bench bench-lake bench-uploads bench-reconcile clean format
+.PHONY: all deps deploy-tools build run test test-cpp test-py venv bench bench-lake bench-uploads bench-reconcile clean format
 
 all: build
 
@@ -42,18 +42,23 @@ $(VENV)/.installed: tests/requirements.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
+# kustomize and the CloudNativePG / prometheus-operator CRD schemas for tests/test_deploy.py
+# (pinned; built and fetched once into $(OML_CACHE), offline after that).
+deploy-tools:
+	@OML_CACHE=$(OML_CACHE) scripts/install-deploy-tools.sh
+
 CTEST = cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 PYTEST = OML_BIN=$(OML) OML_CACHE=$(OML_CACHE) $(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
 
 # C++ tests first, then Python (in sequence: both start PostgreSQL clusters on the same cores).
-test: build venv
+test: build venv deploy-tools
 	$(CTEST)
 	$(PYTEST)
 
 test-cpp: build
 	$(CTEST)
 
-test-py: build venv
+test-py: build venv deploy-tools
 	$(PYTEST)
 
 bench: build venv

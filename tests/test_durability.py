@@ -143,13 +143,18 @@ def _cancel_sync_rep_wait(d):
 def test_quorum_settings_open_the_gate(acme):
     d = acme
     set_sync(d, "remote_apply", "ANY 1 (s1)")
-    doctor = d.run("doctor")
+    doctor = d.run("doctor", check=False)
     assert ("durability: synchronous_commit=remote_apply synchronous_standby_names='ANY 1 (s1)' -> "
             "synchronous quorum replication: the production requirement holds") in doctor.stdout
+    # ... but s1 does not exist: the settings hold, the standby does not (issue 21).
+    assert doctor.returncode == 3, doctor.stdout
+    assert "REPLICATION: below the quorum: 0 of 0 streaming standbys synchronous; 1 needed." in doctor.stdout
     before = d.counts()["journal"]
     serve(d, env=ENFORCED)
     h = health(d)
-    assert (h["status"], h["writes"], h["durability"]) == ("ok", "accepting", "ok")
+    assert (h["status"], h["writes"], h["durability"]) == ("degraded", "accepting", "ok")
+    assert (h["replication"], h["replication_detail"]) == (
+        "below-quorum", "0 of 0 streaming standbys synchronous; 1 needed")
     assert h["durability_detail"] == ("synchronous_commit=remote_apply; synchronous_standby_names is a quorum "
                                       "(ANY 1 of 1 standby)")
     assert metric(d, "oml_durability_reduced") == 0

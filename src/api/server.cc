@@ -690,6 +690,11 @@ struct Server::Impl {
       const db::DurabilityMonitor::State ds = d.durability->Get();
       j["durability"] = db::DurabilityMonitor::HealthValue(ds);
       j["durability_detail"] = ds.detail;  // names neither tenants nor standbys
+      // The standbys streaming now: ok | below-quorum (commits wait, then 503
+      // commit-not-replicated) | unknown | none (no synchronous standbys configured).
+      j["replication"] = ds.standbys.HealthValue();
+      j["replication_detail"] = ds.standbys.Describe();
+      if (ds.standbys.BelowQuorum()) j["status"] = "degraded";
       if (j["durability"] == "insufficient") {
         j["status"] = "degraded";
         j["writes"] = "refused";

@@ -475,6 +475,9 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
                                                           : db::DurabilityMode::kEnforced,
                                    std::chrono::milliseconds(c.durability_check_ms));
   OML_RETURN_IF_ERROR(durability.Start());
+  // A COMMIT that waits longer than this for the synchronous standbys is cancelled and answered
+  // 503 commit-not-replicated (db/conn.h), so a lost quorum never holds a client for ever.
+  db::SetCommitWaitBound(std::chrono::milliseconds(c.commit_replication_timeout_ms));
   // tus uploads (uploads/uploads.h): parts and objects in the quarantine bucket; a sweep expires
   // sessions (and complete ones no claim attached within upload_complete_ttl_s) and removes what
   // they left, every min(60 s, min(upload_expiry_s, upload_complete_ttl_s) / 2).
@@ -1647,6 +1650,19 @@ int Main(int argc, char** argv) {
                                        "): a failover can lose acknowledged writes; `oml serve` refuses writes "
                                        "unless run with --reduced-durability (`oml dev`: reduced by definition)")
                     << "\n";
+          // The standbys streaming now (sql/0026_sync_standbys.sql): below the quorum, every
+          // commit waits for one to return, and `oml serve` answers 503 commit-not-replicated.
+          // Counted as a problem only where the requirement holds: otherwise the line above
+          // already says what is wrong (and `oml serve` refuses writes, or runs reduced on purpose).
+          const db::StandbyCount n = db::ReadStandbyCount(**h, *r);
+          if (v.quorum && n.BelowQuorum()) {
+            ++problems;
+            std::cout << "REPLICATION: below the quorum: " << n.Describe()
+                      << ".\n  Every commit waits for a synchronous standby to return (up to "
+                         "commit_replication_timeout_ms, then 503 commit-not-replicated); start or repair one.\n";
+          } else {
+            std::cout << "replication: " << n.HealthValue() << " (" << n.Describe() << ")\n";
+          }
         }
         // The database boundary (sql/0017_pinned_search_path.sql): a function whose names a
         // role could shadow from pg_temp is a problem; TEMP still granted is reported only.

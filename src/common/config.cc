@@ -94,6 +94,7 @@ Result<Config> LoadConfig() {
       {"http_threads", "OML_HTTP_THREADS", ""}, {"head_publish_ms", "OML_HEAD_PUBLISH_MS", ""},
       {"log_level", "OML_LOG_LEVEL", ""}, {"idempotency_ttl_s", "OML_IDEMPOTENCY_TTL_S", ""},
       {"reduced_durability", "OML_REDUCED_DURABILITY", ""}, {"durability_check_ms", "OML_DURABILITY_CHECK_MS", ""},
+      {"commit_replication_timeout_ms", "OML_COMMIT_REPLICATION_TIMEOUT_MS", ""},
       {"allow_insecure_key_files", "OML_ALLOW_INSECURE_KEY_FILES", ""},
       {"metrics_listen", "OML_METRICS_LISTEN", ""},
       {"lakewriter_metrics_listen", "OML_LAKEWRITER_METRICS_LISTEN", ""},
@@ -190,6 +191,12 @@ Result<Config> LoadConfig() {
     c.durability_check_ms = static_cast<int>(std::min<int64_t>(v, 86400000));  // a day at most: fits an int
   }
   if (c.durability_check_ms < 100) return InvalidArgument("setting durability_check_ms: must be at least 100");
+  if (!get("commit_replication_timeout_ms").empty()) {
+    OML_RETURN_IF_ERROR(ParseInt("commit_replication_timeout_ms", get("commit_replication_timeout_ms"), &v));
+    if (v < 100 || v > 3600000)
+      return InvalidArgument("setting commit_replication_timeout_ms: must be 100..3600000 (an hour)");
+    c.commit_replication_timeout_ms = static_cast<int>(v);
+  }
   if (!get("metrics_listen").empty()) c.metrics_listen = get("metrics_listen") == "off" ? "" : get("metrics_listen");
   if (!get("lakewriter_metrics_listen").empty())
     c.lakewriter_metrics_listen = get("lakewriter_metrics_listen") == "off" ? "" : get("lakewriter_metrics_listen");

@@ -26,6 +26,9 @@
 //   log_level             OML_LOG_LEVEL          info
 //   reduced_durability    OML_REDUCED_DURABILITY false  (true/false, 1/0, yes/no, on/off; toml bool ok)
 //   durability_check_ms   OML_DURABILITY_CHECK_MS 5000  (at least 100)
+//   commit_replication_timeout_ms OML_COMMIT_REPLICATION_TIMEOUT_MS 5000 (100..3600000; `oml serve`'s
+//                         bound on a COMMIT's wait for the synchronous standbys: then 503
+//                         commit-not-replicated, db::SetCommitWaitBound)
 //   metrics_listen        OML_METRICS_LISTEN     127.0.0.1:8471 ("off": no metrics listener)
 //   lakewriter_metrics_listen OML_LAKEWRITER_METRICS_LISTEN 127.0.0.1:8472 (`oml lakewriter`'s /metrics; "off": none)
 //   http_max_request_bytes   OML_HTTP_MAX_REQUEST_BYTES   6 * max_body_bytes + 64 KiB (body on the wire)
@@ -123,6 +126,7 @@ struct Config {
   std::string log_level = "info";
   bool reduced_durability = false;
   int durability_check_ms = 5000;
+  int commit_replication_timeout_ms = 5000;
   std::string metrics_listen = "127.0.0.1:8471";
   std::string lakewriter_metrics_listen = "127.0.0.1:8472";
   uint64_t http_max_request_bytes = 6 * (1 << 20) + 64 * 1024;

@@ -41,6 +41,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                   "synchronous standbys")
                             .Register(*registry_)
                             .Add({});
+  sync_standbys_streaming_ = &prometheus::BuildGauge()
+                                  .Name("oml_durability_sync_standbys_streaming")
+                                  .Help("Synchronous standbys streaming from the primary at the last check (-1: "
+                                        "cannot be counted)")
+                                  .Register(*registry_)
+                                  .Add({});
+  sync_standbys_required_ = &prometheus::BuildGauge()
+                                 .Name("oml_durability_sync_standbys_required")
+                                 .Help("Synchronous standbys a commit waits for (k of synchronous_standby_names; "
+                                       "0: none configured)")
+                                 .Register(*registry_)
+                                 .Add({});
   lake_commit_seconds_ = &prometheus::BuildHistogram()
                               .Name("oml_lake_commit_seconds")
                               .Help("Lake writer: one Delta commit (rows, txn and bounds), by table")
@@ -122,6 +134,11 @@ void Metrics::ChainIntegrity(const std::string& kind) { integrity_->Add({{"kind"
 void Metrics::Durability(bool reduced, bool quorum) {
   durability_reduced_->Set(reduced ? 1 : 0);
   durability_quorum_->Set(quorum ? 1 : 0);
+}
+
+void Metrics::SyncStandbys(int streaming, int required) {
+  sync_standbys_streaming_->Set(streaming);
+  sync_standbys_required_->Set(required);
 }
 
 void Metrics::LakeCommit(const std::string& table, int64_t rows, double seconds) {

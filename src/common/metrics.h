@@ -37,6 +37,10 @@ class Metrics {
   // or the local profile); oml_durability_quorum 1 when the last check found it configured.
   // Writes are refused (503 durability-reduced) while both are 0.
   void Durability(bool reduced, bool quorum);
+  // oml_durability_sync_standbys_streaming (-1: unknown) and oml_durability_sync_standbys_required
+  // (k of synchronous_standby_names, 0: none), set by every check: streaming < required means
+  // every commit waits (db::StandbyCount::BelowQuorum).
+  void SyncStandbys(int streaming, int required);
   // The lake writer (lake/lakewriter.h); labels: table (the lake's three tables), result.
   // One Delta commit of `rows` rows to `table` that took `seconds` (oml_lake_commit_seconds,
   // oml_lake_rows_total).
@@ -78,6 +82,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* integrity_;
   prometheus::Gauge* durability_reduced_;
   prometheus::Gauge* durability_quorum_;
+  prometheus::Gauge* sync_standbys_streaming_;
+  prometheus::Gauge* sync_standbys_required_;
   prometheus::Family<prometheus::Histogram>* lake_commit_seconds_;
   prometheus::Family<prometheus::Counter>* lake_rows_;
   prometheus::Histogram* lake_batch_rows_;

@@ -4,6 +4,12 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -52,6 +58,100 @@ bool IsCommit(const std::string& sql) {
     ++i;
   }
   return false;
+}
+
+// The bound set by SetCommitWaitBound, in milliseconds (0: none).
+std::atomic<int64_t> g_commit_wait_bound_ms{0};
+
+// How long a cancelled COMMIT may take to answer before its connection is cut.
+constexpr std::chrono::milliseconds kCancelGrace{10000};
+
+// Cancels COMMITs that outlive the bound, from a thread of its own: the thread that sent the
+// COMMIT is blocked in libpq (PQexec, PQgetResult) until the server answers. PQcancel is made for
+// this (thread-safe, its own connection). A cancelled COMMIT that still has not answered
+// kCancelGrace later has its socket shut down, so the blocked call returns.
+class CommitWatchdog {
+ public:
+  enum Fired { kNone = 0, kCancelled = 1, kCut = 2 };
+
+  static CommitWatchdog& Get() {
+    static CommitWatchdog* w = new CommitWatchdog();  // never destroyed: its thread runs for ever
+    return *w;
+  }
+
+  // Watches the statement now running on `c` for `bound`. Returns the id for Disarm.
+  uint64_t Arm(PGconn* c, std::chrono::milliseconds bound) {
+    Entry e{PQgetCancel(c), PQsocket(c), std::chrono::steady_clock::now() + bound, kNone};
+    std::lock_guard<std::mutex> l(mu_);
+    const uint64_t id = next_++;
+    entries_.emplace(id, e);
+    cv_.notify_one();
+    return id;
+  }
+
+  // Stops watching. After it returns the watchdog no longer touches the connection. Returns what
+  // it did to the statement.
+  Fired Disarm(uint64_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return kNone;
+    const Fired f = it->second.fired;
+    if (it->second.cancel) PQfreeCancel(it->second.cancel);
+    entries_.erase(it);
+    return f;
+  }
+
+ private:
+  struct Entry {
+    PGcancel* cancel;
+    int sock;
+    std::chrono::steady_clock::time_point deadline;
+    Fired fired;
+  };
+
+  CommitWatchdog() { std::thread([this] { Loop(); }).detach(); }
+
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      auto next = std::chrono::steady_clock::time_point::max();
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& [id, e] : entries_) {
+        if (e.fired == kCut) continue;
+        if (e.deadline <= now) {
+          if (e.fired == kNone) {
+            log::Warn("a COMMIT waited longer than commit_replication_timeout_ms for the synchronous standbys; "
+                      "cancelling its wait (the commit is not acknowledged)",
+                      {{"bound_ms", g_commit_wait_bound_ms.load()}});
+            char err[256] = {0};
+            if (e.cancel == nullptr || PQcancel(e.cancel, err, sizeof err) != 1)
+              log::Warn("cancel request failed", {{"error", std::string(err)}});
+            e.fired = kCancelled;
+            e.deadline = now + kCancelGrace;
+          } else {
+            log::Error("a cancelled COMMIT did not answer; closing its connection", {});
+            if (e.sock >= 0) ::shutdown(e.sock, SHUT_RDWR);
+            e.fired = kCut;
+            continue;
+          }
+        }
+        next = std::min(next, e.deadline);
+      }
+      if (next == std::chrono::steady_clock::time_point::max()) cv_.wait(l);
+      else cv_.wait_until(l, next);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Entry> entries_;  // GUARDED_BY(mu_)
+  uint64_t next_ = 1;                  // GUARDED_BY(mu_)
+};
+
+Status NotReplicatedCut() {
+  return Unavailable("the commit was not confirmed by the synchronous standbys, and the database did not answer its "
+                     "cancellation; its outcome must be checked before retrying",
+                     "commit-not-replicated");
 }
 
 bool ResultOk(const PGresult* r) {
@@ -213,12 +313,23 @@ Result<Conn> Conn::Connect(const std::string& url) {
 
 bool Conn::healthy() const { return c_ && PQstatus(c_.get()) == CONNECTION_OK; }
 
+void SetCommitWaitBound(std::chrono::milliseconds bound) { g_commit_wait_bound_ms = std::max<int64_t>(0, bound.count()); }
+
+std::chrono::milliseconds CommitWaitBound() { return std::chrono::milliseconds(g_commit_wait_bound_ms.load()); }
+
 Result<Rows> Conn::Exec(const std::string& sql) {
   const bool commit = IsCommit(sql);
   if (commit) notices_->sync_rep_canceled = false;
   notices_->in_commit = commit;
+  const std::chrono::milliseconds bound = commit ? CommitWaitBound() : std::chrono::milliseconds(0);
+  const uint64_t watch = bound.count() > 0 ? CommitWatchdog::Get().Arm(c_.get(), bound) : 0;
   PGresult* r = PQexec(c_.get(), sql.c_str());
   notices_->in_commit = false;
+  if (watch && CommitWatchdog::Get().Disarm(watch) == CommitWatchdog::kCut) {
+    PQclear(r);
+    c_.reset();
+    return NotReplicatedCut();
+  }
   if (!ResultOk(r)) {
     Status s = StatusFromResult(r, c_.get());
     PQclear(r);
@@ -232,9 +343,16 @@ Result<Rows> Conn::Query(const std::string& sql, const std::vector<Param>& param
   const bool commit = IsCommit(sql);
   if (commit) notices_->sync_rep_canceled = false;
   notices_->in_commit = commit;
+  const std::chrono::milliseconds bound = commit ? CommitWaitBound() : std::chrono::milliseconds(0);
+  const uint64_t watch = bound.count() > 0 ? CommitWatchdog::Get().Arm(c_.get(), bound) : 0;
   PGresult* r = PQexecParams(c_.get(), sql.c_str(), static_cast<int>(params.size()), nullptr, pa.values.data(),
                              pa.lengths.data(), pa.formats.data(), 0);
   notices_->in_commit = false;
+  if (watch && CommitWatchdog::Get().Disarm(watch) == CommitWatchdog::kCut) {
+    PQclear(r);
+    c_.reset();
+    return NotReplicatedCut();
+  }
   if (!ResultOk(r)) {
     Status s = StatusFromResult(r, c_.get());
     PQclear(r);
@@ -289,6 +407,19 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
   // finally PGRES_PIPELINE_SYNC. Prepare results are consumed here, not returned.
   size_t idx = 0;
   size_t armed = sent.size();  // the COMMIT whose notices are being watched
+  const std::chrono::milliseconds bound = CommitWaitBound();
+  // The bound counts from here, for the whole pipeline: PostgreSQL sends no result of a pipeline
+  // before its Sync (or a full output buffer), so the statements before a COMMIT answer only
+  // once it has. A cancel that lands before the COMMIT fails that statement (57014, nothing
+  // committed); callers send their slow statements (the chain lock) in a pipeline of their own.
+  uint64_t watch = 0;  // the CommitWatchdog entry of this pipeline's COMMIT
+  if (bound.count() > 0 && std::find(sent_commit.begin(), sent_commit.end(), true) != sent_commit.end())
+    watch = CommitWatchdog::Get().Arm(c, bound);
+  auto disarm = [&] {
+    if (watch && CommitWatchdog::Get().Disarm(watch) == CommitWatchdog::kCut && first_err.ok())
+      first_err = NotReplicatedCut();
+    watch = 0;
+  };
   for (;;) {
     // A query's notices arrive between its first result message and its CommandComplete, so
     // they are processed while PQgetResult reads that query's results (libpq parses a NOTICE
@@ -331,6 +462,7 @@ Result<std::vector<Rows>> Conn::Pipeline(const std::vector<Stmt>& stmts) {
     out.emplace_back(r);
   }
   notices_->in_commit = false;
+  disarm();
   if (PQexitPipelineMode(c) != 1) {
     // Unusable for the next user: close it so the pool drops it.
     c_.reset();

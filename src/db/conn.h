@@ -169,6 +169,19 @@ class Conn {
 // the safe answer to it. NOTICE, INFO, LOG and DEBUG do not count. `sqlstate` may be null.
 bool CommitNoticeRefusesAck(const char* severity_nonlocalized, const char* sqlstate);
 
+// The commit wait bound of this process (`commit_replication_timeout_ms`; 0, the default, waits
+// for ever). A COMMIT sent by Exec, Query or Pipeline that has not answered `bound` after it
+// started (for a pipeline: after the pipeline was sent, see Conn::Pipeline) is cancelled by a watchdog
+// thread (PQcancel): PostgreSQL ends a wait for synchronous standbys with a WARNING, so
+// CommitVerdict answers kUnavailable "commit-not-replicated" (the commit is local only, never
+// acknowledged). If the cancellation is not answered within 10 s either, the watchdog shuts the
+// socket down, and the statement fails with that type too (the COMMIT's outcome is unknown; the
+// connection is dropped). A cancel that arrives as the COMMIT finishes finds the session idle and
+// is ignored; in a pipeline it could cancel a statement after the COMMIT, so keep COMMIT last.
+// Thread-safe; read at the start of each COMMIT.
+void SetCommitWaitBound(std::chrono::milliseconds bound);
+std::chrono::milliseconds CommitWaitBound();
+
 // Maps a failed PGresult (or connection) to a Status as described above.
 Status StatusFromResult(const PGresult* r, PGconn* c);
 

@@ -176,6 +176,33 @@ Result<DurabilitySettings> ReadDurabilitySettings(Conn& c) {
   return DurabilitySettings{r.Get(0, 0), r.Get(0, 1)};
 }
 
+std::string StandbyCount::HealthValue() const {
+  if (!known) return "unknown";
+  if (required == 0) return "none";
+  return BelowQuorum() ? "below-quorum" : "ok";
+}
+
+std::string StandbyCount::Describe() const {
+  if (!known) return "the synchronous standbys streaming cannot be counted (oml_owner lacks pg_read_all_stats, or "
+                     "this is not the primary)";
+  std::string out = std::to_string(sync_streaming) + " of " + std::to_string(streaming) + " streaming standby" +
+                    (streaming == 1 ? "" : "s") + " synchronous";
+  if (required > 0) out += "; " + std::to_string(required) + " needed";
+  return out;
+}
+
+StandbyCount ReadStandbyCount(Conn& c, const DurabilitySettings& settings) {
+  StandbyCount out;
+  auto names = ParseSyncStandbyNames(settings.synchronous_standby_names);
+  out.required = names.ok() ? names->num_sync : 0;
+  auto r = c.Query("SELECT sync_streaming, streaming FROM oml.sync_standbys()");
+  if (!r.ok() || r->IsNull(0, 0) || r->IsNull(0, 1)) return out;
+  out.known = true;
+  out.sync_streaming = static_cast<int>(r->GetInt(0, 0));
+  out.streaming = static_cast<int>(r->GetInt(0, 1));
+  return out;
+}
+
 DurabilityMonitor::DurabilityMonitor(std::string url, DurabilityMode mode, std::chrono::milliseconds interval)
     : url_(std::move(url)), mode_(mode), interval_(interval) {
   state_.mode = mode;
@@ -205,10 +232,15 @@ Status DurabilityMonitor::CheckNow() {
     if (c.ok()) conn_ = std::make_unique<Conn>(std::move(c).value());
     else err = c.status();
   }
+  StandbyCount standbys;
   if (err.ok()) {
     auto s = ReadDurabilitySettings(*conn_);
-    if (s.ok()) v = EvaluateDurability(*s);
-    else err = s.status();
+    if (s.ok()) {
+      v = EvaluateDurability(*s);
+      standbys = ReadStandbyCount(*conn_, *s);
+    } else {
+      err = s.status();
+    }
   }
   if (!err.ok()) {
     v.quorum = false;  // not verified: the gate stays closed until a check succeeds
@@ -222,8 +254,19 @@ Status DurabilityMonitor::CheckNow() {
     state_.checked = true;
     state_.quorum = v.quorum;
     state_.detail = v.detail;
+    state_.standbys = standbys;
   }
   Metrics::Get().Durability(mode_ != DurabilityMode::kEnforced, v.quorum);
+  Metrics::Get().SyncStandbys(standbys.known ? standbys.sync_streaming : -1, standbys.required);
+  if (before.checked && before.standbys.BelowQuorum() != standbys.BelowQuorum()) {
+    nlohmann::json f = {{"replication", standbys.HealthValue()}, {"detail", standbys.Describe()}};
+    if (standbys.BelowQuorum())
+      log::Error("synchronous standbys below the quorum: every commit waits for one to return (up to "
+                 "commit_replication_timeout_ms, then 503 commit-not-replicated)",
+                 f);
+    else
+      log::Info("synchronous standbys back at the quorum", f);
+  }
   if (before.checked && (before.quorum != v.quorum || before.detail != v.detail)) {
     State now = Get();
     nlohmann::json f = {{"durability", HealthValue(now)}, {"was", HealthValue(before)}, {"detail", v.detail}};
@@ -238,7 +281,11 @@ Status DurabilityMonitor::CheckNow() {
 Status DurabilityMonitor::Start() {
   OML_RETURN_IF_ERROR(CheckNow());
   const State s = Get();
-  nlohmann::json f = {{"durability", HealthValue(s)}, {"detail", s.detail}, {"check_interval_ms", interval_.count()}};
+  nlohmann::json f = {{"durability", HealthValue(s)},
+                      {"detail", s.detail},
+                      {"replication", s.standbys.HealthValue()},
+                      {"replication_detail", s.standbys.Describe()},
+                      {"check_interval_ms", interval_.count()}};
   switch (mode_) {
     case DurabilityMode::kEnforced:
       if (s.quorum) log::Info("durability: synchronous quorum replication; writes accepted", f);

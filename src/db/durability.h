@@ -74,6 +74,28 @@ struct DurabilityVerdict {
 
 DurabilityVerdict EvaluateDurability(const DurabilitySettings& s);
 
+// The synchronous standbys streaming from the primary now (oml.sync_standbys(),
+// sql/0026_sync_standbys.sql) against the number a COMMIT waits for.
+struct StandbyCount {
+  bool known = false;     // false: the counts could not be read (no pg_read_all_stats, a standby)
+  int sync_streaming = 0;  // streaming with sync_state sync or quorum
+  int streaming = 0;       // every streaming standby, asynchronous ones included
+  int required = 0;        // k of synchronous_standby_names (0: none configured)
+
+  // A quorum is configured, the counts are known, and fewer than k synchronous standbys stream:
+  // every COMMIT waits (up to commit_replication_timeout_ms, then 503 commit-not-replicated).
+  bool BelowQuorum() const { return known && required > 0 && sync_streaming < required; }
+  // The /v1/health value: "ok", "below-quorum", "unknown", or "none" (no synchronous standbys
+  // configured).
+  std::string HealthValue() const;
+  // "1 of 2 standbys streaming synchronously; ANY 1 needed", without names.
+  std::string Describe() const;
+};
+
+// Reads the counts on `c` (a connection of the application role) for `settings`.
+// A database where the function is missing or unreadable gives known = false, not an error.
+StandbyCount ReadStandbyCount(Conn& c, const DurabilitySettings& settings);
+
 // Reads the settings on `c`. Use a connection of the application role: synchronous_commit can
 // differ per role and database (ALTER ROLE ... SET), and the application's commits are the ones
 // that count.
@@ -105,6 +127,10 @@ class DurabilityMonitor {
   Status Start();
   void Stop();
   // One check now. A check that cannot read the settings counts as "requirement not met".
+  // It also counts the synchronous standbys streaming: fewer than the quorum is logged (an error
+  // when it starts, info when it ends), shown in /v1/health ("replication") and the metrics, but
+  // does not close the gate: a COMMIT then waits for a standby to return, up to
+  // commit_replication_timeout_ms, and is never acknowledged without one.
   Status CheckNow();
 
   // OK when writes may be acknowledged: the mode is reduced, or the last check found quorum
@@ -116,6 +142,7 @@ class DurabilityMonitor {
     bool checked = false;  // at least one check ran
     bool quorum = false;   // the last check found the requirement met
     std::string detail;    // the last check's DurabilityVerdict::detail (or its error)
+    StandbyCount standbys;  // the last check's count (reported, not a gate: see CheckNow)
   };
   State Get() const;
 

@@ -81,6 +81,13 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
     log::Warn("this administrator cannot grant pg_read_all_stats to oml_reconciler: `oml reconcile` will name the "
               "backend holding the outbox horizon back without its transaction and query start times");
   }
+  // oml.sync_standbys() (sql/0026_sync_standbys.sql) counts the synchronous standbys streaming
+  // now for `oml serve` and `oml doctor`; its owner reads pg_stat_replication's state columns only
+  // as a member of pg_read_all_stats. Without it the counts are unknown (NULL).
+  if (!admin.Exec("GRANT pg_read_all_stats TO oml_owner").ok()) {
+    log::Warn("this administrator cannot grant pg_read_all_stats to oml_owner: `oml serve` and `oml doctor` cannot "
+              "tell how many synchronous standbys are streaming");
+  }
   // English server messages for oml_app (sql/0004_durability.sql says why they are here, not
   // in a migration): lc_messages is superuser-only, so oml_app may SET it only when granted,
   // and granting it takes a superuser (or a holder of SET WITH GRANT OPTION on it).

@@ -242,6 +242,40 @@ TEST_F(JournalPgTest, CommitNotConfirmedByStandbysIsNotAcknowledged) {
   EXPECT_EQ(r.status().type(), "commit-not-replicated");
 }
 
+// With a commit wait bound (`oml serve`'s commit_replication_timeout_ms), nobody has to cancel
+// the wait: the watchdog does after the bound, for a pipelined COMMIT (the journal's append) and
+// for one sent alone (Exec), and the write is refused as not replicated, never acknowledged.
+TEST_F(JournalPgTest, CommitWaitBoundCancelsTheWaitForAbsentStandbys) {
+  auto t = CreateTenant(*journal_, "syncrep-bound");
+  ASSERT_TRUE(t.ok());
+  auto su = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(su.ok());
+  ASSERT_TRUE(su->Exec("ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (no_such_standby)'").ok());
+  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  db::SetCommitWaitBound(std::chrono::milliseconds(400));
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Receipt> r = journal_->Append(t->tenant_id, Note("bounded"));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  // Exec("COMMIT") on a connection of its own.
+  auto c = db::Conn::Connect(db::testing::SuperuserUrl());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c->Exec("BEGIN").ok());
+  ASSERT_TRUE(c->Exec("CREATE TEMP TABLE bound_probe (x int)").ok());
+  auto commit = c->Exec("COMMIT");
+  db::SetCommitWaitBound(std::chrono::milliseconds(0));
+  ASSERT_TRUE(su->Exec("ALTER SYSTEM RESET synchronous_standby_names").ok());
+  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_EQ(r.status().type(), "commit-not-replicated");
+  EXPECT_GE(took, std::chrono::milliseconds(400));
+  EXPECT_LT(took, std::chrono::milliseconds(5000));
+  ASSERT_TRUE(commit.ok()) << commit.status().ToString();
+  Status verdict = c->CommitVerdict(*commit);
+  EXPECT_EQ(verdict.type(), "commit-not-replicated") << verdict.ToString();
+}
+
 }  // namespace
 }  // namespace oml::journal
 
