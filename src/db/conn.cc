@@ -8,8 +8,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -81,7 +83,8 @@ class CommitWatchdog {
 
   // Watches the statement now running on `c` for `bound`. Returns the id for Disarm.
   uint64_t Arm(PGconn* c, std::chrono::milliseconds bound) {
-    Entry e{PQgetCancel(c), PQsocket(c), std::chrono::steady_clock::now() + bound, kNone};
+    Entry e{std::shared_ptr<PGcancel>(PQgetCancel(c), [](PGcancel* p) { if (p) PQfreeCancel(p); }), PQsocket(c),
+            std::chrono::steady_clock::now() + bound, kNone};
     std::lock_guard<std::mutex> l(mu_);
     const uint64_t id = next_++;
     entries_.emplace(id, e);
@@ -96,14 +99,13 @@ class CommitWatchdog {
     auto it = entries_.find(id);
     if (it == entries_.end()) return kNone;
     const Fired f = it->second.fired;
-    if (it->second.cancel) PQfreeCancel(it->second.cancel);
     entries_.erase(it);
     return f;
   }
 
  private:
   struct Entry {
-    PGcancel* cancel;
+    std::shared_ptr<PGcancel> cancel;  // shared with a PQcancel in flight
     int sock;
     std::chrono::steady_clock::time_point deadline;
     Fired fired;
@@ -111,21 +113,23 @@ class CommitWatchdog {
 
   CommitWatchdog() { std::thread([this] { Loop(); }).detach(); }
 
+  // PQcancel opens a connection to the server and may block (an unreachable host): it runs
+  // without the lock, so Arm and Disarm never wait for it. The PGcancel outlives a Disarm that
+  // races it (shared_ptr); the cancel may then reach the session after the COMMIT answered, where
+  // PostgreSQL ignores it if idle (a statement sent after it in the same pipeline would fail with
+  // 57014, never commit). The socket shutdown stays under the lock: after Disarm the descriptor
+  // may belong to something else.
   void Loop() {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
       auto next = std::chrono::steady_clock::time_point::max();
       const auto now = std::chrono::steady_clock::now();
+      std::vector<std::shared_ptr<PGcancel>> to_cancel;
       for (auto& [id, e] : entries_) {
         if (e.fired == kCut) continue;
         if (e.deadline <= now) {
           if (e.fired == kNone) {
-            log::Warn("a COMMIT waited longer than commit_replication_timeout_ms for the synchronous standbys; "
-                      "cancelling its wait (the commit is not acknowledged)",
-                      {{"bound_ms", g_commit_wait_bound_ms.load()}});
-            char err[256] = {0};
-            if (e.cancel == nullptr || PQcancel(e.cancel, err, sizeof err) != 1)
-              log::Warn("cancel request failed", {{"error", std::string(err)}});
+            to_cancel.push_back(e.cancel);
             e.fired = kCancelled;
             e.deadline = now + kCancelGrace;
           } else {
@@ -136,6 +140,19 @@ class CommitWatchdog {
           }
         }
         next = std::min(next, e.deadline);
+      }
+      if (!to_cancel.empty()) {
+        l.unlock();
+        for (const auto& cancel : to_cancel) {
+          log::Warn("a COMMIT waited longer than commit_replication_timeout_ms for the synchronous standbys; "
+                    "cancelling its wait (the commit is not acknowledged)",
+                    {{"bound_ms", g_commit_wait_bound_ms.load()}});
+          char err[256] = {0};
+          if (cancel == nullptr || PQcancel(cancel.get(), err, sizeof err) != 1)
+            log::Warn("cancel request failed", {{"error", std::string(err)}});
+        }
+        l.lock();
+        continue;  // entries may have changed meanwhile
       }
       if (next == std::chrono::steady_clock::time_point::max()) cv_.wait(l);
       else cv_.wait_until(l, next);

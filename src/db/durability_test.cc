@@ -103,6 +103,30 @@ TEST(EvaluateDurabilityTest, QuorumNeedsAnyKAndACommitThatWaits) {
 }
 
 // The structural rule alone: severity decides, the text never does.
+// The /v1/health and doctor wording of the standby count (issue 21): below the quorum only
+// when a quorum is configured and the count is known; never a standby name.
+TEST(StandbyCountTest, BelowQuorumOnlyWhenKnownAndConfigured) {
+  StandbyCount c;
+  EXPECT_EQ(c.HealthValue(), "unknown");
+  EXPECT_FALSE(c.BelowQuorum());
+  c.known = true;
+  EXPECT_EQ(c.HealthValue(), "none");  // no synchronous standbys configured
+  EXPECT_EQ(c.Describe(), "0 of 0 streaming standbys synchronous");
+  c.required = 1;
+  EXPECT_TRUE(c.BelowQuorum());
+  EXPECT_EQ(c.HealthValue(), "below-quorum");
+  EXPECT_EQ(c.Describe(), "0 of 0 streaming standbys synchronous; 1 needed");
+  c.streaming = 1;
+  EXPECT_EQ(c.Describe(), "0 of 1 streaming standby synchronous; 1 needed");
+  c.sync_streaming = 1;
+  EXPECT_FALSE(c.BelowQuorum());
+  EXPECT_EQ(c.HealthValue(), "ok");
+  c.required = 2;
+  c.streaming = 3;
+  EXPECT_EQ(c.Describe(), "1 of 3 streaming standbys synchronous; 2 needed");
+  EXPECT_EQ(c.HealthValue(), "below-quorum");
+}
+
 TEST(CommitNoticeRuleTest, EveryWarningDuringCommitRefusesNothingElseDoes) {
   EXPECT_TRUE(CommitNoticeRefusesAck("WARNING", "01000"));  // the cancelled sync-rep wait
   EXPECT_TRUE(CommitNoticeRefusesAck("WARNING", "57P01"));  // ... while being terminated
