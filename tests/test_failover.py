@@ -19,6 +19,8 @@ import requests
 from conftest import OML_BIN
 from pgcluster import ReplicatedCluster, ReplicatedDeployment
 from test_durability import metric
+from test_lake_compaction import SILVER, assert_verify_from_lake
+from test_lake_tables import both_readers, silver_key, verdict
 from test_lakewriter import assert_exactly_once
 
 ENFORCED = {
@@ -317,7 +319,18 @@ def test_promoting_the_asynchronous_standby_that_lost_the_tail_is_a_fork_and_the
 
 def test_the_lake_writer_follows_a_failover_and_a_kill_9_and_the_lake_holds_each_event_once(rc):
     d, cluster = rc, rc.cluster
+    reviewer = d.api_key("acme", "reviewer", "rita")
     d.serve(env=ENFORCED)
+    promoted = []
+
+    def promote(n):  # silver/claims holds promoted claims: n more, while the load runs
+        with cluster.primary.conn() as c:
+            arts = [str(a) for (a,) in c.execute(
+                "SELECT artifact_id FROM oml.artifacts WHERE state = 'held' ORDER BY submitted_seq LIMIT %s",
+                (n,)).fetchall()]
+        for art in arts:
+            verdict(d, reviewer, art, "accept")
+        promoted.extend(arts)
     log = open(d.home / "lakewriter.log", "ab")
     env = dict(d.env, OML_LOG_LEVEL="info")
     start = lambda: __import__("subprocess").Popen([OML_BIN, "lakewriter"], env=env, stdout=log, stderr=log)
@@ -325,6 +338,7 @@ def test_the_lake_writer_follows_a_failover_and_a_kill_9_and_the_lake_holds_each
     try:
         with Load(d, clients=2) as load:
             wait_for(lambda: lake_frontier(cluster) > 0 and len(load.receipts) >= 20, "the writer drains")
+            promote(5)
             cluster.primary.kill9()  # mid-drain: the writer's session and lease die with it
             cluster.failover("s1")
             # The same process reconnects to s1 and takes the lease there (epoch 2).
@@ -335,6 +349,7 @@ def test_the_lake_writer_follows_a_failover_and_a_kill_9_and_the_lake_holds_each
             writer.kill()  # and the writer itself, mid-batch
             writer.wait()
             writer = start()
+            promote(5)
             wait_for(lambda: len(load.receipts) >= 70, "more writes", timeout=60)
         wait_for(lambda: lake_frontier(cluster) == last_outbox(cluster), "the lake catches up", timeout=90)
     finally:
@@ -347,7 +362,12 @@ def test_the_lake_writer_follows_a_failover_and_a_kill_9_and_the_lake_holds_each
     takes = [(l["epoch"], l["holder"]) for l in lines if l["msg"] == "lake writer: lease acquired"]
     assert [e for e, _ in takes] == [1, 2, 3], takes
     assert takes[0][1] == takes[1][1] != takes[2][1]  # epoch 2: the same process, reconnected
-    assert_exactly_once(d)
+    assert_exactly_once(d)  # bronze: each event once, as signed; gold: each event counted once
+    # silver: one row per promoted claim, read alike by deltalake and by pyarrow over the log.
+    silver = both_readers(d, SILVER, silver_key)
+    assert len(promoted) == 10
+    assert sorted(r["artifact_id"] for r in silver) == sorted(promoted)
+    assert_verify_from_lake(d)
 
 
 def lease_epoch(cluster):
