@@ -69,12 +69,9 @@ void Compactor::Loop() {
 
 void Compactor::CompactOne(const std::string& name) {
   const auto t0 = Clock::now();
-  const bool large = ++runs_[name] % std::max(1, opts_.large_every) == 0;
-  const uint64_t target = large ? opts_.target_bytes : std::min(opts_.small_target_bytes, opts_.target_bytes);
-  if (large) {
-    std::lock_guard<std::mutex> l(mu_);
-    ++stats_.large_runs;
-  }
+  const uint64_t small_target = std::min(opts_.small_target_bytes, opts_.target_bytes);
+  bool large = false;
+  uint64_t target = small_target;
   Status last = Status::Ok();
   for (int attempt = 1; attempt <= kMaxAttempts; ++attempt) {
     {
@@ -99,6 +96,20 @@ void Compactor::CompactOne(const std::string& name) {
       tables_.erase(it);  // reopened next time
       break;
     }
+    // The tier comes from the snapshot, not from this process's history: a writer restarted
+    // every few minutes would otherwise never reach its large_every-th run, and the small
+    // tier's outputs would pile up (bench/soak: one file per batch after 30 minutes of
+    // restarts). Large when at least large_every files lie between the two targets.
+    auto files = it->second.Files();
+    if (!files.ok()) {
+      last = files.status();
+      break;
+    }
+    const auto between = std::count_if(files->begin(), files->end(), [&](const DataFile& f) {
+      return static_cast<uint64_t>(f.size) >= small_target && static_cast<uint64_t>(f.size) < opts_.target_bytes;
+    });
+    large = between >= std::max(1, opts_.large_every);
+    target = large ? opts_.target_bytes : small_target;
     last = OML_SYNC_POINT(("lakewriter.compaction.after_snapshot." + name).c_str());
     if (!last.ok()) break;
     if (opts_.lease_check) {
@@ -116,6 +127,10 @@ void Compactor::CompactOne(const std::string& name) {
     const auto a0 = Clock::now();
     auto done = it->second.Optimize(target);
     if (done.ok()) {
+      if (large) {
+        std::lock_guard<std::mutex> l(mu_);
+        ++stats_.large_runs;
+      }
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       Metrics::Get().LakeCompaction(name, done->first > 0 ? "compacted" : "nothing", secs);
       {

@@ -47,12 +47,15 @@ namespace oml::lake {
 
 class Compactor {
  public:
-  // Two tiers, so that no compaction rewrites the whole table: most runs bin-pack only the files
+  // Two tiers, so that no compaction rewrites the whole table: a run bin-packs only the files
   // below small_target_bytes (the small files of the last commits, and at most one partly filled
-  // bin) into files of about that size; every large_every-th run of a table bin-packs the files
-  // below target_bytes, which are mostly the small tier's outputs since the last large run. Work
-  // per run is then bounded by the data committed since the run before plus one target, not by
-  // the table's size.
+  // bin) into files of about that size, unless the snapshot holds large_every or more files
+  // between small_target_bytes and target_bytes (mostly the small tier's outputs since the last
+  // large run): then it bin-packs every file below target_bytes. The tier is read from the
+  // table's snapshot each run, never from a count this process keeps, so a writer restarted
+  // often still reaches the large tier. Work per run is bounded by the data committed since the
+  // run before plus large_every small targets plus one target, not by the table's size; files
+  // per table by the table's size / target_bytes + large_every + the small files.
   struct Options {
     std::string lake_root;  // tables at <lake_root>/<name>, as the writer's
     std::string stream;     // for logs
@@ -69,7 +72,7 @@ class Compactor {
     int64_t files_removed = 0;
     int64_t files_added = 0;
     int64_t failures = 0;     // requests given up after kMaxAttempts or a non-conflict error
-    int64_t large_runs = 0;   // runs with target_bytes (the others used small_target_bytes)
+    int64_t large_runs = 0;   // OPTIMIZEs run with target_bytes (the others: small_target_bytes)
     int64_t refused = 0;      // attempts refused by the adapter: a newer rewrite removed a file
                               // this one read ("lake-rewrite-stale"); retried on a fresh snapshot
     int64_t no_lease = 0;     // requests dropped because lease_check failed (no OPTIMIZE run)
@@ -97,7 +100,6 @@ class Compactor {
 
   const Options opts_;
   std::map<std::string, DeltaTable> tables_;  // the compactor thread's own handles
-  std::map<std::string, int64_t> runs_;       // by table: requests run so far (compactor thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;       // a request queued, or stopping
   std::condition_variable idle_cv_;  // the queue emptied and nothing runs

@@ -912,8 +912,11 @@ TEST_F(DeltaAdapterTest, CompactorCoalescesQueuedRequestsAndRunsBesideAppends) {
   DeltaTable writer = OpenOrDie(dir);
   for (int i = 0; i < 3; ++i)
     ASSERT_TRUE(writer.Append(Row("a" + std::to_string(i), 1, "x", "/a", i), Txn(i, i + 1)).ok());
-  // large_every 2: the first run uses the small target, the second the large one.
-  Compactor c(Compactor::Options{root_.string(), "main", uint64_t{128} << 20, uint64_t{16} << 20, 2});
+  // large_every 2 and a small target of one byte, so every file lies between the two targets:
+  // the first run sees four (three, and the append made while it is held) and uses the large
+  // target; the second sees one and uses the small one. A fresh Compactor: the tier comes from
+  // the snapshot, not from runs it remembers.
+  Compactor c(Compactor::Options{root_.string(), "main", uint64_t{128} << 20, 1, 2});
   {
     oml::testing::HoldFirst hold("lakewriter.compaction.before.t");
     c.Request("t");
@@ -967,6 +970,19 @@ TEST_F(DeltaAdapterTest, CompactorCoalescesQueuedRequestsAndRunsBesideAppends) {
   EXPECT_EQ(c.stats().compactions, 2);
   ASSERT_TRUE(writer.Refresh().ok());
   EXPECT_EQ(Rows(writer).size(), 5u);
+
+  // With a 16 MiB small target the same kind of files are all small: a run with large_every 1
+  // still bin-packs with the small target (no file lies between the targets).
+  for (int i = 1; i <= 2; ++i)
+    ASSERT_TRUE(writer.Append(Row("c" + std::to_string(i), 1, "x", "/c", 10 + i), Txn(4 + i, 5 + i)).ok());
+  Compactor small(Compactor::Options{root_.string(), "main", uint64_t{128} << 20, uint64_t{16} << 20, 1});
+  small.Request("t");
+  small.Drain();
+  EXPECT_EQ(small.stats().compactions, 1);
+  EXPECT_EQ(small.stats().files_removed, 3);
+  EXPECT_EQ(small.stats().large_runs, 0);
+  ASSERT_TRUE(writer.Refresh().ok());
+  EXPECT_EQ(Rows(writer).size(), 7u);
 }
 
 TEST_F(DeltaAdapterTest, CheckpointAndVacuumKeepTheTxnVersion) {

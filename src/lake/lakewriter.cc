@@ -1007,9 +1007,39 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
   return Status::Ok();
 }
 
+uint64_t LakeWriter::CompactorSmallTarget() const {
+  return std::min(opts_.compact_target_bytes, std::max<uint64_t>(opts_.compact_target_bytes / 8, uint64_t{1} << 20));
+}
+
 void LakeWriter::MaybeCompact(const std::string& name) {
-  if (opts_.compact_every <= 0 || ++commits_since_compaction_[name] < opts_.compact_every) return;
-  commits_since_compaction_[name] = 0;
+  if (opts_.compact_every <= 0) return;
+  const TargetTable* target = nullptr;
+  for (const auto& t : TargetTables())
+    if (t.name == name) target = &t;
+  const bool append_only = target != nullptr && target->write == TableWrite::kAppend && !target->derived;
+  // The files a compaction would bin-pack: bronze's small tier (Compactor::Options), the whole
+  // target for the MERGE tables.
+  const uint64_t small_bytes = append_only ? CompactorSmallTarget() : opts_.compact_target_bytes;
+  auto seen = commits_since_compaction_.find(name);
+  if (seen == commits_since_compaction_.end()) {
+    // This process's first commit to the table: the count starts from the table's snapshot (its
+    // files below the compaction's target), not from zero, so that the small files a killed
+    // predecessor left count towards compact_every. Otherwise a writer restarted more often than
+    // compact_every commits never compacts (bench/soak: one file per batch).
+    int pending = 1;
+    if (auto table = Table(name); table.ok()) {
+      if (auto files = (*table)->Files(); files.ok()) {
+        pending = static_cast<int>(std::count_if(files->begin(), files->end(), [&](const DataFile& f) {
+          return static_cast<uint64_t>(f.size) < small_bytes;
+        }));
+      }
+    }
+    seen = commits_since_compaction_.emplace(name, std::max(pending, 1)).first;
+  } else {
+    ++seen->second;
+  }
+  if (seen->second < opts_.compact_every) return;
+  seen->second = 0;
   // Only the lease holder compacts (a writer with the lease bypassed, tests only, never does):
   // two processes' compactions of one table would race for the same files.
   if (!lease_held_) {
@@ -1019,16 +1049,12 @@ void LakeWriter::MaybeCompact(const std::string& name) {
     warned_no_lease_compaction_ = true;
     return;
   }
-  const TargetTable* target = nullptr;
-  for (const auto& t : TargetTables())
-    if (t.name == name) target = &t;
-  if (target != nullptr && target->write == TableWrite::kAppend && !target->derived) {
+  if (append_only) {
     // An append-only table (bronze) grows with every event: its compaction can take seconds, so
     // it runs on the compactor's thread, and an OPTIMIZE there never conflicts with an append.
     if (!compactor_) {
       compactor_ = std::make_unique<Compactor>(Compactor::Options{
-          opts_.lake_root, stream_.name, opts_.compact_target_bytes,
-          std::max<uint64_t>(opts_.compact_target_bytes / 8, uint64_t{1} << 20), /*large_every=*/8,
+          opts_.lake_root, stream_.name, opts_.compact_target_bytes, CompactorSmallTarget(), /*large_every=*/8,
           [lease = compaction_lease_] { return lease->Check(); }});
     }
     compactor_->Request(name);  // never waits for a compaction

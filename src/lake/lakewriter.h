@@ -161,9 +161,10 @@ struct LakeWriterOptions {
   // before it returns. The MERGE tables (silver, gold: a row per key) are compacted after the
   // batch's frontier advance, on the batch path, since each batch's MERGE would make a concurrent
   // OPTIMIZE lose. bronze's compactions use two tiers (Compactor::Options: compact_target_bytes
-  // / 8, at least 1 MiB, seven runs in eight; compact_target_bytes every eighth), so no run
-  // rewrites the whole table. Files per table stay below about 2 x compact_every (the commits
-  // made while a compaction runs) + the data since the last large run / the small target + the
+  // / 8, at least 1 MiB; compact_target_bytes once eight files lie between the two), so no run
+  // rewrites the whole table. The count of commits starts, in each process, from the table's
+  // files below the target it compacts, so restarts do not postpone compaction. Files per table
+  // stay below about 2 x compact_every (the commits made while a compaction runs) + 8 + the
   // table's size / the target. Removed files remain until a
   // VACUUM (vacuum_every below). Only a writer that holds the lease compacts (never
   // with bypass_lease), and no OPTIMIZE lands over another rewrite of the files it read
@@ -322,6 +323,9 @@ class LakeWriter {
   // holds the lease (never with bypass_lease). Failures are logged, not returned: the next
   // commit tries again.
   void MaybeCompact(const std::string& table);
+  // bronze's small compaction tier (Compactor::Options::small_target_bytes):
+  // compact_target_bytes / 8, at least 1 MiB, at most compact_target_bytes.
+  uint64_t CompactorSmallTarget() const;
   // lease_held_ and, for the compactor's thread, compaction_lease_.
   void SetLeaseHeld(bool held);
   // What the compactor's thread checks before each OPTIMIZE (Compactor::Options::lease_check):
@@ -350,7 +354,9 @@ class LakeWriter {
   int64_t frontier_ = 0;
   std::optional<int64_t> once_target_;
   std::map<int64_t, int> refusals_;  // outbox seq -> attempts refused so far (this process)
-  std::map<std::string, int> commits_since_compaction_;  // by table (this process)
+  // by table: commits since the last compaction request; a table's first entry in a process is
+  // seeded from its snapshot (MaybeCompact)
+  std::map<std::string, int> commits_since_compaction_;
   std::map<std::string, int64_t> recorded_txn_;           // table -> lake_table_txn.txn_version
   // While a refill runs: the point the behind tables are refilled up to (lag counts from it).
   std::optional<int64_t> behind_from_;

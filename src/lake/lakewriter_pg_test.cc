@@ -418,6 +418,38 @@ TEST_F(LakeWriterTest, CompactionBoundsTheFilesPerTableAndKeepsEveryRowOnce) {
   EXPECT_EQ(w.stats().retried_commits + w.stats().conflicts, 2 * w.stats().retried_commits);
 }
 
+// A writer counts towards compact_every the small files a predecessor left, not only its own
+// commits: the first writer commits six one-row bronze files under compact_every = 7 and stops
+// (as a kill would stop it) before compacting; the second starts its count from those files, so
+// its one commit (the seventh small file) asks for the compaction. Counting from zero, the
+// second writer would have left seven files (bench/soak, writers killed every few minutes: one
+// file per batch).
+TEST_F(LakeWriterTest, ARestartedWriterCountsTheSmallFilesItsPredecessorLeft) {
+  AddEvents("restart-a");  // six events
+  auto bronze_files = [&] {
+    auto t = DeltaTable::Open((lake_->path() / kBronze).string());
+    EXPECT_TRUE(t.ok());
+    return t.ok() ? t->Files()->size() : size_t{0};
+  };
+  {
+    LakeWriterOptions o = Opts(1);
+    o.compact_every = 7;
+    LakeWriter first(o);
+    ASSERT_TRUE(first.RunOnce().ok());
+    EXPECT_EQ(first.stats().batches, 6);
+    EXPECT_EQ(first.stats().compactions, 0);
+  }
+  ASSERT_EQ(bronze_files(), 6u);
+  AddEvents("restart-b");  // six more, one batch
+  LakeWriterOptions o = Opts(1000);
+  o.compact_every = 7;
+  LakeWriter second(o);
+  ASSERT_TRUE(second.RunOnce().ok());
+  EXPECT_EQ(second.stats().batches, 1);
+  ExpectDrainedExactlyOnce();
+  EXPECT_EQ(bronze_files(), 1u);  // the seven compacted into one
+}
+
 // The compactor's OPTIMIZE commits between the writer's txn check and its bronze commit (forced
 // with the before_commit sync point, which compacts bronze through a second handle as the
 // compactor thread would). The writer's commit loses, sees that its stream's txn did not move
