@@ -9,6 +9,7 @@ lost the tail is caught by the fork check and nothing is signed onto the fork.
 import base64
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 import uuid
 from pathlib import Path
@@ -125,6 +126,8 @@ def test_one_standby_down_writes_go_on_and_every_receipt_is_on_the_survivor(rc):
 def test_both_standbys_down_a_write_answers_commit_not_replicated_within_the_bound_and_a_retry_commits_once(rc):
     d, cluster = rc, rc.cluster
     d.serve(env=ENFORCED)
+    d.tenant("beta")  # (oml tenant and oml key commit without a bound: made while the quorum holds)
+    beta = d.api_key("beta", "writer", "bob")
     before = journal_count(cluster.primary)
     for n in ("s1", "s2"):
         cluster.nodes[n].stop()
@@ -153,15 +156,49 @@ def test_both_standbys_down_a_write_answers_commit_not_replicated_within_the_bou
         assert 1.4 <= took < 1.5 + 3.0, (attempt, took)
     assert journal_count(cluster.primary) == before + 1  # the first attempt's local commit only
 
+    # Eight writes at once, four per tenant: the same tenant's wait behind the first one's
+    # advisory lock (held while its commit waits for the quorum) counts against the bound too.
+    # Every one answers 503 commit-not-replicated within the bound; none gets a receipt.
+    tokens = {"acme": d.writer, "beta": beta}
+    keys = [(t, f"both-down-{t}-{i}") for t in ("acme", "beta") for i in range(4)]
+
+    def concurrent(t, key):
+        t0 = time.time()
+        r = requests.post(d.base + "/v1/claims", json=doc(key),
+                          headers={"Authorization": f"Bearer {tokens[t]}", "Idempotency-Key": f'"{key}"'},
+                          timeout=30)
+        return r, time.time() - t0
+
+    with ThreadPoolExecutor(len(keys)) as pool:
+        answers = list(pool.map(lambda k: concurrent(*k), keys))
+    for (t, key), (r, took) in zip(keys, answers):
+        assert r.status_code == 503, (key, r.text)
+        assert r.json()["type"] == NOT_REPLICATED, (key, r.text)
+        assert "receipt" not in r.json(), key
+        assert took < 1.5 + 3.0, (key, took)
+    unacknowledged = journal_count(cluster.primary) - before - 1  # committed locally, never acknowledged
+    assert 0 <= unacknowledged <= len(keys)
+
     # A standby returns; the same key now answers 201 with the one event, and it is on s1.
     cluster.nodes["s1"].start()
     cluster.wait_streaming(["s1"])
     r = post_claim(d, 1, key="both-down-1")
     assert r.status_code == 201, r.text
     tenant, seq, event_hash, signature = receipt_of(r)
-    assert journal_count(cluster.primary) == before + 1
+    assert journal_count(cluster.primary) == before + 1 + unacknowledged
     cluster.wait_replayed(["s1"])
     assert journal_row(cluster.nodes["s1"], tenant, seq) == (event_hash, signature)
+    # Each of the eight keys, retried, commits exactly once: a local commit the quorum never
+    # confirmed is answered from the idempotency record, the others commit now.
+    seqs = set()
+    for t, key in keys:
+        r, _ = concurrent(t, key)
+        assert r.status_code == 201, (key, r.text)
+        again, _ = concurrent(t, key)
+        assert again.status_code == 201 and again.json()["receipt"] == r.json()["receipt"], key
+        seqs.add((r.json()["receipt"]["tenant"], r.json()["receipt"]["seq"]))
+    assert len(seqs) == len(keys)
+    assert journal_count(cluster.primary) == before + 1 + len(keys)
     wait_for(lambda: health(d)["replication"] == "ok", "replication ok again")
     assert d.run("doctor", check=False).returncode == 0
 

@@ -67,26 +67,27 @@ Result<std::vector<int>> Migrate(Conn& admin, const MigrateOptions& opts) {
       "ALTER ROLE oml_reconciler NOBYPASSRLS NOSUPERUSER; "
       "GRANT oml_owner TO CURRENT_USER;";
   OML_RETURN_IF_ERROR(admin.Exec(roles).status());
-  // The lake writer names the backend that holds its stable horizon back (lake/outbox_cut.h,
-  // HorizonHolders): its transaction start and query start are shown to other roles only with
-  // pg_read_all_stats (statistics, no table data). Without it the holder is still named (pid,
-  // xid, xid age), with those times NULL.
-  if (!admin.Exec("GRANT pg_read_all_stats TO oml_lakewriter").ok()) {
-    log::Warn("this administrator cannot grant pg_read_all_stats to oml_lakewriter: `oml status` will name the "
-              "backend holding the lake horizon back without its transaction and query start times");
-  }
-  // The reconciler (sql/0023_reconciler.sql) reads the outbox like the lake writer and may name
-  // the backend holding its stable horizon back the same way: the same statistics-only grant.
-  if (!admin.Exec("GRANT pg_read_all_stats TO oml_reconciler").ok()) {
-    log::Warn("this administrator cannot grant pg_read_all_stats to oml_reconciler: `oml reconcile` will name the "
-              "backend holding the outbox horizon back without its transaction and query start times");
-  }
-  // oml.sync_standbys() (sql/0026_sync_standbys.sql) counts the synchronous standbys streaming
-  // now for `oml serve` and `oml doctor`; its owner reads pg_stat_replication's state columns only
-  // as a member of pg_read_all_stats. Without it the counts are unknown (NULL).
-  if (!admin.Exec("GRANT pg_read_all_stats TO oml_owner").ok()) {
-    log::Warn("this administrator cannot grant pg_read_all_stats to oml_owner: `oml serve` and `oml doctor` cannot "
-              "tell how many synchronous standbys are streaming");
+  // pg_read_all_stats (statistics only, no table data) for three roles; without it each still
+  // works, with less to say:
+  //   - oml_lakewriter names the backend holding its stable horizon back (lake/outbox_cut.h,
+  //     HorizonHolders) with that backend's transaction and query start times (else NULL);
+  //   - oml_reconciler (sql/0023_reconciler.sql) reads the outbox the same way;
+  //   - oml_owner owns oml.sync_standbys() (sql/0026_sync_standbys.sql), which reads
+  //     pg_stat_replication's state columns for `oml serve` and `oml doctor` (else unknown).
+  struct StatsGrant {
+    const char* role;
+    const char* without;  // what the role cannot do without the grant, for the warning
+  };
+  for (const StatsGrant& g : {
+           StatsGrant{"oml_lakewriter", "`oml status` will name the backend holding the lake horizon back without "
+                                        "its transaction and query start times"},
+           StatsGrant{"oml_reconciler", "`oml reconcile` will name the backend holding the outbox horizon back "
+                                        "without its transaction and query start times"},
+           StatsGrant{"oml_owner", "`oml serve` and `oml doctor` cannot tell how many synchronous standbys are "
+                                   "streaming"},
+       }) {
+    if (!admin.Exec(std::string("GRANT pg_read_all_stats TO ") + g.role).ok())
+      log::Warn(std::string("this administrator cannot grant pg_read_all_stats to ") + g.role + ": " + g.without);
   }
   // English server messages for oml_app (sql/0004_durability.sql says why they are here, not
   // in a migration): lc_messages is superuser-only, so oml_app may SET it only when granted,
