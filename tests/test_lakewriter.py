@@ -330,3 +330,45 @@ def test_the_lakewriter_url_comes_from_the_environment_or_the_local_cluster(depl
     finally:
         url_file.with_suffix(".moved").rename(url_file)
     assert_exactly_once(d)
+
+
+def thread_nice(pid):
+    """{thread name: [nice, ...]} of a running process (/proc/<pid>/task/*/stat field 19)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue  # the thread exited meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()
+        out.setdefault(name, []).append(int(fields[16]))  # fields[0] is field 3
+    return out
+
+
+def test_the_writer_runs_at_a_lower_cpu_priority_than_the_commit_point(deployment, tmp_path):
+    """`oml lakewriter` lowers every thread's priority by --nice (default 5), the Delta adapter's
+    threads included (they start after, and inherit it): when the CPU is short the commit point
+    keeps it (issue 22). --nice 0 leaves it; a value outside 0..19 is a usage error."""
+    d = deployment
+    log = open(tmp_path / "nice.log", "w")
+    for args, want in (([], 5), (["--nice", "0"], 0), (["--nice", "12"], 12)):
+        add_events(d, f"nice-{want}", tenants=1, keys=1)
+        p = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50", *args], env={**d.env, **INFO},
+                             stderr=log, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: frontier(d) == last_outbox_seq(d), "the writer drains")
+            nice = thread_nice(p.pid)
+            assert nice["oml"] == [want] * len(nice["oml"]), (args, nice)
+            others = {n: v for n, v in nice.items() if n != "oml" and not n.startswith("oml-compaction")}
+            assert others, nice  # the Delta adapter's runtime threads
+            for name, values in others.items():
+                assert values == [want] * len(values), (args, name, nice)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=20) == 0
+    log.close()
+    bad = lakewriter(d, "--nice", "20", check=False)
+    assert bad.returncode == 2, bad.stderr
+    assert "--nice: Value 20 not in range 0 to 19" in bad.stderr
+    assert_exactly_once(d)

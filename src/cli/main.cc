@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <jemalloc/jemalloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -630,6 +631,25 @@ Status Dev(Config c) {
   return st;
 }
 
+// `oml lakewriter --nice`: adds `nice` to the nice value of every thread this process has (Linux
+// keeps one per thread, and a thread starts with its creator's, so threads started later, the
+// Delta adapter's included, inherit it). 0 changes nothing. Lowering needs no privilege.
+Status LowerPriority(int nice) {
+  if (nice == 0) return Status::Ok();
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const int tid = std::atoi(task.path().filename().c_str());
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+    if (errno != 0) continue;  // the thread has exited
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, now + nice)) != 0 && errno != ESRCH)
+      return Internal("cannot lower the lake writer's CPU priority (--nice " + std::to_string(nice) +
+                      "): " + std::strerror(errno));
+  }
+  if (ec) return Internal("cannot list /proc/self/task to apply --nice: " + ec.message());
+  return Status::Ok();
+}
+
 // `oml lakewriter`: the lake writer of one outbox stream (lake/lakewriter.h) until SIGINT/SIGTERM,
 // or with `once` until the stable horizon it finds at start is drained. Serves GET /metrics
 // (common/metrics.h, oml_lake_*) on lakewriter_metrics_listen unless that is "off".
@@ -1118,6 +1138,7 @@ int Main(int argc, char** argv) {
   bool lw_once = false, lw_bypass_lease = false;
   int64_t lw_max_rows = 10000;
   int lw_poll_ms = 200;
+  int lw_nice = 5;
   int lw_compact_every = 100;
   int lw_compact_target_mb = 128;
   int64_t lw_vacuum_every_s = 6 * 3600;
@@ -1156,6 +1177,10 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
+  lakewriter->add_option("--nice", lw_nice,
+                         "lower the writer's CPU priority by this much (0..19, default 5): the commit point keeps "
+                         "the CPU when both want it; compaction threads run at nice 10, or at this if it is higher")
+      ->check(CLI::Range(0, 19));
   // TEST ONLY (tests/test_lakewriter.py): run without the lease, so that two writers race on
   // purpose and only the Delta commit conflict fences them. Hidden from --help.
   lakewriter->add_flag("--test-bypass-lease", lw_bypass_lease)->group("");
@@ -1344,6 +1369,7 @@ int Main(int argc, char** argv) {
     o.outbox_retention_hours = lw_outbox_retention_h;
     o.prune_batch = lw_prune_batch;
     o.bypass_lease = lw_bypass_lease;
+    if (Status niced = LowerPriority(lw_nice); !niced.ok()) return Fail(niced);
     Status s = RunLakewriter(cfg, std::move(o), lw_once);
     return s.ok() ? 0 : Fail(s);
   }

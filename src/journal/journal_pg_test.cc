@@ -215,6 +215,28 @@ TEST_F(JournalPgTest, VerifyAcrossPagesFindsTheFirstBadSeqAtAndAroundPageBoundar
 namespace oml::journal {
 namespace {
 
+// Makes every COMMIT of the test cluster wait for synchronous standbys that do not exist
+// (synchronous_standby_names = `names`, reloaded) for as long as it lives; resets on destruction.
+class AbsentSyncStandbys {
+ public:
+  AbsentSyncStandbys(db::Conn* su, const std::string& names) : su_(su) {
+    ok_ = su_->Exec("ALTER SYSTEM SET synchronous_standby_names = '" + names + "'").ok() &&
+          su_->Exec("SELECT pg_reload_conf()").ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // every backend has reloaded
+  }
+  ~AbsentSyncStandbys() {
+    (void)su_->Exec("ALTER SYSTEM RESET synchronous_standby_names");
+    (void)su_->Exec("SELECT pg_reload_conf()");
+  }
+  AbsentSyncStandbys(const AbsentSyncStandbys&) = delete;
+  AbsentSyncStandbys& operator=(const AbsentSyncStandbys&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  db::Conn* su_;
+  bool ok_ = false;
+};
+
 // A COMMIT whose wait for synchronous replication is cancelled succeeds locally with only a
 // WARNING. That write is not acknowledged: no receipt.
 TEST_F(JournalPgTest, CommitNotConfirmedByStandbysIsNotAcknowledged) {
@@ -222,21 +244,20 @@ TEST_F(JournalPgTest, CommitNotConfirmedByStandbysIsNotAcknowledged) {
   ASSERT_TRUE(t.ok());
   auto su = db::Conn::Connect(db::testing::SuperuserUrl());
   ASSERT_TRUE(su.ok());
-  ASSERT_TRUE(su->Exec("ALTER SYSTEM SET synchronous_standby_names = 'no_such_standby'").ok());
-  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Result<Receipt> r = Status(Code::kInternal, "unset");
-  std::thread writer([&] { r = journal_->Append(t->tenant_id, Note("unreplicated")); });
-  // Wait until the writer's COMMIT waits for the (absent) standby, then cancel that wait.
-  for (int i = 0; i < 500; ++i) {
-    auto w = su->Query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
-    ASSERT_TRUE(w.ok());
-    if (w->size() > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    AbsentSyncStandbys absent(&*su, "no_such_standby");
+    ASSERT_TRUE(absent.ok());
+    std::thread writer([&] { r = journal_->Append(t->tenant_id, Note("unreplicated")); });
+    // Wait until the writer's COMMIT waits for the (absent) standby, then cancel that wait.
+    for (int i = 0; i < 500; ++i) {
+      auto w = su->Query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
+      ASSERT_TRUE(w.ok());
+      if (w->size() > 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    writer.join();
   }
-  writer.join();
-  ASSERT_TRUE(su->Exec("ALTER SYSTEM RESET synchronous_standby_names").ok());
-  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnavailable);
   EXPECT_EQ(r.status().type(), "commit-not-replicated");
@@ -250,22 +271,24 @@ TEST_F(JournalPgTest, CommitWaitBoundCancelsTheWaitForAbsentStandbys) {
   ASSERT_TRUE(t.ok());
   auto su = db::Conn::Connect(db::testing::SuperuserUrl());
   ASSERT_TRUE(su.ok());
-  ASSERT_TRUE(su->Exec("ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (no_such_standby)'").ok());
-  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  db::SetCommitWaitBound(std::chrono::milliseconds(400));
-  const auto t0 = std::chrono::steady_clock::now();
-  Result<Receipt> r = journal_->Append(t->tenant_id, Note("bounded"));
-  const auto took = std::chrono::steady_clock::now() - t0;
-  // Exec("COMMIT") on a connection of its own.
   auto c = db::Conn::Connect(db::testing::SuperuserUrl());
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE(c->Exec("BEGIN").ok());
-  ASSERT_TRUE(c->Exec("CREATE TEMP TABLE bound_probe (x int)").ok());
-  auto commit = c->Exec("COMMIT");
-  db::SetCommitWaitBound(std::chrono::milliseconds(0));
-  ASSERT_TRUE(su->Exec("ALTER SYSTEM RESET synchronous_standby_names").ok());
-  ASSERT_TRUE(su->Exec("SELECT pg_reload_conf()").ok());
+  Result<Receipt> r = Status(Code::kInternal, "unset");
+  Result<db::Rows> commit = Status(Code::kInternal, "unset");
+  std::chrono::steady_clock::duration took{};
+  {
+    AbsentSyncStandbys absent(&*su, "ANY 1 (no_such_standby)");
+    ASSERT_TRUE(absent.ok());
+    db::SetCommitWaitBound(std::chrono::milliseconds(400));
+    const auto t0 = std::chrono::steady_clock::now();
+    r = journal_->Append(t->tenant_id, Note("bounded"));
+    took = std::chrono::steady_clock::now() - t0;
+    // Exec("COMMIT") on a connection of its own.
+    ASSERT_TRUE(c->Exec("BEGIN").ok());
+    ASSERT_TRUE(c->Exec("CREATE TEMP TABLE bound_probe (x int)").ok());
+    commit = c->Exec("COMMIT");
+    db::SetCommitWaitBound(std::chrono::milliseconds(0));
+  }
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnavailable);
   EXPECT_EQ(r.status().type(), "commit-not-replicated");
@@ -356,10 +379,8 @@ class TranslatedServer {
 Result<Receipt> AppendWithCancelledSyncRepWait(Journal& j, const std::string& tenant) {
   auto su = db::Conn::Connect(db::testing::SuperuserUrl());
   if (!su.ok()) return su.status();
-  if (!su->Exec("ALTER SYSTEM SET synchronous_standby_names = 'no_such_standby'").ok() ||
-      !su->Exec("SELECT pg_reload_conf()").ok())
-    return Internal("cannot configure synchronous replication");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  AbsentSyncStandbys absent(&*su, "no_such_standby");
+  if (!absent.ok()) return Internal("cannot configure synchronous replication");
   Result<Receipt> r = Status(Code::kInternal, "unset");
   std::thread writer([&] {
     r = j.Append(tenant,
@@ -372,8 +393,6 @@ Result<Receipt> AppendWithCancelledSyncRepWait(Journal& j, const std::string& te
     if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   writer.join();
-  (void)su->Exec("ALTER SYSTEM RESET synchronous_standby_names");
-  (void)su->Exec("SELECT pg_reload_conf()");
   if (!cancelled) return Internal("the commit never waited for synchronous replication");
   return r;
 }

@@ -210,11 +210,14 @@ fn shared_runtime(
         b.worker_threads(workers).thread_name(name).enable_all();
         if let Some(n) = nice {
             b.on_thread_start(move || {
-                // Linux: PRIO_PROCESS with who = 0 sets the calling thread's nice value. A failure
-                // (a seccomp filter, say) leaves the thread at the default priority.
-                // SAFETY: plain syscall wrapper with no pointer arguments.
+                // Linux: PRIO_PROCESS with who = 0 is the calling thread's nice value, which it
+                // inherited from its creator (`oml lakewriter --nice`). Only ever lowered: a thread
+                // already nicer than `n` keeps its value. A failure (a seccomp filter, say) leaves
+                // the thread at the inherited priority.
+                // SAFETY: plain syscall wrappers with no pointer arguments.
                 unsafe {
-                    libc::setpriority(libc::PRIO_PROCESS, 0, n);
+                    let now = libc::getpriority(libc::PRIO_PROCESS, 0);
+                    libc::setpriority(libc::PRIO_PROCESS, 0, n.max(now));
                 }
             });
         }
