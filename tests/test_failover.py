@@ -56,8 +56,8 @@ def doc(i, **kw):
     return out
 
 
-def post_claim(d, i, key=None, timeout=30):
-    h = {"Authorization": f"Bearer {d.writer}"}
+def post_claim(d, i, key=None, timeout=30, token=None):
+    h = {"Authorization": f"Bearer {token or d.writer}"}
     if key:
         h["Idempotency-Key"] = f'"{key}"'
     return requests.post(d.base + "/v1/claims", headers=h, json=doc(i), timeout=timeout)
@@ -164,9 +164,7 @@ def test_both_standbys_down_a_write_answers_commit_not_replicated_within_the_bou
 
     def concurrent(t, key):
         t0 = time.time()
-        r = requests.post(d.base + "/v1/claims", json=doc(key),
-                          headers={"Authorization": f"Bearer {tokens[t]}", "Idempotency-Key": f'"{key}"'},
-                          timeout=30)
+        r = post_claim(d, key, key=key, token=tokens[t])
         return r, time.time() - t0
 
     with ThreadPoolExecutor(len(keys)) as pool:

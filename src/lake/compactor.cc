@@ -100,7 +100,7 @@ void Compactor::CompactOne(const std::string& name) {
     // every few minutes would otherwise never reach its large_every-th run, and the small
     // tier's outputs would pile up (bench/soak: one file per batch after 30 minutes of
     // restarts). Large when at least large_every files lie between the two targets.
-    auto files = it->second.Files();
+    auto files = it->second.SnapshotFiles();
     if (!files.ok()) {
       last = files.status();
       break;

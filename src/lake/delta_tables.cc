@@ -370,10 +370,14 @@ Result<std::vector<std::string>> DeltaTable::MissingFiles() const {
   return missing;
 }
 
-Result<std::vector<DataFile>> DeltaTable::Files() const {
+Result<std::vector<DataFile>> DeltaTable::Files() const { return DataFiles(/*list_store=*/true); }
+
+Result<std::vector<DataFile>> DeltaTable::SnapshotFiles() const { return DataFiles(/*list_store=*/false); }
+
+Result<std::vector<DataFile>> DeltaTable::DataFiles(bool list_store) const {
   OmlStorageError err{};
   char* out = nullptr;
-  int32_t rc = oml_storage_delta_files(handle_, &out, &err);
+  int32_t rc = oml_storage_delta_files(handle_, list_store ? 1 : 0, &out, &err);
   if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "data files of " + uri_);
   const std::string text = TakeAdapterString(out);
   nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

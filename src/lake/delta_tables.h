@@ -206,6 +206,10 @@ class DeltaTable {
 
   // The snapshot's data files, with one listing of the store (DataFile).
   Result<std::vector<DataFile>> Files() const;
+  // The snapshot's data files as its log names them, without listing the store (stored_size
+  // and stored_modified_ms nullopt): what a compaction plans from, at no I/O beyond the
+  // snapshot the handle holds.
+  Result<std::vector<DataFile>> SnapshotFiles() const;
   // A scan of the snapshot's rows: `columns` by name and type (string, long, timestamp or
   // binary columns of the table; kInvalidArgument otherwise); `files`: nullptr for every data
   // file, or paths as Files() names them (each must be in the snapshot). The snapshot is fixed
@@ -238,6 +242,7 @@ class DeltaTable {
 
  private:
   DeltaTable(OmlStorageDeltaTable* handle, std::string uri) : handle_(handle), uri_(std::move(uri)) {}
+  Result<std::vector<DataFile>> DataFiles(bool list_store) const;
 
   OmlStorageDeltaTable* handle_ = nullptr;  // owned
   std::string uri_;

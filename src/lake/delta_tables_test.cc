@@ -422,6 +422,18 @@ TEST_F(DeltaAdapterTest, ColumnScanReadsTheSnapshotOrTheNamedFilesAndNamesADamag
         EXPECT_FALSE(f.stored_size.has_value());
       }
     }
+    // SnapshotFiles: the same paths, sizes and record counts from the log alone (no listing:
+    // nothing about the store, the missing file included).
+    auto logged = t.SnapshotFiles();
+    ASSERT_TRUE(logged.ok());
+    ASSERT_EQ(logged->size(), after->size());
+    for (size_t i = 0; i < after->size(); ++i) {
+      EXPECT_EQ((*logged)[i].path, (*after)[i].path);
+      EXPECT_EQ((*logged)[i].size, (*after)[i].size);
+      EXPECT_EQ((*logged)[i].num_records, (*after)[i].num_records);
+      EXPECT_FALSE((*logged)[i].stored_size.has_value());
+      EXPECT_FALSE((*logged)[i].stored_modified_ms.has_value());
+    }
   }
 }
 

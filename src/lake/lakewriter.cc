@@ -1028,7 +1028,7 @@ void LakeWriter::MaybeCompact(const std::string& name) {
     // compact_every commits never compacts (bench/soak: one file per batch).
     int pending = 1;
     if (auto table = Table(name); table.ok()) {
-      if (auto files = (*table)->Files(); files.ok()) {
+      if (auto files = (*table)->SnapshotFiles(); files.ok()) {
         pending = static_cast<int>(std::count_if(files->begin(), files->end(), [&](const DataFile& f) {
           return static_cast<uint64_t>(f.size) < small_bytes;
         }));

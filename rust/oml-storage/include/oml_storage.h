@@ -373,8 +373,10 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
  * oml_storage_free_string): [{"path", "size", "num_records", "stored_size",
  * "stored_modified_ms"}, ...], path relative to the table root as the log names it, size and
  * num_records as the log's add action says (num_records null without stats), stored_* as one
- * listing of the store finds the file now (null: missing). A missing file makes every read of the
- * table fail: `oml status` reports it, and `oml lake rebuild` repairs the table.
+ * listing of the store finds the file now (null: missing) when list_store is non-zero; with 0
+ * the store is not listed (a LIST of the whole table, its log included) and stored_* are null.
+ * A missing file makes every read of the table fail: `oml status` reports it, and `oml lake
+ * rebuild` repairs the table.
  *
  * oml_storage_delta_scan_open: a scan of the handle's snapshot (the snapshot is fixed when it
  * opens; the handle may be used or closed afterwards). columns_json: a JSON array of column
@@ -394,7 +396,8 @@ int32_t oml_storage_delta_read_rows(const OmlStorageDeltaTable* table, char** ou
  * an error.
  * Not thread-safe: one thread at a time per scan. */
 typedef struct OmlStorageDeltaScan OmlStorageDeltaScan; /* opaque */
-int32_t oml_storage_delta_files(const OmlStorageDeltaTable* table, char** out_json, OmlStorageError* err);
+int32_t oml_storage_delta_files(const OmlStorageDeltaTable* table, int32_t list_store, char** out_json,
+                                OmlStorageError* err);
 int32_t oml_storage_delta_scan_open(const OmlStorageDeltaTable* table, const char* columns_json,
                                     const char* files_json, OmlStorageDeltaScan** out_scan,
                                     OmlStorageError* err);

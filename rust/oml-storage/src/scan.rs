@@ -255,6 +255,7 @@ pub extern "C" fn oml_storage_delta_scan_close(scan: *mut OmlStorageDeltaScan) {
 #[no_mangle]
 pub extern "C" fn oml_storage_delta_files(
     table: *const OmlStorageDeltaTable,
+    list_store: i32,
     out_json: *mut *mut c_char,
     err: *mut OmlStorageError,
 ) -> i32 {
@@ -263,11 +264,13 @@ pub extern "C" fn oml_storage_delta_files(
         *out = std::ptr::null_mut();
         let h = delta_ref(table)?;
         let t = lock_table(h);
-        let store = t.log_store().object_store(None);
-        let listed: HashMap<Path, object_store::ObjectMeta> = block_on(
-            store.list(None).map_ok(|m| (m.location.clone(), m)).try_collect::<HashMap<_, _>>(),
-        )?
-        .map_err(map_os_error)?;
+        let listed: HashMap<Path, object_store::ObjectMeta> = if list_store != 0 {
+            let store = t.log_store().object_store(None);
+            block_on(store.list(None).map_ok(|m| (m.location.clone(), m)).try_collect::<HashMap<_, _>>())?
+                .map_err(map_os_error)?
+        } else {
+            HashMap::new()
+        };
         let snap = t.snapshot().map_err(map_delta_error)?;
         let files: Vec<serde_json::Value> = snap
             .log_data()
