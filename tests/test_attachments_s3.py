@@ -15,7 +15,7 @@ import requests
 
 from conftest import Deployment, start_moto
 from test_attachments import get_att, verdict
-from test_uploads import new_upload, upload_all
+from test_uploads import new_upload, patch, row, upload_all
 
 MIB = 1 << 20
 BUCKETS = ("oml-objects", "oml-quarantine", "oml-bodies")
@@ -62,7 +62,7 @@ def s3_objects(d, bucket):
 
 def test_upload_attach_serve_promote_and_erase_on_s3(s3_served):
     d = s3_served
-    big = os.urandom(13 * MIB + 12345)  # composed from two 8 MiB-part writes: an S3 multipart object
+    big = os.urandom(13 * MIB + 12345)  # three parts of one multipart upload
     small = b"a small text file\n" * 50
     uids = [new_upload(d, d.writer, big), new_upload(d, d.writer, small)]
     assert upload_all(d, d.writer, uids[0], big, chunk=5 * MIB) == len(big)
@@ -72,8 +72,8 @@ def test_upload_attach_serve_promote_and_erase_on_s3(s3_served):
             "SELECT upload_id, ciphertext_sha256 FROM oml.upload_sessions WHERE state = 'complete'").fetchall()}
     q = s3_objects(d, "oml-quarantine")
     assert q == {f"{d.tenant_id}/{ct}": ct for ct in cts.values()}  # no part left, names = digests
-    head = d.s3.head_object(Bucket="oml-quarantine", Key=f"{d.tenant_id}/{cts[uids[0]]}")
-    assert head["ETag"].strip('"').endswith("-2")  # multipart
+    # The chunks were parts of one multipart upload, completed and copied to the digest's name.
+    assert d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", []) == []
 
     r = d.submit(d.writer, body="two files on s3", attachments=uids)
     assert r.status_code == 201, r.text
@@ -111,45 +111,129 @@ def test_a_large_body_is_an_s3_object(s3_served):
     assert s3_objects(d, "oml-quarantine") == {}
 
 
-def test_a_killed_composition_leaves_a_multipart_upload_that_the_staging_sweep_aborts(s3_served):
-    """Issue 19, "Leftovers": kill -9 while an upload's object is being written leaves an
-    incomplete multipart upload (its parts stored, no object), which no listing of keys shows.
-    `oml serve` aborts those older than staging_grace_s at start and then periodically."""
-    d = s3_served
-    data = os.urandom(17 * MIB + 5)  # three writer parts: two uploaded, the last buffered
-    uid = new_upload(d, d.writer, data)
-    assert upload_all(d, d.writer, uid, data[:15 * MIB], chunk=5 * MIB) == 15 * MIB
+def multipart_uploads(d):
+    return [(u["Key"], u["UploadId"]) for u in d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])]
+
+
+def parts_of(d, key, upload_id):
+    return [(p["PartNumber"], p["ETag"], p["Size"])
+            for p in d.s3.list_parts(Bucket="oml-quarantine", Key=key, UploadId=upload_id).get("Parts", [])]
+
+
+def killed_at(d, point, uid, off, chunk):
+    """Restarts the server with OML_FAULT=<point>:kill and sends one PATCH, which kills it there."""
     d.stop_server()
-    d.serve(env={"OML_FAULT": "uploads.complete.before_finish:kill"})
+    d.serve(env={"OML_FAULT": f"{point}:kill"})
     with pytest.raises(requests.ConnectionError):
-        requests.patch(f"{d.base}/v1/uploads/{uid}", data=data[15 * MIB:], timeout=120,
-                       headers={"Tus-Resumable": "1.0.0", "Authorization": f"Bearer {d.writer}",
-                                "Upload-Offset": str(15 * MIB), "Content-Type": "application/offset+octet-stream"})
+        patch(d, d.writer, uid, off, chunk)
     assert d.server.wait(timeout=30) == -9
     d.server = None
     d.server_log.close()
-    left = d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])
-    assert len(left) == 1 and left[0]["Key"].startswith(f"{d.tenant_id}/"), left
-    assert len(d.s3.list_parts(Bucket="oml-quarantine", Key=left[0]["Key"], UploadId=left[0]["UploadId"])["Parts"]) == 2
-    # moto reports a fixed Initiated (2010-11-10) for every multipart upload, so on moto each
-    # looks older than any grace: that a young upload is left alone is shown on the local store
-    # (tests/test_uploads.py), where the age is the staging file's mtime.
-    assert left[0]["Initiated"].year == 2010
-    # Another tool's upload in the same bucket (a backup, say): not oml's key, never aborted.
-    foreign = d.s3.create_multipart_upload(Bucket="oml-quarantine", Key="backups/base.tar")["UploadId"]
-    # Older than the grace: aborted at start, parts and all.
+
+
+def attached_file(d, uid):
+    """The upload's file as a reviewer reads it back through a claim that attaches it."""
+    r = d.submit(d.writer, body="an s3 upload", attachments=[uid])
+    assert r.status_code == 201, r.text
+    return get_att(d, d.reviewer, r.json()["artifact_id"], 1).content
+
+
+def test_chunks_go_into_one_multipart_upload_that_a_resume_after_kill_9_continues(s3_served):
+    """Issue 22, "Uploads": each chunk's ciphertext is the next part of one multipart upload at the
+    session's staging key, its UploadId and every part's ETag recorded with the offset; nothing is
+    visible in the bucket while it is received. kill -9 between a part and its commit, and again
+    after the last part before the write is finished: the resume continues that same multipart
+    upload. The staging sweep (moto reports every upload as initiated in 2010, older than any
+    grace) leaves a session's write alone and aborts a leftover of oml's. The last PATCH completes
+    it: one object named by its digest, no incomplete multipart upload, and the file reads back."""
+    d = s3_served
+    data = os.urandom(3 * 6 * MIB + 5)
+    uid = new_upload(d, d.writer, data)
+    key = f"{d.tenant_id}/uploads/{uid}/object"
+    assert upload_all(d, d.writer, uid, data[:6 * MIB], chunk=6 * MIB) == 6 * MIB
+    s = row(d, uid)
+    mp = s["store_upload"]
+    assert multipart_uploads(d) == [(key, mp)]
+    assert [(n, e) for n, e, _ in parts_of(d, key, mp)] == [(1, s["store_parts"][0])]
+    assert parts_of(d, key, mp)[0][2] == s["ciphertext_offset"] and s["carry_bytes"] == 0
+    assert s3_objects(d, "oml-quarantine") == {}
+    # 1. Killed after the second part was put, before its commit: the part is in the upload, the
+    # offset is not.
+    killed_at(d, "uploads.append.after_part", uid, 6 * MIB, data[6 * MIB:12 * MIB])
+    assert row(d, uid)["upload_offset"] == 6 * MIB and row(d, uid)["store_parts"] == s["store_parts"]
+    assert len(parts_of(d, key, mp)) == 2
+    # A leftover of oml's (as a killed copy into the bucket would leave): the sweep aborts it.
+    stale = d.s3.create_multipart_upload(Bucket="oml-quarantine", Key=f"{d.tenant_id}/{'0' * 64}")["UploadId"]
     d.serve(env={"OML_STAGING_GRACE_S": "600"})
     deadline = time.time() + 20
-    while len(d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])) > 1 and time.time() < deadline:
+    while len(multipart_uploads(d)) > 1 and time.time() < deadline:
         time.sleep(0.2)
-    time.sleep(1)
-    assert [(u["Key"], u["UploadId"]) for u in d.s3.list_multipart_uploads(Bucket="oml-quarantine").get("Uploads", [])] \
-        == [("backups/base.tar", foreign)]
-    assert d.s3.list_multipart_uploads(Bucket="oml-bodies").get("Uploads", []) == []
-    # The upload itself resumes: the last chunk composes the object again.
-    r = requests.patch(f"{d.base}/v1/uploads/{uid}", data=data[15 * MIB:], timeout=120,
-                       headers={"Tus-Resumable": "1.0.0", "Authorization": f"Bearer {d.writer}",
-                                "Upload-Offset": str(15 * MIB), "Content-Type": "application/offset+octet-stream"})
+    assert multipart_uploads(d) == [(key, mp)], stale
+    # The resume sends part 2 again (the same bytes: the same ETag) and part 3 in the same upload.
+    assert upload_all(d, d.writer, uid, data[:18 * MIB], chunk=6 * MIB, start=6 * MIB) == 18 * MIB
+    s = row(d, uid)
+    assert s["store_upload"] == mp and len(s["store_parts"]) == 3
+    assert [(n, e) for n, e, _ in parts_of(d, key, mp)] == [(i + 1, e) for i, e in enumerate(s["store_parts"])]
+    # 2. Killed after the last part was put, before the write was finished.
+    killed_at(d, "uploads.complete.before_finish", uid, 18 * MIB, data[18 * MIB:])
+    assert row(d, uid)["state"] == "receiving" and multipart_uploads(d) == [(key, mp)]
+    assert len(parts_of(d, key, mp)) == 4
+    d.serve()
+    r = patch(d, d.writer, uid, 18 * MIB, data[18 * MIB:])
     assert r.status_code == 204, r.text
     assert r.headers["Upload-Offset"] == str(len(data))
-    assert len(s3_objects(d, "oml-quarantine")) == 1
+    s = row(d, uid)
+    assert s["state"] == "complete" and s["store_upload"] is None
+    ct = bytes(s["ciphertext_sha256"]).hex()
+    assert multipart_uploads(d) == []
+    assert s3_objects(d, "oml-quarantine") == {f"{d.tenant_id}/{ct}": ct}
+    assert attached_file(d, uid) == data
+
+
+def test_chunks_under_5_mib_are_carried_and_an_ended_session_leaves_no_multipart_upload(s3_served):
+    """Issue 22, "Uploads": S3 parts but the last must hold 5 MiB (moto refuses the completion
+    otherwise). 1 MiB chunks are carried in a carry object until they fill a part, which never
+    holds more than a chunk and 5 MiB. A session cancelled or expired aborts its multipart upload:
+    no incomplete multipart upload and no carry is left."""
+    d = s3_served
+    data = os.urandom(12 * MIB + 7)
+    uid = new_upload(d, d.writer, data)
+    key = f"{d.tenant_id}/uploads/{uid}/object"
+    off = 0
+    while off < 11 * MIB:
+        assert patch(d, d.writer, uid, off, data[off:off + MIB]).status_code == 204
+        off += MIB
+        s = row(d, uid)
+        carry = s["carry_bytes"]
+        assert carry < 5 * MIB
+        held = {k for k in s3_objects(d, "oml-quarantine")}
+        assert held == ({f"{d.tenant_id}/uploads/{uid}/carry-{s['ciphertext_offset']:016d}"} if carry else set())
+        parts = parts_of(d, key, s["store_upload"]) if s["store_upload"] else []
+        assert sum(p[2] for p in parts) + carry == s["ciphertext_offset"]
+        assert all(5 * MIB <= p[2] < 6 * MIB for p in parts), parts
+    assert len(row(d, uid)["store_parts"]) == 2
+    assert upload_all(d, d.writer, uid, data, chunk=MIB, start=off) == len(data)
+    s = row(d, uid)
+    ct = bytes(s["ciphertext_sha256"]).hex()
+    assert multipart_uploads(d) == []
+    assert s3_objects(d, "oml-quarantine") == {f"{d.tenant_id}/{ct}": ct}
+    assert attached_file(d, uid) == data
+    # Cancelled, and expired, mid-way: a part and a carry each; nothing left after.
+    for end in ("cancel", "expire"):
+        other = new_upload(d, d.writer, data)
+        assert upload_all(d, d.writer, other, data[:7 * MIB], chunk=MIB) == 7 * MIB
+        assert len(multipart_uploads(d)) == 1 and row(d, other)["carry_bytes"] > 0
+        if end == "cancel":
+            r = requests.delete(f"{d.base}/v1/uploads/{other}", timeout=30,
+                                headers={"Tus-Resumable": "1.0.0", "Authorization": f"Bearer {d.writer}"})
+            assert r.status_code == 204, r.text
+        else:
+            with d.su() as c:
+                c.execute("UPDATE oml.upload_sessions SET expires_at = now() - interval '1 second' "
+                          "WHERE upload_id = %s", (other,))
+            r = requests.head(f"{d.base}/v1/uploads/{other}", timeout=30,
+                              headers={"Tus-Resumable": "1.0.0", "Authorization": f"Bearer {d.writer}"})
+            assert r.status_code == 410
+        assert row(d, other)["store_upload"] is None and row(d, other)["parts_left"] is False
+        assert multipart_uploads(d) == []
+        assert s3_objects(d, "oml-quarantine") == {}

@@ -59,7 +59,7 @@ def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
             (19, "0019_dead_letter_applied_tables"), (20, "0020_review_ranges"),
             (21, "0021_upload_metadata"), (22, "0022_key_residue"),
             (23, "0023_reconciler"), (24, "0024_reconcile_runs"),
-            (25, "0025_outbox_prune"), (26, "0026_sync_standbys")]
+            (25, "0025_outbox_prune"), (26, "0026_sync_standbys"), (27, "0027_upload_direct")]
         # 0016: the outbox row is the text as written (json), not jsonb.
         assert c.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                          "WHERE attrelid = 'oml.outbox'::regclass AND attname = 'row_data'").fetchone()[0] == "json"

@@ -105,6 +105,14 @@ def parts(d, tenant, uid):
     return sorted(x.name for x in p.iterdir()) if p.exists() else []
 
 
+def staged(d, uid):
+    """Bytes in the session's staging file (its object so far, sql/0027; 0 if none), after checking
+    that nothing else is stored under the session's prefix: no part objects, no composition."""
+    names = parts(d, d.tenant_id, uid)
+    assert names in ([], ["object"]), names
+    return (quarantine(d) / d.tenant_id / "uploads" / uid / "object").stat().st_size if names else 0
+
+
 def objects(d, tenant):
     """Every object of the tenant in the quarantine bucket that is not a part."""
     root = quarantine(d) / tenant
@@ -251,7 +259,8 @@ def test_chunks_with_checksums_make_one_object_that_decrypts_to_the_file(served)
         assert r.headers["Upload-Offset"] == str(off)
         assert head(d, d.writer, uid).headers["Upload-Offset"] == str(off)
         assert row(d, uid)["state"] == "receiving"
-    assert len(parts(d, d.tenant_id, uid)) == row(d, uid)["part_count"] > 0
+    # Every chunk went straight into the object's staging file: it holds the committed ciphertext.
+    assert staged(d, uid) == row(d, uid)["ciphertext_offset"] > 0 and row(d, uid)["store_upload"] == "local"
     r = patch(d, d.writer, uid, off, data[off:])
     assert r.status_code == 204, r.text
     assert r.headers["Upload-Offset"] == str(len(data))
@@ -299,7 +308,7 @@ def test_client_disconnect_mid_patch_keeps_the_last_whole_chunk(served):
         h = head(d, d.writer, uid)
         assert h.headers["Upload-Offset"] == str(off), (committed, cut)
         assert row(d, uid)["upload_offset"] == off
-        assert len(parts(d, d.tenant_id, uid)) == row(d, uid)["part_count"]
+        assert staged(d, uid) == row(d, uid)["ciphertext_offset"]
     upload_all(d, d.writer, uid, data, chunk=600000, start=off)
     assert decrypted(d, uid) == data
     assert parts(d, d.tenant_id, uid) == []
@@ -329,7 +338,7 @@ def test_kill_9_mid_chunk_then_resume_with_head_and_patch(served):
     assert d.server.wait(timeout=10) == -signal.SIGKILL
     d.server = None
     d.server_log.close()
-    assert len(parts(d, d.tenant_id, uid)) == row(d, uid)["part_count"] + 1  # the uncommitted part
+    assert staged(d, uid) > row(d, uid)["ciphertext_offset"]  # the uncommitted part, past the commit
     d.serve()
     h = head(d, d.writer, uid)
     assert h.status_code == 200 and h.headers["Upload-Offset"] == str(MIB)
@@ -447,7 +456,7 @@ def test_oversize_chunks_are_413_and_change_nothing(served):
     assert "urn:oml:problem:body-too-large" in answer
     assert f'"instance":"/v1/uploads/{uid}"' in answer, answer
     assert row(d, uid)["upload_offset"] == 50000
-    assert len(parts(d, d.tenant_id, uid)) == row(d, uid)["part_count"]
+    assert staged(d, uid) == row(d, uid)["ciphertext_offset"]
     upload_all(d, d.writer, uid, data, start=50000)
     assert decrypted(d, uid) == data
 
@@ -495,7 +504,7 @@ def test_two_patches_racing_one_wins_the_other_is_409(served):
         assert loser.headers["Upload-Offset"] in (str(off), str(off + len(chunk)))
         off += len(chunk)
         assert row(d, uid)["upload_offset"] == off
-        assert len(parts(d, d.tenant_id, uid)) == row(d, uid)["part_count"] or off == len(data)
+        assert staged(d, uid) == row(d, uid)["ciphertext_offset"] or off == len(data)
     assert row(d, uid)["state"] == "complete"
     assert decrypted(d, uid) == data
 
@@ -658,11 +667,12 @@ def test_a_patch_holds_no_transaction_while_it_waits_on_the_object_store(served)
             t.start()
             wait_stopped(d.server.pid)
             # A COMMIT sent just before the stop may still be running in PostgreSQL (its backend
-            # has an xid until it ends): let it finish before reading the offset, or a chunk
-            # that did commit would pass for a held one.
+            # is active, with a snapshot before its xid, until it ends): let it finish before
+            # reading the offset, or a chunk that did commit would pass for a held one.
             settle = time.time() + 10
             with d.su() as c:
-                while c.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
+                while c.execute("SELECT count(*) FROM pg_stat_activity WHERE (backend_xid IS NOT NULL OR "
+                                "backend_xmin IS NOT NULL OR state = 'active') AND backend_type = 'client backend' "
                                 "AND usename <> current_user").fetchone()[0] and time.time() < settle:
                     time.sleep(0.05)
             if row(d, uid)["upload_offset"] == off:
@@ -673,7 +683,8 @@ def test_a_patch_holds_no_transaction_while_it_waits_on_the_object_store(served)
             off += MIB
         else:
             raise AssertionError("no PATCH was held before its commit")
-        assert parts(d, d.tenant_id, uid) == [f"{n:08d}" for n in range(1, off // MIB + 2)]
+        # The held chunk is in the staging file, past the committed ciphertext.
+        assert staged(d, uid) > row(d, uid)["ciphertext_offset"]
         with d.su() as c:
             xids = c.execute("SELECT pid, backend_xid, state FROM pg_stat_activity "
                              "WHERE backend_xid IS NOT NULL AND usename <> current_user").fetchall()
@@ -764,7 +775,7 @@ def test_a_rewound_stream_state_is_refused_and_seals_nothing(served):
 
     def refused():
         problem(patch(d, d.writer, uid, len(a), b), 500, "integrity")
-        assert parts(d, d.tenant_id, uid) == ["00000001"]
+        assert staged(d, uid) == 16 + 2 * (seg + 16)  # nothing written past the committed ciphertext
         assert row(d, uid)["upload_offset"] == len(a)
 
     # 1. Without the DEK: the state sealed at offset 0 (next segment 0) put back.
@@ -900,10 +911,12 @@ def staging_files(root):
     return sorted(p for p in root.rglob("*") if p.is_file() and re.search(r"#[0-9]+$", p.name))
 
 
-def test_a_killed_composition_leaves_a_staging_file_that_the_sweep_removes(served):
-    """Issue 19, "Leftovers": kill -9 while the upload's object is written leaves its staging
-    file (<key>#<digits>, every byte of ciphertext), which List hides; `oml serve` removes the
-    ones older than staging_grace_s at start and then periodically, and never a young one."""
+def test_the_staging_sweep_removes_what_killed_writes_left_and_never_a_sessions_write(served):
+    """Issue 19, "Leftovers": a kill -9 mid-write leaves a staging file (<key>#<digits>), which
+    List hides; `oml serve` removes the ones older than staging_grace_s at start and then
+    periodically, and never a young one. An upload session's own write (sql/0027: the staging file
+    its chunks go into, here killed after its last part, before it was finished) is not such a
+    leftover, however old: it stays, and the resumed last PATCH finishes it."""
     d = served
     data = os.urandom(9 * MIB + 7)
     uid = new_upload(d, d.writer, data)
@@ -915,15 +928,15 @@ def test_a_killed_composition_leaves_a_staging_file_that_the_sweep_removes(serve
     assert d.server.wait(timeout=30) == -9
     d.server = None
     d.server_log.close()
-    left = staging_files(quarantine(d))
-    assert len(left) == 1 and left[0].parent.name == d.tenant_id, left
-    assert left[0].stat().st_size == 8 * MIB  # the writer's first part (the rest was buffered)
-    # A staging file in the other bucket too (as a killed promotion copy would leave).
+    seg = 64 * 1024
+    assert staged(d, uid) == 16 + len(data) + 16 * -(-len(data) // seg)  # every byte, the last part too
+    assert staging_files(d.home / "objects") == []
+    # What killed writes leave: a put into the quarantine bucket, a promotion's copy into the
+    # bodies bucket, a head being published into the heads store (object_store_url).
+    (quarantine(d) / d.tenant_id / ("2" * 64 + "#9000000002")).write_bytes(b"partial")
     bodies = d.home / "objects" / "oml-bodies" / d.tenant_id
     bodies.mkdir(parents=True, exist_ok=True)
     (bodies / ("0" * 64 + "#12")).write_bytes(b"partial")
-    # And one in the heads store (object_store_url), as a server killed while publishing a head
-    # would leave.
     heads = d.home / "objects" / "oml-heads"
     assert (heads / d.tenant_id).is_file()
     (heads / (d.tenant_id + "#55")).write_bytes(b"partial head")
@@ -932,8 +945,10 @@ def test_a_killed_composition_leaves_a_staging_file_that_the_sweep_removes(serve
     time.sleep(2)
     assert len(staging_files(d.home / "objects")) == 3
     d.stop_server()
-    # Older (mtime two hours back): removed at start; a young one beside them stays.
-    for p in staging_files(d.home / "objects"):
+    # Older (mtime two hours back), the session's write too: the leftovers are removed at start;
+    # a young one beside them and the session's write stay.
+    session_write = quarantine(d) / d.tenant_id / "uploads" / uid / "object"
+    for p in staging_files(d.home / "objects") + [session_write]:
         os.utime(p, (time.time() - 7200, time.time() - 7200))
     young = quarantine(d) / d.tenant_id / ("1" * 64 + "#9000001")
     young.write_bytes(b"a write in progress")
@@ -942,9 +957,11 @@ def test_a_killed_composition_leaves_a_staging_file_that_the_sweep_removes(serve
     while len(staging_files(d.home / "objects")) > 1 and time.time() < deadline:
         time.sleep(0.1)
     assert staging_files(d.home / "objects") == [young]
+    assert session_write.is_file()
     young.unlink()
-    # The upload resumes: the retried last chunk composes the object again.
+    # The upload resumes: the retried last chunk finishes the session's write into the object.
     r = patch(d, d.writer, uid, 8 * MIB, data[8 * MIB:])
     assert r.status_code == 204, r.text
     assert r.headers["Upload-Offset"] == str(len(data))
     assert b"".join(decrypted_blocks(d, uid)) == data
+    assert parts(d, d.tenant_id, uid) == []

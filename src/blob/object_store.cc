@@ -194,6 +194,50 @@ class RustObjectStore final : public ObjectStore {
     return Status::Ok();
   }
 
+  uint64_t ResumableMinPart() const override { return oml_storage_resumable_min_part(handle_); }
+
+  Result<std::string> ResumableStart(const std::string& key) override {
+    OmlStorageError err{};
+    char* h = nullptr;
+    int32_t rc = oml_storage_resumable_start(handle_, key.c_str(), &h, &err);
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "start a resumable write of " + Describe(key));
+    std::string out = h != nullptr ? h : "";
+    oml_storage_free_string(h);
+    return out;
+  }
+
+  Result<std::string> ResumablePut(const std::string& key, const std::string& handle, uint32_t part_no,
+                                   uint64_t offset, std::string_view bytes) override {
+    OmlStorageError err{};
+    char* tag = nullptr;
+    int32_t rc = oml_storage_resumable_put(handle_, key.c_str(), handle.c_str(), part_no, offset,
+                                           reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &tag, &err);
+    if (rc != OML_STORAGE_OK)
+      return FromStorageError(rc, err, "put part " + std::to_string(part_no) + " of " + Describe(key));
+    std::string out = tag != nullptr ? tag : "";
+    oml_storage_free_string(tag);
+    return out;
+  }
+
+  Status ResumableFinish(const std::string& key, const std::string& handle, const std::vector<std::string>& tags,
+                         uint64_t size, const std::string& final_key) override {
+    OmlStorageError err{};
+    std::vector<const char*> ptrs;
+    ptrs.reserve(tags.size());
+    for (const auto& t : tags) ptrs.push_back(t.c_str());
+    int32_t rc = oml_storage_resumable_finish(handle_, key.c_str(), handle.c_str(), ptrs.data(), ptrs.size(), size,
+                                              final_key.c_str(), &err);
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "finish " + Describe(key) + " into '" + final_key + "'");
+    return Status::Ok();
+  }
+
+  Status ResumableAbort(const std::string& key, const std::string& handle) override {
+    OmlStorageError err{};
+    int32_t rc = oml_storage_resumable_abort(handle_, key.c_str(), handle.c_str(), &err);
+    if (rc != OML_STORAGE_OK) return FromStorageError(rc, err, "abort the resumable write of " + Describe(key));
+    return Status::Ok();
+  }
+
   Result<uint64_t> SweepStaging(std::chrono::seconds grace) override {
     OmlStorageError err{};
     uint64_t removed = 0;

@@ -84,6 +84,33 @@ class ObjectStore {
   virtual Status Copy(const std::string& from_key, const std::string& to_key) = 0;
   // Starts a streaming write of key (see ObjectWriter). Nothing is visible until Finish.
   virtual Result<std::unique_ptr<ObjectWriter>> OpenWriter(const std::string& key) = 0;
+  // ---- Resumable writes: one object written part by part across requests and processes, its
+  // progress (the handle, each part's tag) kept by the caller (upload sessions, uploads.h).
+  // S3: a multipart upload at `key` (the staging key), parts numbered from 1, each at least
+  // ResumableMinPart() bytes but the last; Finish completes it and server-side copies it to
+  // final_key (CopyObject: at most 5 GiB). Local directory: an append-only staging file at `key`;
+  // ResumablePut truncates it to `offset` and writes there (so a part whose commit never came is
+  // cut off by the next); Finish renames it to final_key. Every write is durable before it
+  // returns. The staging object is visible to List under `key` on a local store, never on S3.
+  //
+  // The smallest part but the last: 5 MiB on S3, 0 locally.
+  virtual uint64_t ResumableMinPart() const = 0;
+  // Starts one; returns its handle (S3: the UploadId).
+  virtual Result<std::string> ResumableStart(const std::string& key) = 0;
+  // Part `part_no` (1..10000), the object's bytes from `offset`; returns its tag (S3: ETag; "").
+  // kNotFound when the write is gone (S3: aborted or completed; local: no staging file, or one
+  // shorter than `offset`, which is never padded).
+  virtual Result<std::string> ResumablePut(const std::string& key, const std::string& handle, uint32_t part_no,
+                                           uint64_t offset, std::string_view bytes) = 0;
+  // The object appears at final_key, whole (`size` bytes; tags[i] is part i+1's), and the staging
+  // object goes. Idempotent after a crash: final_key already holding `size` bytes, or a multipart
+  // upload completed before, carries on from there.
+  virtual Status ResumableFinish(const std::string& key, const std::string& handle, const std::vector<std::string>& tags,
+                                 uint64_t size, const std::string& final_key) = 0;
+  // Forgets it (S3: AbortMultipartUpload, its parts freed; local: the staging file deleted).
+  // A write that is gone already: Ok.
+  virtual Status ResumableAbort(const std::string& key, const std::string& handle) = 0;
+
   // Removes what interrupted writes (a kill -9 mid-Put or mid-writer) left, which List never
   // shows: on a local store, staging files `<name>#<digits>` not modified for `grace`; on S3,
   // incomplete multipart uploads under the store's prefix initiated at least `grace` ago.

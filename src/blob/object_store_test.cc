@@ -206,6 +206,17 @@ class CountingSweeps : public ObjectStore {
   Status Delete(const std::string& k) override { return s_->Delete(k); }
   Status Copy(const std::string& f, const std::string& t) override { return s_->Copy(f, t); }
   Result<std::unique_ptr<ObjectWriter>> OpenWriter(const std::string& k) override { return s_->OpenWriter(k); }
+  uint64_t ResumableMinPart() const override { return s_->ResumableMinPart(); }
+  Result<std::string> ResumableStart(const std::string& k) override { return s_->ResumableStart(k); }
+  Result<std::string> ResumablePut(const std::string& k, const std::string& h, uint32_t n, uint64_t o,
+                                   std::string_view b) override {
+    return s_->ResumablePut(k, h, n, o, b);
+  }
+  Status ResumableFinish(const std::string& k, const std::string& h, const std::vector<std::string>& t, uint64_t n,
+                         const std::string& f) override {
+    return s_->ResumableFinish(k, h, t, n, f);
+  }
+  Status ResumableAbort(const std::string& k, const std::string& h) override { return s_->ResumableAbort(k, h); }
   Result<uint64_t> SweepStaging(std::chrono::seconds grace) override {
     auto n = s_->SweepStaging(grace);
     sweeps_.fetch_add(1);

@@ -298,7 +298,7 @@ TEST_F(ReconcilerRoleTest, ReadsUploadSessionsThroughTheAuditViewWithoutKeyMater
   ASSERT_TRUE(cols.ok());
   EXPECT_EQ(cols->Get(0, 0),
             "tenant_id,upload_id,state,upload_length,upload_offset,ciphertext_offset,part_count,parts_left,"
-            "created_at,updated_at,expires_at,completed_at,ciphertext_sha256,ciphertext_size,object_key");
+            "created_at,updated_at,expires_at,completed_at,ciphertext_sha256,ciphertext_size,object_key,direct,store_upload");
   ExpectSqlState(rc_->Query("SELECT wrapped_dek FROM oml.upload_sessions_audit"), "42703", "SELECT wrapped_dek");
   // The view sees every tenant because its owner is the table's owner and RLS is not FORCEd.
   auto owner = su_->Query("SELECT v.relowner::regrole::text, t.relowner::regrole::text, t.relrowsecurity, "

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <openssl/evp.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "common/log.h"
@@ -122,7 +123,8 @@ const char kColumns[] =
     "upload_id::text, state, upload_length, upload_offset, declared_sha256, coalesce(filename, ''), media_type, "
     "kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, plaintext_sha_sealed, ciphertext_sha_state, "
     "ciphertext_offset, part_count, floor(extract(epoch from expires_at))::bigint, (expires_at <= now()), principal, "
-    "api_key_id, coalesce(object_key, ''), coalesce(upload_metadata, '')";
+    "api_key_id, coalesce(object_key, ''), coalesce(upload_metadata, ''), direct, coalesce(store_upload, ''), "
+    "array_to_json(store_parts)::text, carry_bytes";
 
 }  // namespace
 
@@ -142,6 +144,10 @@ struct Uploads::Row {
   std::string principal, api_key_id;
   std::string object_key;  // "" if none recorded
   std::string metadata;    // Upload-Metadata as sent; "" if not kept
+  bool direct = false;      // chunks go straight into the object (sql/0027)
+  std::string store_upload;             // the resumable write's handle; "" before the first part
+  std::vector<std::string> store_parts; // S3 ETags of the committed parts
+  uint64_t carry_bytes = 0;             // ciphertext in the carry object, not in a part yet
 
   static Result<Row> Parse(const db::Rows& r, int i) {
     Row w;
@@ -167,6 +173,15 @@ struct Uploads::Row {
     w.api_key_id = r.Get(i, 19);
     w.object_key = r.Get(i, 20);
     w.metadata = r.Get(i, 21);
+    w.direct = r.Get(i, 22) == "t";
+    w.store_upload = r.Get(i, 23);
+    auto tags = nlohmann::json::parse(r.Get(i, 24), nullptr, /*allow_exceptions=*/false);
+    if (!tags.is_array()) return DataLoss("upload " + w.upload_id + " has malformed part tags", "integrity");
+    for (const auto& e : tags) {
+      if (!e.is_string()) return DataLoss("upload " + w.upload_id + " has malformed part tags", "integrity");
+      w.store_parts.push_back(e.get<std::string>());
+    }
+    w.carry_bytes = static_cast<uint64_t>(r.GetInt(i, 25));
     return w;
   }
 
@@ -269,6 +284,14 @@ std::string PartPrefix(const std::string& tenant, const std::string& upload_id) 
 std::string PartKey(const std::string& tenant, const std::string& upload_id, int64_t part_no) {
   char n[32];
   std::snprintf(n, sizeof n, "%08lld", static_cast<long long>(part_no));
+  return PartPrefix(tenant, upload_id) + n;
+}
+std::string StagingKey(const std::string& tenant, const std::string& upload_id) {
+  return PartPrefix(tenant, upload_id) + "object";
+}
+std::string CarryKey(const std::string& tenant, const std::string& upload_id, uint64_t ciphertext_offset) {
+  char n[32];
+  std::snprintf(n, sizeof n, "carry-%016llu", static_cast<unsigned long long>(ciphertext_offset));
   return PartPrefix(tenant, upload_id) + n;
 }
 std::string ObjectKey(const std::string& tenant, const std::string& ciphertext_sha256_raw) {
@@ -537,6 +560,178 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
   OML_ASSIGN_OR_RETURN(std::string ct, enc->Update(bytes));
   pt_sha->Update(bytes);
 
+  if (row.direct) {
+    // Straight into the object (uploads.h "Storage"): the carry (ciphertext not in a part yet)
+    // and this chunk's ciphertext go out as the next part once they reach the store's minimum,
+    // or at the last byte; below it they become the next carry object.
+    const std::string staging = StagingKey(t, id);
+    auto with_carry = [&](std::string_view more) -> Result<std::string> {
+      if (row.carry_bytes == 0) return std::string(more);
+      OML_ASSIGN_OR_RETURN(std::optional<std::string> got, store_->Get(CarryKey(t, id, row.ciphertext_offset)));
+      if (!got || got->size() != row.carry_bytes)
+        return DataLoss("the carried ciphertext of upload " + id + " is missing or not its size; DELETE the upload "
+                        "and upload the file again",
+                        "integrity");
+      got->append(more);
+      return std::move(*got);
+    };
+    auto lost = [&](Status s) {
+      if (s.code() != Code::kNotFound) return s;
+      return DataLoss("the stored part of upload " + id + " is gone (" + s.message() +
+                          "); DELETE the upload and upload the file again",
+                      "integrity");
+    };
+    if (last) {
+      dek->Wipe();
+      OML_ASSIGN_OR_RETURN(std::string tail, enc->Finish());
+      ct += tail;
+      if (!crypto::ConstantTimeEquals(pt_sha->Digest(), row.declared_sha256)) {
+        OML_ASSIGN_OR_RETURN(bool ended, EndSession(c, t, id, State::kFailed, /*only_overdue=*/false));
+        if (ended) RemoveLeftoversOrLog(c, t, id);
+        return InvalidArgument("the file's SHA-256 is not the declared sha256; the upload failed and its data was removed",
+                               "digest-mismatch");
+      }
+      ct_sha.Update(ct);
+      const std::string ct_digest = ct_sha.Digest();
+      const uint64_t ct_size = row.ciphertext_offset + ct.size();
+      const std::string key = ObjectKey(t, ct_digest);
+      // Named in the row before it can exist (as for composed objects below).
+      const bool named_before = row.object_key == key;
+      if (!named_before) {
+        OML_RETURN_IF_ERROR(
+            ShortTxn(c, t, o.api_key_hash,
+                     {"WITH u AS (UPDATE oml.upload_sessions SET object_key = $3, updated_at = now() WHERE tenant_id = $1 "
+                      "AND upload_id = $2 AND upload_offset = $4 AND state IN ('created', 'receiving') RETURNING 1) "
+                      "SELECT 1/count(*) FROM u",
+                      {db::Text(t), db::Text(id), db::Text(key), db::Int(static_cast<int64_t>(offset))}})
+                .status());
+        row.object_key = key;
+      }
+      OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.before_object"));
+      // A retry after a crash that came after the object appeared: it is in place.
+      bool placed = false;
+      if (named_before) {
+        OML_ASSIGN_OR_RETURN(std::optional<uint64_t> have, store_->Size(key));
+        placed = have && *have == ct_size;
+      }
+      if (!placed) {
+        OML_ASSIGN_OR_RETURN(std::string out, with_carry(ct));
+        ct.clear();
+        ct.shrink_to_fit();
+        if (row.store_upload.empty()) {
+          // Nothing went out as a part: the carry and this chunk are the whole object.
+          OML_RETURN_IF_ERROR(store_->Put(key, out));
+        } else {
+          std::vector<std::string> tags = row.store_parts;
+          if (!out.empty()) {
+            auto tag = store_->ResumablePut(staging, row.store_upload, static_cast<uint32_t>(row.part_count + 1),
+                                            ct_size - out.size(), out);
+            if (tag.ok()) {
+              tags.push_back(*tag);
+            } else if (!(named_before && tag.status().code() == Code::kNotFound)) {
+              // (named before and gone: a crash after the write was completed; Finish carries on)
+              return lost(tag.status());
+            }
+          }
+          OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.before_finish"));
+          OML_RETURN_IF_ERROR(lost(store_->ResumableFinish(staging, row.store_upload, tags, ct_size, key)));
+        }
+      }
+      OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.after_object"));
+      OML_ASSIGN_OR_RETURN(
+          db::Rows done,
+          ShortTxn(c, t, o.api_key_hash,
+                   {"WITH u AS (UPDATE oml.upload_sessions SET state = 'complete', upload_offset = upload_length, "
+                    "stream_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
+                    "ciphertext_offset = $3, parts_left = true, completed_at = now(), updated_at = now(), "
+                    "expires_at = now() + make_interval(secs => $7), plaintext_sha256 = declared_sha256, "
+                    "ciphertext_sha256 = $4, ciphertext_size = $3, object_key = $5, carry_bytes = 0 "
+                    "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $6 AND state IN ('created', 'receiving') "
+                    "RETURNING floor(extract(epoch from expires_at))::bigint AS e) SELECT max(e), 1/count(*) FROM u",
+                    {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest),
+                     db::Text(key), db::Int(static_cast<int64_t>(offset)),
+                     db::Int(static_cast<int64_t>(opts_.complete_ttl.count()))}}));
+      RemoveLeftoversOrLog(c, t, id);  // the carry objects
+      row.state = State::kComplete;
+      row.offset = new_offset;
+      if (done.size() == 1) row.expires_at = done.GetInt(0, 0);
+      return row.ToSession();
+    }
+
+    ct_sha.Update(ct);
+    const uint64_t ct_end = row.ciphertext_offset + ct.size();
+    const uint64_t carry = row.carry_bytes + ct.size();
+    std::string handle = row.store_upload;
+    std::optional<std::string> tag;
+    int64_t parts = row.part_count;
+    uint64_t new_carry = row.carry_bytes;
+    if (!ct.empty()) {
+      OML_ASSIGN_OR_RETURN(std::string out, with_carry(ct));
+      ct.clear();
+      ct.shrink_to_fit();
+      if (carry >= std::max<uint64_t>(store_->ResumableMinPart(), 1)) {
+        if (handle.empty()) {
+          // Recorded before any part is put: every write a session starts is one its end aborts
+          // (the staging sweep leaves session writes alone). A crash before the record leaves a
+          // write without parts.
+          OML_ASSIGN_OR_RETURN(handle, store_->ResumableStart(staging));
+          OML_RETURN_IF_ERROR(
+              ShortTxn(c, t, o.api_key_hash,
+                       {"WITH u AS (UPDATE oml.upload_sessions SET store_upload = $3, parts_left = true, "
+                        "updated_at = now() WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $4 AND "
+                        "state IN ('created', 'receiving') AND store_upload IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
+                        {db::Text(t), db::Text(id), db::Text(handle), db::Int(static_cast<int64_t>(offset))}})
+                  .status());
+          row.store_upload = handle;
+        }
+        auto put = store_->ResumablePut(staging, handle, static_cast<uint32_t>(parts + 1), ct_end - carry, out);
+        if (!put.ok()) return lost(put.status());
+        tag = std::move(*put);
+        ++parts;
+        new_carry = 0;
+      } else {
+        OML_RETURN_IF_ERROR(store_->Put(CarryKey(t, id, ct_end), out));
+        new_carry = carry;
+      }
+    }
+    OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.append.after_part"));
+    OML_ASSIGN_OR_RETURN(crypto::AeadEncryptorState next, enc->Suspend());
+    std::string stream_plain = EncodeStreamState(next);
+    auto stream_sealed = crypto::EncryptAll(dek->view(), StreamAad(t, id, new_offset), stream_plain);
+    crypto::Wipe(&stream_plain);
+    std::string sha_state = pt_sha->State();
+    auto sha_sealed = crypto::EncryptAll(dek->view(), ShaStateAad(t, id, new_offset), sha_state);
+    crypto::Wipe(&sha_state);
+    dek->Wipe();
+    if (!stream_sealed.ok()) return stream_sealed.status();
+    if (!sha_sealed.ok()) return sha_sealed.status();
+    // S3 tags are kept; a local store's parts need none.
+    const bool keep_tag = tag && store_->ResumableMinPart() > 0;
+    OML_RETURN_IF_ERROR(
+        ShortTxn(c, t, o.api_key_hash,
+                 {"WITH u AS (UPDATE oml.upload_sessions SET state = 'receiving', upload_offset = $3, stream_sealed = $4, "
+                  "plaintext_sha_sealed = $5, ciphertext_sha_state = $6, ciphertext_offset = $7, part_count = $8, "
+                  "parts_left = parts_left OR $8 > 0 OR $12 > 0, updated_at = now(), store_upload = $10, "
+                  "store_parts = CASE WHEN $11::text IS NULL THEN store_parts ELSE array_append(store_parts, $11::text) END, "
+                  "carry_bytes = $12 "
+                  "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $9 AND state IN ('created', 'receiving') "
+                  "RETURNING 1) SELECT 1/count(*) FROM u",
+                  {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)), db::Bytes(*stream_sealed),
+                   db::Bytes(*sha_sealed), db::Bytes(ct_sha.State()), db::Int(static_cast<int64_t>(ct_end)),
+                   db::Int(parts), db::Int(static_cast<int64_t>(offset)),
+                   handle.empty() ? db::Null() : db::Text(handle), keep_tag ? db::Text(*tag) : db::Null(),
+                   db::Int(static_cast<int64_t>(new_carry))}})
+            .status());
+    // The carry this chunk consumed or replaced (RemoveLeftovers takes it otherwise).
+    if (row.carry_bytes > 0 && ct_end != row.ciphertext_offset) {
+      if (Status s = store_->Delete(CarryKey(t, id, row.ciphertext_offset)); !s.ok())
+        log::Warn("upload: a consumed carry object was not deleted", {{"upload", id}, {"error", s.ToString()}});
+    }
+    row.state = State::kReceiving;
+    row.offset = new_offset;
+    return row.ToSession();
+  }
+
   if (last) {
     dek->Wipe();
     OML_ASSIGN_OR_RETURN(std::string tail, enc->Finish());
@@ -697,15 +892,22 @@ Result<bool> Uploads::ExpireIfOverdue(db::Conn& c, const std::string& tenant, co
 }
 
 Status Uploads::RemoveLeftovers(db::Conn& c, const std::string& tenant, const std::string& id, SweepReport* counts) {
-  OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT state, object_key FROM oml.upload_sessions "
+  OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT state, object_key, store_upload FROM oml.upload_sessions "
                                                      "WHERE tenant_id = $1 AND upload_id = $2",
                                                      {db::Text(tenant), db::Text(id)}}));
   const bool found = r.size() == 1;
   const std::string state = found ? r.Get(0, 0) : "";
   const std::optional<std::string> object = found && !r.IsNull(0, 1) ? std::optional<std::string>(r.Get(0, 1)) : std::nullopt;
+  const std::string store_upload = found && !r.IsNull(0, 2) ? r.Get(0, 2) : "";
   // An active session's parts are its data. A row that is gone was attached (or deleted as a
   // tombstone): its parts are no one's, its object (if attached) the claim's.
   if (state == "created" || state == "receiving") return Status::Ok();
+  // The resumable write of a session that ended without completing (a complete one's was
+  // completed): S3 frees its parts; locally its staging file goes (and with the prefix below).
+  if (!store_upload.empty() && state != "complete") {
+    OML_RETURN_IF_ERROR(store_->ResumableAbort(StagingKey(tenant, id), store_upload));
+    if (counts) ++counts->parts_removed;  // the write and every part in it
+  }
   OML_ASSIGN_OR_RETURN(std::vector<std::string> keys, store_->List(PartPrefix(tenant, id)));
   for (const auto& k : keys) {
     OML_RETURN_IF_ERROR(store_->Delete(k));
@@ -724,7 +926,7 @@ Status Uploads::RemoveLeftovers(db::Conn& c, const std::string& tenant, const st
   // Only if nothing changed since the read (the lock excludes every writer but the claim that
   // attaches a complete session, which deletes the row).
   return c
-      .Scoped(tenant, {"UPDATE oml.upload_sessions SET parts_left = false, "
+      .Scoped(tenant, {"UPDATE oml.upload_sessions SET parts_left = false, store_upload = NULL, "
                        "object_key = CASE WHEN state = 'complete' THEN object_key END "
                        "WHERE tenant_id = $1 AND upload_id = $2 AND state = $3 AND object_key IS NOT DISTINCT FROM $4",
                        {db::Text(tenant), db::Text(id), db::Text(state), object ? db::Text(*object) : db::Null()}})

@@ -27,14 +27,27 @@
 // nonce reuse. The running SHA-256 of the ciphertext is stored as is. Both hashes go on from
 // their stored states after a restart: nothing is re-hashed.
 //
-// Storage: each chunk's ciphertext (whole segments) is put as one part object
-// `<tenant>/uploads/<upload_id>/<part_no, 8 digits>` in the quarantine bucket BEFORE the row's
-// offset advances. At the last byte the object's key `<tenant>/<ciphertext_sha256_hex>` is
-// first recorded in the row (object_key, still receiving), then the parts and the final segment
-// are composed (blob::ObjectWriter) into it, the composed bytes re-hashed on the way (a part
-// changed in the store is kDataLoss), the session completes, and the parts are deleted. Random
-// DEKs and nonce prefixes make ciphertext digests unique, so two uploads of one file never
-// share a name or a key.
+// Storage (sessions created since sql/0027, `direct`): each chunk's ciphertext (whole segments)
+// goes straight into the session's resumable write (blob::ObjectStore "Resumable writes") at the
+// staging key `<tenant>/uploads/<upload_id>/object` BEFORE the row's offset advances: on S3 the
+// next part of one multipart upload (its UploadId and every part's ETag recorded in the row with
+// the offset, so a resume after kill -9, in any process, continues that same upload), on a local
+// store the bytes at their offset in an append-only staging file. S3 parts but the last must hold
+// 5 MiB: ciphertext below that is carried in the carry object
+// `<tenant>/uploads/<upload_id>/carry-<ciphertext_offset>` (carry_bytes in the row; read back and
+// sent with the next chunk, so a carry never exceeds 5 MiB). At the last byte the object's key
+// `<tenant>/<ciphertext_sha256_hex>` is first recorded in the row (object_key, still receiving),
+// then the carry and the final segment go out as the last part and the write is finished into
+// that key (S3: CompleteMultipartUpload, then a server-side CopyObject; local: fsync and rename):
+// the last PATCH costs one chunk, whatever the file's size. (A file that never filled a part is
+// put whole at the key.) The ciphertext digest is hashed as the bytes go out; nothing re-reads
+// them (the reconciler audits every object's digest against its key). The session completes, and
+// the carry objects are deleted. Random DEKs and nonce prefixes make ciphertext digests unique,
+// so two uploads of one file never share a name or a key.
+//
+// Sessions created before sql/0027 (not direct) finish the old way: each chunk was a part object
+// `<tenant>/uploads/<upload_id>/<part_no, 8 digits>`, composed (blob::ObjectWriter, re-hashed on
+// the way: a part changed in the store is kDataLoss) into the object at the last byte.
 //
 // Mutual exclusion without a transaction during I/O: every act on a session (a chunk, DELETE,
 // expiry, the removal of what an ended session left) first takes the session's PostgreSQL
@@ -65,12 +78,17 @@
 //     one that is cancelled or expires too: its DEK is shredded), and their parts and object
 //     (object_key) are deleted after it commits (parts_left records that something may remain;
 //     Sweep retries). A complete row keeps its wrapped DEK (the object needs it).
-//   * Crash safety: a crash between a part put and its commit leaves an uncounted part (see
-//     above); between the object's appearance and the completion's commit, a receiving row
-//     whose object_key names the object: the retried last chunk composes the same bytes under
-//     the same key, and the session's end (DELETE, expiry, digest mismatch) deletes it.
-//   * Memory: one chunk (the request body), its ciphertext, and while composing one part plus
-//     the writer's buffer.
+//   * Crash safety: a crash between a part put and its commit leaves an uncounted part (S3: a part
+//     number the retry uploads again; local: bytes past the committed offset, which the retry's
+//     write truncates; a carry object the retry puts again); between the object's appearance and
+//     the completion's commit, a receiving row whose object_key names the object: the retried
+//     last chunk finds it in place (its size) or finishes the write (a completed multipart upload
+//     is copied on), and the session's end (DELETE, expiry, digest mismatch) deletes it. A write
+//     the store lost (an operator aborted the multipart upload or removed the staging file) is
+//     kDataLoss "integrity" (500); the client DELETEs and starts again.
+//   * Ended sessions abort their write (S3: AbortMultipartUpload; no incomplete multipart upload
+//     is left) when their leftovers are removed.
+//   * Memory: one chunk (the request body), its ciphertext, and on S3 up to 5 MiB of carry.
 //
 // Nonce reuse (crypto.h, AeadStreamEncryptor::Resume): a chunk retried after a crash between
 // its part put and its commit is encrypted again from the same state; the same bytes give the
@@ -184,7 +202,11 @@ Result<crypto::AeadEncryptorState> DecodeStreamState(std::string_view bytes);
 bool StreamPositionMatches(const crypto::AeadEncryptorState& st, uint64_t offset);
 // Object keys in the quarantine bucket.
 std::string PartPrefix(const std::string& tenant, const std::string& upload_id);  // ".../" form
-std::string PartKey(const std::string& tenant, const std::string& upload_id, int64_t part_no);
+std::string PartKey(const std::string& tenant, const std::string& upload_id, int64_t part_no);  // legacy sessions
+// A direct session's resumable write (".../object") and its carry object at a ciphertext offset
+// (".../carry-<16 digits>").
+std::string StagingKey(const std::string& tenant, const std::string& upload_id);
+std::string CarryKey(const std::string& tenant, const std::string& upload_id, uint64_t ciphertext_offset);
 std::string ObjectKey(const std::string& tenant, const std::string& ciphertext_sha256_raw);
 
 struct Options {
@@ -214,7 +236,7 @@ struct Options {
 
 struct SweepReport {
   int64_t expired = 0;         // sessions moved to expired
-  int64_t parts_removed = 0;   // part objects deleted
+  int64_t parts_removed = 0;   // part objects and carries deleted, resumable writes aborted
   int64_t objects_removed = 0; // composed objects of ended sessions deleted
   int64_t rows_deleted = 0;    // tombstones deleted
 };

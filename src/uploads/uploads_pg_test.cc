@@ -58,6 +58,8 @@ class UploadsTest : public ::testing::Test {
     return r->IsNull(0, 0) ? "<null>" : r->Get(0, 0);
   }
   static size_t Parts(const std::string& id) { return store_->List(PartPrefix(tenant_, id))->size(); }
+  // Bytes in a direct session's staging file (0 when there is none).
+  static uint64_t StagingSize(const std::string& id) { return store_->Size(StagingKey(tenant_, id))->value_or(0); }
   // The stored object, decrypted with the session's own DEK; verifies both digests.
   static std::string Decrypted(const CompletedUpload& u) {
     auto ct = store_->Get(u.object_key);
@@ -239,9 +241,19 @@ TEST_F(UploadsTest, ChunkFailingBeforeItsCommitIsRetriedWhole) {
   EXPECT_EQ(failed.status().type(), "injected-fault");
   EXPECT_EQ(Fresh().Head(alice_, s->upload_id)->offset, 1500u);
   EXPECT_EQ(Column(s->upload_id, "part_count"), "1");
-  EXPECT_EQ(Parts(s->upload_id), 2u);  // the uncommitted part 2 is there
+  // The uncommitted part is in the staging file, past the committed ciphertext.
+  EXPECT_EQ(Parts(s->upload_id), 1u);
+  EXPECT_GT(StagingSize(s->upload_id), std::stoull(Column(s->upload_id, "ciphertext_offset")));
   // The client resends from 1500 in other chunk sizes.
   ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 1500, data.substr(1500, 700), std::nullopt).ok());
+  // The retry's write cut the uncommitted bytes off: the file holds exactly what is committed.
+  EXPECT_EQ(StagingSize(s->upload_id), std::stoull(Column(s->upload_id, "ciphertext_offset")));
+  // The last chunk failing after its last part was written, before the write was finished.
+  SyncPoints::Set("uploads.complete.before_finish", [] { return Internal("injected", "injected-fault"); });
+  EXPECT_EQ(Fresh().Append(alice_, s->upload_id, 2200, data.substr(2200), std::nullopt).status().type(),
+            "injected-fault");
+  SyncPoints::Clear("uploads.complete.before_finish");
+  EXPECT_EQ(Column(s->upload_id, "state"), "receiving");
   ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 2200, data.substr(2200), std::nullopt).ok());
   auto u = Fresh().LookupCompleted(alice_, s->upload_id);
   ASSERT_TRUE(u.ok()) << u.status().ToString();
@@ -261,12 +273,17 @@ TEST_F(UploadsTest, ChunkFailingBeforeItsCommitIsRetriedWhole) {
   EXPECT_TRUE(Decrypted(*v) == data);
 }
 
-// A part changed in the store between its chunk and the last byte: the composed bytes do not
-// hash to what was put, no object appears, and the session stays receiving.
+// A session created before sql/0027 (not direct) still finishes the old way: part objects,
+// composed at the last byte. A part changed in the store between its chunk and the last byte:
+// the composed bytes do not hash to what was put, no object appears, the session stays receiving.
 TEST_F(UploadsTest, TamperedPartIsCaughtWhenComposing) {
   const std::string data = crypto::RandomBytes(4000);
   auto s = Fresh().Create(alice_, "writer", Declare(data));
   ASSERT_TRUE(s.ok());
+  {
+    db::Conn su = Su();
+    ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET direct = false WHERE upload_id = $1", {db::Text(s->upload_id)}).ok());
+  }
   ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 0, data.substr(0, 3000), std::nullopt).ok());
   auto part = store_->Get(PartKey(tenant_, s->upload_id, 1));
   ASSERT_TRUE(part.ok() && part->has_value());
@@ -279,7 +296,160 @@ TEST_F(UploadsTest, TamperedPartIsCaughtWhenComposing) {
   EXPECT_EQ(r.status().type(), "integrity");
   EXPECT_EQ(store_->List(tenant_ + "/")->size(), objects);
   EXPECT_EQ(Column(s->upload_id, "state"), "receiving");
-  ASSERT_TRUE(Fresh().Cancel(alice_, s->upload_id).ok());
+  // Put back, the legacy session composes an object that decrypts to the file.
+  ASSERT_TRUE(store_->Put(PartKey(tenant_, s->upload_id, 1), **part).ok());
+  ASSERT_TRUE(Fresh().Append(alice_, s->upload_id, 3000, data.substr(3000), std::nullopt).ok());
+  EXPECT_TRUE(Decrypted(*Fresh().LookupCompleted(alice_, s->upload_id)) == data);
+  EXPECT_EQ(Parts(s->upload_id), 0u);
+}
+
+// Sessions since sql/0027 write each chunk's ciphertext straight into their object: on a local
+// store one staging file at StagingKey that holds exactly the committed ciphertext after every
+// chunk (no part objects, no composition), renamed into the object's key by the last chunk.
+TEST_F(UploadsTest, ChunksGoStraightIntoTheObject) {
+  const std::string data = crypto::RandomBytes(9000);
+  auto s = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  const std::string id = s->upload_id;
+  EXPECT_EQ(Column(id, "direct"), "t");
+  EXPECT_EQ(Column(id, "store_upload"), "<null>");
+  uint64_t off = 0;
+  for (size_t n : {size_t{500}, size_t{2000}, size_t{1024}, size_t{3000}}) {
+    ASSERT_TRUE(Fresh().Append(alice_, id, off, std::string_view(data).substr(off, n), std::nullopt).ok());
+    off += n;
+    EXPECT_EQ(Column(id, "store_upload"), "local") << off;  // started by the first bytes out (the header)
+    EXPECT_EQ(StagingSize(id), std::stoull(Column(id, "ciphertext_offset"))) << off;
+    EXPECT_EQ(Parts(id), 1u) << off;  // the staging file, nothing else
+    EXPECT_EQ(Column(id, "carry_bytes"), "0");
+    EXPECT_EQ(Column(id, "store_parts"), "{}");
+  }
+  ASSERT_TRUE(Fresh().Append(alice_, id, off, std::string_view(data).substr(off), std::nullopt).ok());
+  EXPECT_EQ(Parts(id), 0u);
+  EXPECT_EQ(Column(id, "store_upload"), "<null>");
+  auto u = Fresh().LookupCompleted(alice_, id);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_TRUE(Decrypted(*u) == data);
+  // The staging file went away when its session ended: cancelled mid-way, nothing is left.
+  auto c = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(Fresh().Append(alice_, c->upload_id, 0, data.substr(0, 5000), std::nullopt).ok());
+  EXPECT_GT(StagingSize(c->upload_id), 0u);
+  ASSERT_TRUE(Fresh().Cancel(alice_, c->upload_id).ok());
+  EXPECT_EQ(Parts(c->upload_id), 0u);
+  EXPECT_FALSE(store_->Size(StagingKey(tenant_, c->upload_id))->has_value());
+}
+
+// A write the store lost (an operator removed the staging file, or cut it short): the next chunk
+// is refused as integrity and nothing is padded or committed.
+TEST_F(UploadsTest, AStagingWriteTheStoreLostIsIntegrity) {
+  const std::string data = crypto::RandomBytes(6000);
+  for (const bool remove : {true, false}) {
+    auto s = Fresh().Create(alice_, "writer", Declare(data));
+    ASSERT_TRUE(s.ok());
+    const std::string id = s->upload_id;
+    ASSERT_TRUE(Fresh().Append(alice_, id, 0, data.substr(0, 3000), std::nullopt).ok());
+    if (remove) {
+      ASSERT_TRUE(store_->Delete(StagingKey(tenant_, id)).ok());
+    } else {
+      ASSERT_TRUE(store_->Put(StagingKey(tenant_, id), "short").ok());
+    }
+    for (const size_t n : {size_t{1000}, data.size() - 3000}) {  // a middle chunk, the last chunk
+      auto r = Fresh().Append(alice_, id, 3000, data.substr(3000, n), std::nullopt);
+      EXPECT_EQ(r.status().code(), Code::kDataLoss) << r.status().ToString();
+      EXPECT_EQ(r.status().type(), "integrity");
+      EXPECT_EQ(Column(id, "upload_offset"), "3000");
+      EXPECT_EQ(StagingSize(id), remove ? 0u : 5u);
+    }
+    ASSERT_TRUE(Fresh().Cancel(alice_, id).ok());
+    EXPECT_EQ(Parts(id), 0u);
+  }
+}
+
+// A store whose parts must hold `min` bytes but the last (as S3's 5 MiB), over the local store:
+// smaller pieces are carried in a carry object, sent with the next chunk, and a carry never
+// reaches `min`. The parts land at the right offsets: the object decrypts to the file.
+class MinPartStore : public blob::ObjectStore {
+ public:
+  MinPartStore(blob::ObjectStore* s, uint64_t min) : s_(s), min_(min) {}
+  Status Put(const std::string& k, const std::string& b) override { return s_->Put(k, b); }
+  Result<bool> PutIfAbsent(const std::string& k, const std::string& b) override { return s_->PutIfAbsent(k, b); }
+  Result<std::optional<std::string>> Get(const std::string& k) override { return s_->Get(k); }
+  Result<std::optional<std::string>> GetRange(const std::string& k, uint64_t o, uint64_t n) override {
+    return s_->GetRange(k, o, n);
+  }
+  Result<std::optional<uint64_t>> Size(const std::string& k) override { return s_->Size(k); }
+  Result<std::vector<std::string>> List(const std::string& p) override { return s_->List(p); }
+  Status Delete(const std::string& k) override { return s_->Delete(k); }
+  Status Copy(const std::string& f, const std::string& t) override { return s_->Copy(f, t); }
+  Result<std::unique_ptr<blob::ObjectWriter>> OpenWriter(const std::string& k) override { return s_->OpenWriter(k); }
+  uint64_t ResumableMinPart() const override { return min_; }
+  Result<std::string> ResumableStart(const std::string& k) override { return s_->ResumableStart(k); }
+  Result<std::string> ResumablePut(const std::string& k, const std::string& h, uint32_t n, uint64_t o,
+                                   std::string_view b) override {
+    parts_.push_back(b.size());
+    ++n_;
+    EXPECT_EQ(n, n_) << "parts are numbered 1, 2, ...";
+    auto r = s_->ResumablePut(k, h, n, o, b);
+    if (!r.ok()) return r.status();
+    return "etag-" + std::to_string(n);
+  }
+  Status ResumableFinish(const std::string& k, const std::string& h, const std::vector<std::string>& t, uint64_t n,
+                         const std::string& f) override {
+    tags_ = t;
+    return s_->ResumableFinish(k, h, t, n, f);
+  }
+  Status ResumableAbort(const std::string& k, const std::string& h) override { return s_->ResumableAbort(k, h); }
+  Result<uint64_t> SweepStaging(std::chrono::seconds g) override { return s_->SweepStaging(g); }
+  std::vector<size_t> parts_;
+  std::vector<std::string> tags_;
+  uint32_t n_ = 0;
+
+ private:
+  blob::ObjectStore* s_;
+  uint64_t min_;
+};
+
+TEST_F(UploadsTest, PiecesBelowTheStoresMinimumPartAreCarried) {
+  const std::string data = crypto::RandomBytes(20000);
+  MinPartStore store(store_, 4000);
+  Options o;
+  o.segment_size = 1024;
+  auto s = Uploads(pool_, kek_, &store, o).Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(s.ok());
+  const std::string id = s->upload_id;
+  uint64_t off = 0;
+  for (size_t n : {size_t{1500}, size_t{1500}, size_t{1500}, size_t{6000}, size_t{100}, size_t{2000}}) {
+    auto r = Uploads(pool_, kek_, &store, o).Append(alice_, id, off, std::string_view(data).substr(off, n), std::nullopt);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    off += n;
+    const uint64_t carry = std::stoull(Column(id, "carry_bytes"));
+    EXPECT_LT(carry, 4000u) << off;
+    const uint64_t ct_off = std::stoull(Column(id, "ciphertext_offset"));
+    // The parts hold the ciphertext up to the carry; the carry object holds the rest.
+    EXPECT_EQ(StagingSize(id), ct_off - carry) << off;
+    auto held = store_->Get(CarryKey(tenant_, id, ct_off));
+    ASSERT_TRUE(held.ok());
+    EXPECT_EQ(held->has_value() ? (*held)->size() : 0u, carry) << off;
+    EXPECT_EQ(Parts(id), (StagingSize(id) > 0 ? 1u : 0u) + (carry > 0 ? 1u : 0u)) << off << ": consumed carries deleted";
+    EXPECT_EQ(Column(id, "part_count"), std::to_string(store.parts_.size()));
+  }
+  // Every part but the last reached the minimum; the tags went with the session.
+  for (size_t p : store.parts_) EXPECT_GE(p, 4000u);
+  EXPECT_EQ(Column(id, "store_parts"), "{etag-1,etag-2}");
+  ASSERT_TRUE(Uploads(pool_, kek_, &store, o).Append(alice_, id, off, std::string_view(data).substr(off), std::nullopt).ok());
+  EXPECT_EQ(store.tags_, (std::vector<std::string>{"etag-1", "etag-2", "etag-3"}));
+  EXPECT_EQ(Parts(id), 0u);
+  EXPECT_TRUE(Decrypted(*Fresh().LookupCompleted(alice_, id)) == data);
+  // A file that never fills a part is put whole at its key by its last chunk.
+  const std::string small = crypto::RandomBytes(3000);
+  auto t = Uploads(pool_, kek_, &store, o).Create(alice_, "writer", Declare(small));
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(Uploads(pool_, kek_, &store, o).Append(alice_, t->upload_id, 0, small.substr(0, 2000), std::nullopt).ok());
+  EXPECT_EQ(Column(t->upload_id, "store_upload"), "<null>");
+  ASSERT_TRUE(Uploads(pool_, kek_, &store, o).Append(alice_, t->upload_id, 2000, small.substr(2000), std::nullopt).ok());
+  EXPECT_EQ(store.tags_.size(), 3u) << "no write finished for it";
+  EXPECT_TRUE(Decrypted(*Fresh().LookupCompleted(alice_, t->upload_id)) == small);
+  EXPECT_EQ(Parts(t->upload_id), 0u);
 }
 
 // Two chunks at the same offset at once: the first holds the row (paused after its part put);
@@ -450,6 +620,7 @@ TEST_F(UploadsTest, RewoundStreamStateIsRefusedAndSealsNothing) {
     EXPECT_EQ(r.status().code(), Code::kDataLoss) << what << ": " << r.status().ToString();
     EXPECT_EQ(r.status().type(), "integrity") << what;
     EXPECT_EQ(Parts(id), parts) << what << ": no part written";
+    EXPECT_EQ(StagingSize(id), 16u + 2 * (1024 + 16)) << what << ": nothing written";
     EXPECT_EQ(Column(id, "upload_offset"), "2500") << what;
   };
   // 1. The state sealed at offset 0 (next segment 0, no header) under the row's offset 2500.

@@ -138,6 +138,32 @@ int32_t oml_storage_store_head(const OmlStorageStore* store, const char* key,
 int32_t oml_storage_store_copy(const OmlStorageStore* store, const char* from_key,
                                const char* to_key, OmlStorageError* err);
 
+/* ---- Resumable write (the caller keeps its progress) -------------------------------------- */
+/* One object written part by part across requests and processes (upload sessions, rust/
+ * oml-storage/src/resumable.rs). S3: a multipart upload at the staging key; each part's ETag is
+ * answered for the caller to record; finish completes it and server-side copies it to the final
+ * key. Local: an append-only staging file; put truncates it to `offset` and writes there (a file
+ * shorter than offset: OML_STORAGE_NOT_FOUND, never padded); finish renames it into the final key.
+ * Every write is durable (fsynced locally) before it returns. */
+/* The smallest part but the last: 5 MiB on S3, 0 locally. */
+uint64_t oml_storage_resumable_min_part(const OmlStorageStore* store);
+/* *out_handle (free with oml_storage_free_string): S3's UploadId, "local" locally. */
+int32_t oml_storage_resumable_start(const OmlStorageStore* store, const char* key, char** out_handle,
+                                    OmlStorageError* err);
+/* Part part_no (1..10000) holding the object's bytes from `offset`. *out_etag: the part's ETag ("" locally). */
+int32_t oml_storage_resumable_put(const OmlStorageStore* store, const char* key, const char* handle,
+                                  uint32_t part_no, uint64_t offset, const uint8_t* data, size_t len,
+                                  char** out_etag, OmlStorageError* err);
+/* The object appears at final_key whole (`size` bytes; etags[i] is part i+1's); the staging
+ * object is removed. Idempotent after a crash (final_key already holding `size` bytes, or the
+ * multipart upload already completed). */
+int32_t oml_storage_resumable_finish(const OmlStorageStore* store, const char* key, const char* handle,
+                                     const char* const* etags, size_t n, uint64_t size, const char* final_key,
+                                     OmlStorageError* err);
+/* Forgets the write (S3: AbortMultipartUpload; local: deletes the staging file); missing is ok. */
+int32_t oml_storage_resumable_abort(const OmlStorageStore* store, const char* key, const char* handle,
+                                    OmlStorageError* err);
+
 /* ---- Streaming writer (multipart upload) ------------------------------------------------- */
 /* One object written in pieces. Bytes are buffered up to OML_STORAGE_WRITER_PART_BYTES; each
  * full part is uploaded (and awaited) inside the write call that filled it, so a writer holds

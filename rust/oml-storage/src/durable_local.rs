@@ -190,7 +190,7 @@ fn durable_put(
 }
 
 /// fsyncs every directory from `file`'s parent up to `root` (inclusive).
-fn sync_dirs(file: &std::path::Path, root: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn sync_dirs(file: &std::path::Path, root: &std::path::Path) -> std::io::Result<()> {
     let mut dir = file.parent();
     while let Some(d) = dir {
         std::fs::File::open(d)?.sync_all()?;

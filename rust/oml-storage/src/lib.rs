@@ -50,6 +50,7 @@ use object_store::{
 use url::Url;
 
 mod durable_local;
+mod resumable;
 mod rewrite_guard;
 mod scan;
 mod staging;

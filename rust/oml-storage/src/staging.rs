@@ -62,6 +62,18 @@ pub fn is_oml_bucket_key(key: &str) -> bool {
         })
 }
 
+/// True for an upload session's resumable write, `<tenant uuid>/uploads/<upload uuid>/object`
+/// (src/uploads/uploads.h "Storage"): recorded in its session before any part is put, and aborted
+/// by the session's end, so the age-based sweep leaves it alone however long the session lives.
+pub fn is_upload_session_write(key: &str) -> bool {
+    let parts: Vec<&str> = key.split('/').collect();
+    parts.len() == 4
+        && is_oml_bucket_key(key)
+        && parts[1] == "uploads"
+        && is_oml_bucket_key(&format!("{}/x", parts[2]))
+        && parts[3] == "object"
+}
+
 /// Removes staging files below `root` not modified within `grace`; returns how many. A
 /// directory or entry it cannot read (e.g. a mount's root-only lost+found) is skipped, not an
 /// error; only an unreadable `root` is.
@@ -182,6 +194,10 @@ pub async fn sweep_s3(t: &S3Target, prefix: &Path, grace: Duration) -> Result<u6
             .map_err(|e| format!("ListMultipartUploads: unreadable answer: {e}"))?;
         for u in &list.uploads {
             if !u.key.starts_with(&prefix) || (prefix.is_empty() && !is_oml_bucket_key(&u.key)) {
+                continue;
+            }
+            // An upload session's own write: it lives as long as its session, whose end aborts it.
+            if is_upload_session_write(&u.key) {
                 continue;
             }
             let Ok(initiated) = chrono::DateTime::parse_from_rfc3339(&u.initiated) else { continue };
