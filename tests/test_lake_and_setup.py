@@ -47,7 +47,7 @@ def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
 def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
     d = deployment
     out = d.run("migrate", "--admin-url", d.superuser_url)
-    assert "schema is up to date (version 26)" in out.stdout
+    assert "schema is up to date (version 27)" in out.stdout
     with d.su() as c:
         assert c.execute("SELECT version, name FROM oml.schema_migrations ORDER BY version").fetchall() == [
             (1, "0001_commit_point"), (2, "0002_api_key_events"), (3, "0003_chain_integrity"),
@@ -66,7 +66,7 @@ def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
         c.execute("INSERT INTO oml.schema_migrations (version, name, sha256) VALUES (99, '0099_future', 'x')")
     m = d.run("migrate", "--admin-url", d.superuser_url, check=False)
     assert m.returncode == 4
-    assert "database schema version 99 is newer than this binary's 26" in m.stderr
+    assert "database schema version 99 is newer than this binary's 27" in m.stderr
     s = d.run("serve", check=False, timeout=30)
     assert s.returncode == 4
     assert "schema-newer" in s.stderr

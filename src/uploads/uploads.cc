@@ -565,14 +565,17 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     // and this chunk's ciphertext go out as the next part once they reach the store's minimum,
     // or at the last byte; below it they become the next carry object.
     const std::string staging = StagingKey(t, id);
-    auto with_carry = [&](std::string_view more) -> Result<std::string> {
-      if (row.carry_bytes == 0) return std::string(more);
+    // `ct` itself when nothing is carried (no copy of the chunk), else the carry and ct.
+    auto with_carry = [&](std::string& mine) -> Result<std::string> {
+      if (row.carry_bytes == 0) return std::move(mine);
+      const std::string_view more = mine;
       OML_ASSIGN_OR_RETURN(std::optional<std::string> got, store_->Get(CarryKey(t, id, row.ciphertext_offset)));
       if (!got || got->size() != row.carry_bytes)
         return DataLoss("the carried ciphertext of upload " + id + " is missing or not its size; DELETE the upload "
                         "and upload the file again",
                         "integrity");
       got->append(more);
+      std::string().swap(mine);  // freed: the carry holds a copy
       return std::move(*got);
     };
     auto lost = [&](Status s) {
