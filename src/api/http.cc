@@ -95,6 +95,9 @@ struct Server::Impl {
   std::atomic<uint32_t> connections{0};
   std::atomic<bool> stopping{false};
   std::atomic<int> in_flight{0};  // requests dispatched to a handler whose answer is not yet sent
+  // Bytes of request-body capacity that connections keep for their next request (Session::
+  // spare_body_), at most kSpareBodyBudget in all.
+  std::atomic<size_t> spare_body_bytes{0};
 
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
@@ -124,11 +127,21 @@ namespace {
 // One connection. Lives as long as an operation or a queued handler holds it.
 constexpr size_t kMaxTargetBytes = 2048;  // 414 above
 
+// Request bodies are reused (issue 22, "buffers are reused across requests"): a connection keeps
+// the capacity of its last request's body for its next one, so the pages of a multi-MiB chunk
+// are not faulted in again for every PATCH (the server's allocator returns freed pages at once).
+// All connections together keep at most this many bytes: an idle keep-alive connection cannot
+// pin a chunk's memory beyond it; over it, a body is freed as before.
+constexpr size_t kSpareBodyBudget = size_t{64} << 20;
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Server::Impl* srv, tcp::socket socket)
       : srv_(srv), socket_(std::move(socket)), timer_(socket_.get_executor()), buffer_(kReadBufferBytes(srv->limits)) {}
-  ~Session() { srv_->connections.fetch_sub(1); }
+  ~Session() {
+    DropSpare();
+    srv_->connections.fetch_sub(1);
+  }
 
   void Start() { ReadHeader(); }
 
@@ -152,8 +165,33 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // Keeps `body`'s capacity for the next request if the budget allows (else frees it).
+  void KeepSpare(std::string body) {
+    DropSpare();
+    const size_t cap = body.capacity();
+    if (cap < (size_t{64} << 10)) return;  // small bodies: nothing worth keeping
+    size_t held = srv_->spare_body_bytes.load();
+    do {
+      if (held + cap > kSpareBodyBudget) return;
+    } while (!srv_->spare_body_bytes.compare_exchange_weak(held, held + cap));
+    body.clear();
+    spare_body_ = std::move(body);
+    spare_bytes_ = cap;
+  }
+  void DropSpare() {
+    if (spare_bytes_ == 0) return;
+    srv_->spare_body_bytes.fetch_sub(spare_bytes_);
+    spare_bytes_ = 0;
+    std::string().swap(spare_body_);
+  }
+
   void ReadHeader() {
     parser_.emplace();
+    if (spare_bytes_ > 0) {
+      // Still counted against the budget until the request is dispatched (Dispatch: KeepSpare).
+      parser_->get().body() = std::move(spare_body_);
+      spare_body_.clear();
+    }
     parser_->header_limit(srv_->limits.max_header_bytes);
     parser_->body_limit(srv_->limits.max_body_bytes);
     route_ = nullptr;
@@ -393,7 +431,9 @@ class Session : public std::enable_shared_from_this<Session> {
         log::Error("handler threw", {{"path", req->path}, {"error", e.what()}});
         *res = self->srv_->problem(500, "internal", "internal error; the server log has the details", req->path);
       }
-      asio::post(self->socket_.get_executor(), [self, res] {
+      asio::post(self->socket_.get_executor(), [self, res, req] {
+        // The handler is done with the body: its capacity serves the next request.
+        self->KeepSpare(std::move(req->body));
         self->Write(std::move(*res), !self->keep_alive_ || self->srv_->stopping.load(), /*dispatched=*/true);
       });
     });
@@ -547,6 +587,8 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer timer_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::string spare_body_;  // the last body's capacity, for the next request (KeepSpare)
+  size_t spare_bytes_ = 0;  // what this connection counts against kSpareBodyBudget
   const Route* route_ = nullptr;
   std::vector<std::string> captures_;
   std::vector<std::pair<std::string, std::string>> headers_;  // the header section, lower-cased names
