@@ -207,11 +207,12 @@ class RustObjectStore final : public ObjectStore {
   }
 
   Result<std::string> ResumablePut(const std::string& key, const std::string& handle, uint32_t part_no,
-                                   uint64_t offset, std::string_view bytes) override {
+                                   uint64_t offset, std::string_view bytes, bool sync) override {
     OmlStorageError err{};
     char* tag = nullptr;
     int32_t rc = oml_storage_resumable_put(handle_, key.c_str(), handle.c_str(), part_no, offset,
-                                           reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &tag, &err);
+                                           reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), sync ? 1 : 0,
+                                           &tag, &err);
     if (rc != OML_STORAGE_OK)
       return FromStorageError(rc, err, "put part " + std::to_string(part_no) + " of " + Describe(key));
     std::string out = tag != nullptr ? tag : "";

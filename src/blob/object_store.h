@@ -100,8 +100,10 @@ class ObjectStore {
   // Part `part_no` (1..10000), the object's bytes from `offset`; returns its tag (S3: ETag; "").
   // kNotFound when the write is gone (S3: aborted or completed; local: no staging file, or one
   // shorter than `offset`, which is never padded).
+  // `sync` false (a local store only): the bytes are written but not fsynced yet; a later put with
+  // `sync` (of any length, even 0) makes the whole file durable. S3 parts are always durable.
   virtual Result<std::string> ResumablePut(const std::string& key, const std::string& handle, uint32_t part_no,
-                                           uint64_t offset, std::string_view bytes) = 0;
+                                           uint64_t offset, std::string_view bytes, bool sync) = 0;
   // The object appears at final_key, whole (`size` bytes; tags[i] is part i+1's), and the staging
   // object goes. Idempotent after a crash: final_key already holding `size` bytes, or a multipart
   // upload completed before, carries on from there.

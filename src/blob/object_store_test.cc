@@ -209,8 +209,8 @@ class CountingSweeps : public ObjectStore {
   uint64_t ResumableMinPart() const override { return s_->ResumableMinPart(); }
   Result<std::string> ResumableStart(const std::string& k) override { return s_->ResumableStart(k); }
   Result<std::string> ResumablePut(const std::string& k, const std::string& h, uint32_t n, uint64_t o,
-                                   std::string_view b) override {
-    return s_->ResumablePut(k, h, n, o, b);
+                                   std::string_view b, bool sync) override {
+    return s_->ResumablePut(k, h, n, o, b, sync);
   }
   Status ResumableFinish(const std::string& k, const std::string& h, const std::vector<std::string>& t, uint64_t n,
                          const std::string& f) override {

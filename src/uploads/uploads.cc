@@ -24,6 +24,8 @@ constexpr int64_t kLockClass = 0x6f6d6c75;
 constexpr int64_t kQuotaLockClass = 0x6f6d6c71;
 constexpr unsigned char kStreamStateVersion = 0x01;
 constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 1;
+// What a direct session on a local store encrypts and writes at a time (DoAppend: sliced).
+constexpr size_t kWriteSliceBytes = size_t{1} << 20;
 
 bool ValidUuid(const std::string& s) {
   static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$");
@@ -557,14 +559,40 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
   if (pt_sha->length() != offset) return DataLoss("hash state of upload " + id + " is not at its offset", "integrity");
   OML_ASSIGN_OR_RETURN(auto enc, crypto::AeadStreamEncryptor::Resume(dek->view(), AttachmentAad(t, id), std::move(st)));
 
-  OML_ASSIGN_OR_RETURN(std::string ct, enc->Update(bytes));
-  pt_sha->Update(bytes);
+  // Direct sessions on a store without a minimum part (a local directory) encrypt and write the
+  // chunk in slices of kWriteSliceBytes (fsynced once, after the last), so a PATCH holds its body
+  // and one slice of ciphertext, not the whole chunk's (uploads.h "Memory"). A retried last chunk
+  // whose object may already be in place (object_key recorded) takes the whole-chunk path: it must
+  // know the object's name before it writes.
+  const bool sliced = row.direct && !bytes.empty() && store_->ResumableMinPart() == 0 && row.object_key.empty();
+  std::string ct;
+  if (!sliced) {
+    OML_ASSIGN_OR_RETURN(ct, enc->Update(bytes));
+    pt_sha->Update(bytes);
+  }
 
   if (row.direct) {
     // Straight into the object (uploads.h "Storage"): the carry (ciphertext not in a part yet)
     // and this chunk's ciphertext go out as the next part once they reach the store's minimum,
     // or at the last byte; below it they become the next carry object.
     const std::string staging = StagingKey(t, id);
+    std::string handle = row.store_upload;
+    // Starts the session's write, recorded before any part is put: every write a session starts
+    // is one its end aborts (the staging sweep leaves session writes alone). A crash before the
+    // record leaves a write without parts.
+    auto ensure_handle = [&]() -> Status {
+      if (!handle.empty()) return Status::Ok();
+      OML_ASSIGN_OR_RETURN(handle, store_->ResumableStart(staging));
+      OML_RETURN_IF_ERROR(
+          ShortTxn(c, t, o.api_key_hash,
+                   {"WITH u AS (UPDATE oml.upload_sessions SET store_upload = $3, parts_left = true, "
+                    "updated_at = now() WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $4 AND "
+                    "state IN ('created', 'receiving') AND store_upload IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
+                    {db::Text(t), db::Text(id), db::Text(handle), db::Int(static_cast<int64_t>(offset))}})
+              .status());
+      row.store_upload = handle;
+      return Status::Ok();
+    };
     // `ct` itself when nothing is carried (no copy of the chunk), else the carry and ct.
     auto with_carry = [&](std::string& mine) -> Result<std::string> {
       if (row.carry_bytes == 0) return std::move(mine);
@@ -584,19 +612,43 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
                           "); DELETE the upload and upload the file again",
                       "integrity");
     };
+    // Sliced: each slice's ciphertext at its offset in the staging file, not yet fsynced.
+    uint64_t written = 0;  // ciphertext bytes the slices wrote
+    auto write_piece = [&](const std::string& piece, bool sync) -> Status {
+      if (piece.empty() && !sync) return Status::Ok();
+      OML_RETURN_IF_ERROR(ensure_handle());
+      auto put = store_->ResumablePut(staging, handle, static_cast<uint32_t>(row.part_count + 1),
+                                      row.ciphertext_offset + written, piece, sync);
+      if (!put.ok()) return lost(put.status());
+      ct_sha.Update(piece);
+      written += piece.size();
+      return Status::Ok();
+    };
+    if (sliced) {
+      for (size_t at = 0; at < bytes.size(); at += kWriteSliceBytes) {
+        const std::string_view slice = bytes.substr(at, kWriteSliceBytes);
+        OML_ASSIGN_OR_RETURN(std::string piece, enc->Update(slice));
+        pt_sha->Update(slice);
+        OML_RETURN_IF_ERROR(write_piece(piece, /*sync=*/false));
+      }
+    }
     if (last) {
       dek->Wipe();
       OML_ASSIGN_OR_RETURN(std::string tail, enc->Finish());
-      ct += tail;
+      if (sliced) {
+        OML_RETURN_IF_ERROR(write_piece(tail, /*sync=*/true));  // the tail, and every slice durable
+      } else {
+        ct += tail;
+      }
       if (!crypto::ConstantTimeEquals(pt_sha->Digest(), row.declared_sha256)) {
         OML_ASSIGN_OR_RETURN(bool ended, EndSession(c, t, id, State::kFailed, /*only_overdue=*/false));
         if (ended) RemoveLeftoversOrLog(c, t, id);
         return InvalidArgument("the file's SHA-256 is not the declared sha256; the upload failed and its data was removed",
                                "digest-mismatch");
       }
-      ct_sha.Update(ct);
+      ct_sha.Update(ct);  // (empty when sliced: the pieces were hashed as they went out)
       const std::string ct_digest = ct_sha.Digest();
-      const uint64_t ct_size = row.ciphertext_offset + ct.size();
+      const uint64_t ct_size = row.ciphertext_offset + written + ct.size();
       const std::string key = ObjectKey(t, ct_digest);
       // Named in the row before it can exist (as for composed objects below).
       const bool named_before = row.object_key == key;
@@ -617,7 +669,10 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
         OML_ASSIGN_OR_RETURN(std::optional<uint64_t> have, store_->Size(key));
         placed = have && *have == ct_size;
       }
-      if (!placed) {
+      if (!placed && sliced) {
+        OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.before_finish"));
+        OML_RETURN_IF_ERROR(lost(store_->ResumableFinish(staging, handle, {}, ct_size, key)));
+      } else if (!placed) {
         OML_ASSIGN_OR_RETURN(std::string out, with_carry(ct));
         ct.clear();
         ct.shrink_to_fit();
@@ -628,7 +683,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
           std::vector<std::string> tags = row.store_parts;
           if (!out.empty()) {
             auto tag = store_->ResumablePut(staging, row.store_upload, static_cast<uint32_t>(row.part_count + 1),
-                                            ct_size - out.size(), out);
+                                            ct_size - out.size(), out, /*sync=*/true);
             if (tag.ok()) {
               tags.push_back(*tag);
             } else if (!(named_before && tag.status().code() == Code::kNotFound)) {
@@ -661,33 +716,26 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       return row.ToSession();
     }
 
-    ct_sha.Update(ct);
-    const uint64_t ct_end = row.ciphertext_offset + ct.size();
+    ct_sha.Update(ct);  // (empty when sliced)
+    const uint64_t ct_end = row.ciphertext_offset + written + ct.size();
     const uint64_t carry = row.carry_bytes + ct.size();
-    std::string handle = row.store_upload;
     std::optional<std::string> tag;
     int64_t parts = row.part_count;
     uint64_t new_carry = row.carry_bytes;
+    if (written > 0) {
+      // Every slice durable before the offset moves: an empty put that fsyncs the file.
+      auto synced = store_->ResumablePut(staging, handle, static_cast<uint32_t>(parts + 1), ct_end, "", /*sync=*/true);
+      if (!synced.ok()) return lost(synced.status());
+      ++parts;
+    }
     if (!ct.empty()) {
       OML_ASSIGN_OR_RETURN(std::string out, with_carry(ct));
       ct.clear();
       ct.shrink_to_fit();
       if (carry >= std::max<uint64_t>(store_->ResumableMinPart(), 1)) {
-        if (handle.empty()) {
-          // Recorded before any part is put: every write a session starts is one its end aborts
-          // (the staging sweep leaves session writes alone). A crash before the record leaves a
-          // write without parts.
-          OML_ASSIGN_OR_RETURN(handle, store_->ResumableStart(staging));
-          OML_RETURN_IF_ERROR(
-              ShortTxn(c, t, o.api_key_hash,
-                       {"WITH u AS (UPDATE oml.upload_sessions SET store_upload = $3, parts_left = true, "
-                        "updated_at = now() WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $4 AND "
-                        "state IN ('created', 'receiving') AND store_upload IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
-                        {db::Text(t), db::Text(id), db::Text(handle), db::Int(static_cast<int64_t>(offset))}})
-                  .status());
-          row.store_upload = handle;
-        }
-        auto put = store_->ResumablePut(staging, handle, static_cast<uint32_t>(parts + 1), ct_end - carry, out);
+        OML_RETURN_IF_ERROR(ensure_handle());
+        auto put = store_->ResumablePut(staging, handle, static_cast<uint32_t>(parts + 1), ct_end - carry, out,
+                                        /*sync=*/true);
         if (!put.ok()) return lost(put.status());
         tag = std::move(*put);
         ++parts;

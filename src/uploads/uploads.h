@@ -88,7 +88,9 @@
 //     kDataLoss "integrity" (500); the client DELETEs and starts again.
 //   * Ended sessions abort their write (S3: AbortMultipartUpload; no incomplete multipart upload
 //     is left) when their leftovers are removed.
-//   * Memory: one chunk (the request body), its ciphertext, and on S3 up to 5 MiB of carry.
+//   * Memory: one chunk (the request body) and, on a local store, one 1 MiB slice of its
+//     ciphertext at a time (the slices are written as they are sealed and fsynced once, before
+//     the offset moves); on S3 the chunk's whole ciphertext (one part) and up to 5 MiB of carry.
 //
 // Nonce reuse (crypto.h, AeadStreamEncryptor::Resume): a chunk retried after a crash between
 // its part put and its commit is encrypted again from the same state; the same bytes give the

@@ -307,14 +307,14 @@ TEST_F(UploadsTest, TamperedPartIsCaughtWhenComposing) {
 // store one staging file at StagingKey that holds exactly the committed ciphertext after every
 // chunk (no part objects, no composition), renamed into the object's key by the last chunk.
 TEST_F(UploadsTest, ChunksGoStraightIntoTheObject) {
-  const std::string data = crypto::RandomBytes(9000);
+  const std::string data = crypto::RandomBytes(9000 + (5 << 19) + 7);  // one chunk of three 1 MiB slices
   auto s = Fresh().Create(alice_, "writer", Declare(data));
   ASSERT_TRUE(s.ok());
   const std::string id = s->upload_id;
   EXPECT_EQ(Column(id, "direct"), "t");
   EXPECT_EQ(Column(id, "store_upload"), "<null>");
   uint64_t off = 0;
-  for (size_t n : {size_t{500}, size_t{2000}, size_t{1024}, size_t{3000}}) {
+  for (size_t n : {size_t{500}, size_t{2000}, size_t{1024}, size_t{3000}, size_t{(5 << 19) + 7}}) {
     ASSERT_TRUE(Fresh().Append(alice_, id, off, std::string_view(data).substr(off, n), std::nullopt).ok());
     off += n;
     EXPECT_EQ(Column(id, "store_upload"), "local") << off;  // started by the first bytes out (the header)
@@ -385,11 +385,12 @@ class MinPartStore : public blob::ObjectStore {
   uint64_t ResumableMinPart() const override { return min_; }
   Result<std::string> ResumableStart(const std::string& k) override { return s_->ResumableStart(k); }
   Result<std::string> ResumablePut(const std::string& k, const std::string& h, uint32_t n, uint64_t o,
-                                   std::string_view b) override {
+                                   std::string_view b, bool sync) override {
+    EXPECT_TRUE(sync);
     parts_.push_back(b.size());
     ++n_;
     EXPECT_EQ(n, n_) << "parts are numbered 1, 2, ...";
-    auto r = s_->ResumablePut(k, h, n, o, b);
+    auto r = s_->ResumablePut(k, h, n, o, b, sync);
     if (!r.ok()) return r.status();
     return "etag-" + std::to_string(n);
   }

@@ -150,10 +150,12 @@ uint64_t oml_storage_resumable_min_part(const OmlStorageStore* store);
 /* *out_handle (free with oml_storage_free_string): S3's UploadId, "local" locally. */
 int32_t oml_storage_resumable_start(const OmlStorageStore* store, const char* key, char** out_handle,
                                     OmlStorageError* err);
-/* Part part_no (1..10000) holding the object's bytes from `offset`. *out_etag: the part's ETag ("" locally). */
+/* Part part_no (1..10000) holding the object's bytes from `offset`. *out_etag: the part's ETag ("" locally).
+ * sync 0 (a local store only; S3 parts are always durable): the bytes are not fsynced yet; a later
+ * put with sync != 0 (of any length, even 0) makes the whole file durable. */
 int32_t oml_storage_resumable_put(const OmlStorageStore* store, const char* key, const char* handle,
                                   uint32_t part_no, uint64_t offset, const uint8_t* data, size_t len,
-                                  char** out_etag, OmlStorageError* err);
+                                  int32_t sync, char** out_etag, OmlStorageError* err);
 /* The object appears at final_key whole (`size` bytes; etags[i] is part i+1's); the staging
  * object is removed. Idempotent after a crash (final_key already holding `size` bytes, or the
  * multipart upload already completed). */

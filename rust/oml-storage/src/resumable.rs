@@ -125,6 +125,7 @@ pub extern "C" fn oml_storage_resumable_start(
 
 /// Writes part `part_no` (1-based), `len` bytes at `data`, which start at byte `offset` of the
 /// object. *out_etag (free with oml_storage_free_string): S3's ETag of the part, "" locally.
+/// `sync` 0 (local only): not fsynced yet; a later put with `sync` makes every byte durable.
 #[no_mangle]
 pub extern "C" fn oml_storage_resumable_put(
     store: *const OmlStorageStore,
@@ -134,6 +135,7 @@ pub extern "C" fn oml_storage_resumable_put(
     offset: u64,
     data: *const u8,
     len: usize,
+    sync: i32,
     out_etag: *mut *mut c_char,
     err: *mut OmlStorageError,
 ) -> i32 {
@@ -174,7 +176,10 @@ pub extern "C" fn oml_storage_resumable_put(
                 let written = (|| -> std::io::Result<()> {
                     f.set_len(offset)?;
                     f.write_all_at(bytes, offset)?;
-                    f.sync_data()
+                    if sync != 0 {
+                        f.sync_data()?;
+                    }
+                    Ok(())
                 })();
                 if let Err(e) = written {
                     return io_fail(&format!("write staging file {}", file.display()), e);
