@@ -3,8 +3,9 @@
 -- session's staging key `<tenant>/uploads/<upload_id>/object` and made whole by the last PATCH
 -- (src/uploads/uploads.h "Storage", src/blob/object_store.h "Resumable writes"). A session keeps
 -- what a resume after kill -9 needs to continue that same write:
---   direct        true for sessions created from this version on; false for older ones, which
---                 finish the old way (part objects, composed at the last byte)
+--   direct        true for sessions this version creates (it says so in its INSERT); false for
+--                 older ones and for those a previous version still creates during a rolling
+--                 upgrade, which finish the old way (part objects, composed at the last byte)
 --   store_upload  the write's handle (S3: the UploadId; 'local'); NULL until the first part
 --   store_parts   the ETags of the committed parts of an S3 multipart upload, part i at [i]
 --                 (a local store's parts need none: empty)
@@ -20,8 +21,9 @@ ALTER TABLE upload_sessions
   ADD COLUMN store_upload text CONSTRAINT upload_sessions_store_upload_size CHECK (octet_length(store_upload) BETWEEN 1 AND 1024),
   ADD COLUMN store_parts text[] NOT NULL DEFAULT '{}',
   ADD COLUMN carry_bytes bigint NOT NULL DEFAULT 0 CONSTRAINT upload_sessions_carry_bytes CHECK (carry_bytes >= 0);
--- New sessions are direct.
-ALTER TABLE upload_sessions ALTER COLUMN direct SET DEFAULT true;
+-- The default stays false: a server of the previous version (still serving during a rolling
+-- upgrade) creates sessions it writes the old way, and they must stay legacy; this version
+-- inserts direct = true explicitly.
 
 CREATE OR REPLACE VIEW upload_sessions_audit AS
   SELECT tenant_id, upload_id, state, upload_length, upload_offset, ciphertext_offset, part_count, parts_left,

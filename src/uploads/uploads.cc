@@ -384,8 +384,9 @@ Result<Session> Uploads::Create(const Owner& o, const std::string& role, const N
        "  FROM oml.upload_sessions WHERE tenant_id = $1 AND state IN ('created', 'receiving') AND expires_at > now()), "
        "ins AS (INSERT INTO oml.upload_sessions (tenant_id, upload_id, api_key_id, principal, upload_length, "
        "  declared_sha256, filename, media_type, kek_id, wrapped_dek, segment_size, nonce_prefix, stream_sealed, "
-       "  plaintext_sha_sealed, ciphertext_sha_state, expires_at, upload_metadata) "
-       "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, now() + make_interval(secs => $16), $17 "
+       "  plaintext_sha_sealed, ciphertext_sha_state, expires_at, upload_metadata, direct) "
+       "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, now() + make_interval(secs => $16), $17, "
+       "  true "
        "  FROM use WHERE ($18::int8 IS NULL OR key_n < $18) AND ($19::int8 IS NULL OR ten_n < $19) "
        "  AND ($20::int8 IS NULL OR key_b + $5::int8 <= $20) AND ($21::int8 IS NULL OR ten_b + $5::int8 <= $21) "
        "  RETURNING floor(extract(epoch from expires_at))::bigint AS e) "
@@ -583,13 +584,18 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     auto ensure_handle = [&]() -> Status {
       if (!handle.empty()) return Status::Ok();
       OML_ASSIGN_OR_RETURN(handle, store_->ResumableStart(staging));
-      OML_RETURN_IF_ERROR(
+      Status recorded =
           ShortTxn(c, t, o.api_key_hash,
                    {"WITH u AS (UPDATE oml.upload_sessions SET store_upload = $3, parts_left = true, "
                     "updated_at = now() WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $4 AND "
                     "state IN ('created', 'receiving') AND store_upload IS NULL RETURNING 1) SELECT 1/count(*) FROM u",
                     {db::Text(t), db::Text(id), db::Text(handle), db::Int(static_cast<int64_t>(offset))}})
-              .status());
+              .status();
+      if (!recorded.ok()) {
+        // Not recorded: no one would abort it. (A kill -9 right here leaves one without parts.)
+        (void)store_->ResumableAbort(staging, handle);
+        return recorded;
+      }
       row.store_upload = handle;
       return Status::Ok();
     };
@@ -612,6 +618,13 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
                           "); DELETE the upload and upload the file again",
                       "integrity");
     };
+    // Before its write starts, a direct session's ciphertext is all in the carry. A row where it is
+    // not was advanced by a server that wrote it another way (a previous version during a rolling
+    // upgrade writes part objects): refused, never completed from part of its bytes.
+    if (handle.empty() && row.ciphertext_offset != row.carry_bytes)
+      return DataLoss("upload " + id + " holds " + std::to_string(row.ciphertext_offset) +
+                          " bytes of ciphertext outside its write; DELETE the upload and upload the file again",
+                      "integrity");
     // Sliced: each slice's ciphertext at its offset in the staging file, not yet fsynced.
     uint64_t written = 0;  // ciphertext bytes the slices wrote
     auto write_piece = [&](const std::string& piece, bool sync) -> Status {

@@ -61,9 +61,11 @@
 // never held back by an upload); the offset then advances in a short transaction guarded by
 // `upload_offset = <the offset read> AND state IN ('created', 'receiving')`, so nothing is ever
 // applied twice. (A database connection lost mid-request frees the lock while that request may
-// still put a part; its own commit then fails on the dead connection, and a part it overwrote
-// after a newer request's is caught by the composition's re-hash: kDataLoss, never a wrong
-// object. A row lock was lost the same way.)
+// still put a part; its own commit then fails on the dead connection. For a legacy session a part
+// it overwrote after a newer request's is caught by the composition's re-hash: kDataLoss. For a
+// direct session nothing re-reads the write: bytes it cut off make the next chunk kDataLoss, and
+// bytes it overwrote with other ciphertext make an object whose digest is not its name, which the
+// reconciler reports (object-digest-mismatch). A row lock was lost the same way.)
 //
 // Invariants:
 //   * The committed offset only moves with a committed part: a chunk is taken whole or not at

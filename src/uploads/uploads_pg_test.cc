@@ -410,6 +410,50 @@ class MinPartStore : public blob::ObjectStore {
   uint64_t min_;
 };
 
+// During a rolling upgrade a server of the previous version may take a chunk of a direct session
+// (it writes a part object and advances the offset). The next chunk here finds ciphertext that is
+// neither in the session's write nor in its carry: refused as integrity, on either store, and no
+// object is made from the last chunk alone.
+TEST_F(UploadsTest, ADirectSessionAnotherVersionAdvancedIsRefused) {
+  const std::string data = crypto::RandomBytes(6000);
+  MinPartStore s3_like(store_, 4000);
+  Options o;
+  o.segment_size = 1024;
+  for (blob::ObjectStore* store : {static_cast<blob::ObjectStore*>(&s3_like), store_}) {
+    auto s = Uploads(pool_, kek_, store, o).Create(alice_, "writer", Declare(data));
+    ASSERT_TRUE(s.ok());
+    const std::string id = s->upload_id;
+    db::Conn su = Su();
+    auto set_direct = [&](bool on) {
+      ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET direct = $2 WHERE upload_id = $1",
+                           {db::Text(id), db::Text(on ? "true" : "false")})
+                      .ok());
+    };
+    set_direct(false);  // the previous version's chunk: a part object
+    ASSERT_TRUE(Uploads(pool_, kek_, store, o).Append(alice_, id, 0, data.substr(0, 3000), std::nullopt).ok());
+    ASSERT_EQ(Column(id, "part_count"), "1");
+    set_direct(true);
+    const size_t objects = store_->List(tenant_ + "/")->size();
+    auto r = Uploads(pool_, kek_, store, o).Append(alice_, id, 3000, data.substr(3000), std::nullopt);
+    EXPECT_EQ(r.status().code(), Code::kDataLoss) << r.status().ToString();
+    EXPECT_EQ(r.status().type(), "integrity");
+    EXPECT_EQ(Column(id, "state"), "receiving");
+    EXPECT_EQ(Column(id, "object_key"), "<null>");
+    EXPECT_EQ(store_->List(tenant_ + "/")->size(), objects);
+    ASSERT_TRUE(Fresh().Cancel(alice_, id).ok());
+    EXPECT_EQ(Parts(id), 0u);
+  }
+  // A session this version creates says so itself (the column's default is the old way).
+  auto fresh = Fresh().Create(alice_, "writer", Declare(data));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(Column(fresh->upload_id, "direct"), "t");
+  db::Conn su = Su();
+  auto def = su.Query("SELECT column_default FROM information_schema.columns WHERE table_schema = 'oml' "
+                      "AND table_name = 'upload_sessions' AND column_name = 'direct'");
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->Get(0, 0), "false");
+}
+
 TEST_F(UploadsTest, PiecesBelowTheStoresMinimumPartAreCarried) {
   const std::string data = crypto::RandomBytes(20000);
   MinPartStore store(store_, 4000);

@@ -145,11 +145,11 @@ pub extern "C" fn oml_storage_resumable_put(
         let store = store_ref(store)?;
         let path = key_path(store, cstr_arg(key, "key")?)?;
         let handle = cstr_arg(handle, "handle")?.to_string();
-        if part_no == 0 || part_no > 10_000 {
-            return fail(OML_STORAGE_INVALID_ARGUMENT, format!("part number {part_no} is not in 1..=10000"));
-        }
         let etag = match &store.leftovers {
             Leftovers::S3(t) => {
+                if part_no == 0 || part_no > 10_000 {
+                    return fail(OML_STORAGE_INVALID_ARGUMENT, format!("part number {part_no} is not in 1..=10000"));
+                }
                 let payload = PutPayload::from_bytes(bytes_arg(data, len)?);
                 let part = block_on(t.s3.put_part(&path, &handle, (part_no - 1) as usize, payload))?
                     .map_err(map_os_error)?;

@@ -197,7 +197,8 @@ pub async fn sweep_s3(t: &S3Target, prefix: &Path, grace: Duration) -> Result<u6
                 continue;
             }
             // An upload session's own write: it lives as long as its session, whose end aborts it.
-            if is_upload_session_write(&u.key) {
+            // (Matched below the store's own prefix.)
+            if is_upload_session_write(u.key[prefix.len()..].trim_start_matches('/')) {
                 continue;
             }
             let Ok(initiated) = chrono::DateTime::parse_from_rfc3339(&u.initiated) else { continue };
