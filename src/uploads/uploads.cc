@@ -625,6 +625,13 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       return DataLoss("upload " + id + " holds " + std::to_string(row.ciphertext_offset) +
                           " bytes of ciphertext outside its write; DELETE the upload and upload the file again",
                       "integrity");
+    // Likewise once an S3 write has started: each committed part has its ETag, in order.
+    if (!handle.empty() && store_->ResumableMinPart() > 0 &&
+        row.store_parts.size() != static_cast<size_t>(row.part_count))
+      return DataLoss("upload " + id + " counts " + std::to_string(row.part_count) + " parts but holds " +
+                          std::to_string(row.store_parts.size()) +
+                          " part tags; DELETE the upload and upload the file again",
+                      "integrity");
     // Sliced: each slice's ciphertext at its offset in the staging file, not yet fsynced.
     uint64_t written = 0;  // ciphertext bytes the slices wrote
     auto write_piece = [&](const std::string& piece, bool sync) -> Status {

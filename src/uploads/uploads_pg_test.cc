@@ -443,6 +443,27 @@ TEST_F(UploadsTest, ADirectSessionAnotherVersionAdvancedIsRefused) {
     ASSERT_TRUE(Fresh().Cancel(alice_, id).ok());
     EXPECT_EQ(Parts(id), 0u);
   }
+  // The previous version took a chunk after this version's write had started (S3): the next chunk
+  // finds a part count its part tags do not match, and is refused before it puts anything.
+  {
+    const std::string big = crypto::RandomBytes(12000);
+    auto s = Uploads(pool_, kek_, &s3_like, o).Create(alice_, "writer", Declare(big));
+    ASSERT_TRUE(s.ok());
+    const std::string id = s->upload_id;
+    db::Conn su = Su();
+    ASSERT_TRUE(Uploads(pool_, kek_, &s3_like, o).Append(alice_, id, 0, big.substr(0, 5000), std::nullopt).ok());
+    ASSERT_EQ(Column(id, "part_count"), "1");
+    ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET direct = false WHERE upload_id = $1", {db::Text(id)}).ok());
+    ASSERT_TRUE(Uploads(pool_, kek_, &s3_like, o).Append(alice_, id, 5000, big.substr(5000, 3000), std::nullopt).ok());
+    ASSERT_TRUE(su.Query("UPDATE oml.upload_sessions SET direct = true WHERE upload_id = $1", {db::Text(id)}).ok());
+    const size_t puts = s3_like.parts_.size();
+    auto r = Uploads(pool_, kek_, &s3_like, o).Append(alice_, id, 8000, big.substr(8000), std::nullopt);
+    EXPECT_EQ(r.status().type(), "integrity") << r.status().ToString();
+    EXPECT_EQ(s3_like.parts_.size(), puts) << "nothing put";
+    EXPECT_EQ(Column(id, "state"), "receiving");
+    ASSERT_TRUE(Fresh().Cancel(alice_, id).ok());
+    EXPECT_EQ(Parts(id), 0u);
+  }
   // A session this version creates says so itself (the column's default is the old way).
   auto fresh = Fresh().Create(alice_, "writer", Declare(data));
   ASSERT_TRUE(fresh.ok());
