@@ -572,6 +572,52 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     pt_sha->Update(bytes);
   }
 
+  // Shared by both layouts. Records the object's key in the row before the object can exist.
+  auto record_object_key = [&](const std::string& key) -> Status {
+    return ShortTxn(c, t, o.api_key_hash,
+                    {"WITH u AS (UPDATE oml.upload_sessions SET object_key = $3, updated_at = now() WHERE tenant_id = $1 "
+                     "AND upload_id = $2 AND upload_offset = $4 AND state IN ('created', 'receiving') RETURNING 1) "
+                     "SELECT 1/count(*) FROM u",
+                     {db::Text(t), db::Text(id), db::Text(key), db::Int(static_cast<int64_t>(offset))}})
+        .status();
+  };
+  // Commits the completion (the object is in place at `key`), removes what the session left, and
+  // answers the session.
+  auto complete = [&](uint64_t ct_size, const std::string& ct_digest, const std::string& key) -> Result<Session> {
+    OML_ASSIGN_OR_RETURN(
+        db::Rows done,
+        ShortTxn(c, t, o.api_key_hash,
+                 {"WITH u AS (UPDATE oml.upload_sessions SET state = 'complete', upload_offset = upload_length, "
+                  "stream_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
+                  "ciphertext_offset = $3, parts_left = true, completed_at = now(), updated_at = now(), "
+                  "expires_at = now() + make_interval(secs => $7), plaintext_sha256 = declared_sha256, "
+                  "ciphertext_sha256 = $4, ciphertext_size = $3, object_key = $5, carry_bytes = 0 "
+                  "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $6 AND state IN ('created', 'receiving') "
+                  "RETURNING floor(extract(epoch from expires_at))::bigint AS e) SELECT max(e), 1/count(*) FROM u",
+                  {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest),
+                   db::Text(key), db::Int(static_cast<int64_t>(offset)),
+                   db::Int(static_cast<int64_t>(opts_.complete_ttl.count()))}}));
+    RemoveLeftoversOrLog(c, t, id);  // parts, carries
+    row.state = State::kComplete;
+    row.offset = new_offset;
+    if (done.size() == 1) row.expires_at = done.GetInt(0, 0);
+    return row.ToSession();
+  };
+  // The stream and plaintext hash states at new_offset, sealed (uploads.h "Encryption"); wipes the DEK.
+  auto seal_position = [&]() -> Result<std::pair<std::string, std::string>> {
+    OML_ASSIGN_OR_RETURN(crypto::AeadEncryptorState next, enc->Suspend());
+    std::string stream_plain = EncodeStreamState(next);
+    auto stream_sealed = crypto::EncryptAll(dek->view(), StreamAad(t, id, new_offset), stream_plain);
+    crypto::Wipe(&stream_plain);
+    std::string sha_state = pt_sha->State();
+    auto sha_sealed = crypto::EncryptAll(dek->view(), ShaStateAad(t, id, new_offset), sha_state);
+    crypto::Wipe(&sha_state);
+    dek->Wipe();
+    if (!stream_sealed.ok()) return stream_sealed.status();
+    if (!sha_sealed.ok()) return sha_sealed.status();
+    return std::pair{std::move(*stream_sealed), std::move(*sha_sealed)};
+  };
+
   if (row.direct) {
     // Straight into the object (uploads.h "Storage"): the carry (ciphertext not in a part yet)
     // and this chunk's ciphertext go out as the next part once they reach the store's minimum,
@@ -673,13 +719,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       // Named in the row before it can exist (as for composed objects below).
       const bool named_before = row.object_key == key;
       if (!named_before) {
-        OML_RETURN_IF_ERROR(
-            ShortTxn(c, t, o.api_key_hash,
-                     {"WITH u AS (UPDATE oml.upload_sessions SET object_key = $3, updated_at = now() WHERE tenant_id = $1 "
-                      "AND upload_id = $2 AND upload_offset = $4 AND state IN ('created', 'receiving') RETURNING 1) "
-                      "SELECT 1/count(*) FROM u",
-                      {db::Text(t), db::Text(id), db::Text(key), db::Int(static_cast<int64_t>(offset))}})
-                .status());
+        OML_RETURN_IF_ERROR(record_object_key(key));
         row.object_key = key;
       }
       OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.before_object"));
@@ -716,24 +756,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
         }
       }
       OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.after_object"));
-      OML_ASSIGN_OR_RETURN(
-          db::Rows done,
-          ShortTxn(c, t, o.api_key_hash,
-                   {"WITH u AS (UPDATE oml.upload_sessions SET state = 'complete', upload_offset = upload_length, "
-                    "stream_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
-                    "ciphertext_offset = $3, parts_left = true, completed_at = now(), updated_at = now(), "
-                    "expires_at = now() + make_interval(secs => $7), plaintext_sha256 = declared_sha256, "
-                    "ciphertext_sha256 = $4, ciphertext_size = $3, object_key = $5, carry_bytes = 0 "
-                    "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $6 AND state IN ('created', 'receiving') "
-                    "RETURNING floor(extract(epoch from expires_at))::bigint AS e) SELECT max(e), 1/count(*) FROM u",
-                    {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest),
-                     db::Text(key), db::Int(static_cast<int64_t>(offset)),
-                     db::Int(static_cast<int64_t>(opts_.complete_ttl.count()))}}));
-      RemoveLeftoversOrLog(c, t, id);  // the carry objects
-      row.state = State::kComplete;
-      row.offset = new_offset;
-      if (done.size() == 1) row.expires_at = done.GetInt(0, 0);
-      return row.ToSession();
+      return complete(ct_size, ct_digest, key);
     }
 
     ct_sha.Update(ct);  // (empty when sliced)
@@ -766,16 +789,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       }
     }
     OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.append.after_part"));
-    OML_ASSIGN_OR_RETURN(crypto::AeadEncryptorState next, enc->Suspend());
-    std::string stream_plain = EncodeStreamState(next);
-    auto stream_sealed = crypto::EncryptAll(dek->view(), StreamAad(t, id, new_offset), stream_plain);
-    crypto::Wipe(&stream_plain);
-    std::string sha_state = pt_sha->State();
-    auto sha_sealed = crypto::EncryptAll(dek->view(), ShaStateAad(t, id, new_offset), sha_state);
-    crypto::Wipe(&sha_state);
-    dek->Wipe();
-    if (!stream_sealed.ok()) return stream_sealed.status();
-    if (!sha_sealed.ok()) return sha_sealed.status();
+    OML_ASSIGN_OR_RETURN(auto sealed, seal_position());
     // S3 tags are kept; a local store's parts need none.
     const bool keep_tag = tag && store_->ResumableMinPart() > 0;
     OML_RETURN_IF_ERROR(
@@ -787,8 +801,8 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
                   "carry_bytes = $12 "
                   "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $9 AND state IN ('created', 'receiving') "
                   "RETURNING 1) SELECT 1/count(*) FROM u",
-                  {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)), db::Bytes(*stream_sealed),
-                   db::Bytes(*sha_sealed), db::Bytes(ct_sha.State()), db::Int(static_cast<int64_t>(ct_end)),
+                  {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)), db::Bytes(sealed.first),
+                   db::Bytes(sealed.second), db::Bytes(ct_sha.State()), db::Int(static_cast<int64_t>(ct_end)),
                    db::Int(parts), db::Int(static_cast<int64_t>(offset)),
                    handle.empty() ? db::Null() : db::Text(handle), keep_tag ? db::Text(*tag) : db::Null(),
                    db::Int(static_cast<int64_t>(new_carry))}})
@@ -822,13 +836,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     // that names it, and the session's end deletes it. (The same committed state and bytes
     // always compose the same object, so a retry records the same key.)
     if (row.object_key != key) {
-      OML_RETURN_IF_ERROR(
-          ShortTxn(c, t, o.api_key_hash,
-                   {"WITH u AS (UPDATE oml.upload_sessions SET object_key = $3, updated_at = now() WHERE tenant_id = $1 "
-                    "AND upload_id = $2 AND upload_offset = $4 AND state IN ('created', 'receiving') RETURNING 1) "
-                    "SELECT 1/count(*) FROM u",
-                    {db::Text(t), db::Text(id), db::Text(key), db::Int(static_cast<int64_t>(offset))}})
-              .status());
+      OML_RETURN_IF_ERROR(record_object_key(key));
       if (!row.object_key.empty() && OwnObjectKey(t, row.object_key)) {
         if (Status s = store_->Delete(row.object_key); !s.ok())
           log::Warn("upload: an earlier composed object was not deleted", {{"upload", id}, {"error", s.ToString()}});
@@ -863,23 +871,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       OML_RETURN_IF_ERROR(w->Finish());
     }
     OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.complete.after_object"));
-    OML_ASSIGN_OR_RETURN(
-        db::Rows done,
-        ShortTxn(c, t, o.api_key_hash,
-                 {"WITH u AS (UPDATE oml.upload_sessions SET state = 'complete', upload_offset = upload_length, "
-                  "stream_sealed = NULL, plaintext_sha_sealed = NULL, ciphertext_sha_state = NULL, "
-                  "ciphertext_offset = $3, parts_left = true, completed_at = now(), updated_at = now(), "
-                  "expires_at = now() + make_interval(secs => $7), plaintext_sha256 = declared_sha256, "
-                  "ciphertext_sha256 = $4, ciphertext_size = $3, object_key = $5 "
-                  "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $6 AND state IN ('created', 'receiving') "
-                  "RETURNING floor(extract(epoch from expires_at))::bigint AS e) SELECT max(e), 1/count(*) FROM u",
-                  {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(ct_size)), db::Bytes(ct_digest), db::Text(key),
-                   db::Int(static_cast<int64_t>(offset)), db::Int(static_cast<int64_t>(opts_.complete_ttl.count()))}}));
-    RemoveLeftoversOrLog(c, t, id);
-    row.state = State::kComplete;
-    row.offset = new_offset;
-    if (done.size() == 1) row.expires_at = done.GetInt(0, 0);
-    return row.ToSession();
+    return complete(ct_size, ct_digest, key);
   }
 
   // Not the last byte: the whole segments go out as the next part (before the offset moves),
@@ -891,16 +883,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
     OML_RETURN_IF_ERROR(store_->Put(PartKey(t, id, parts), ct));
   }
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("uploads.append.after_part"));
-  OML_ASSIGN_OR_RETURN(crypto::AeadEncryptorState next, enc->Suspend());
-  std::string stream_plain = EncodeStreamState(next);
-  auto stream_sealed = crypto::EncryptAll(dek->view(), StreamAad(t, id, new_offset), stream_plain);
-  crypto::Wipe(&stream_plain);
-  std::string sha_state = pt_sha->State();
-  auto sha_sealed = crypto::EncryptAll(dek->view(), ShaStateAad(t, id, new_offset), sha_state);
-  crypto::Wipe(&sha_state);
-  dek->Wipe();
-  if (!stream_sealed.ok()) return stream_sealed.status();
-  if (!sha_sealed.ok()) return sha_sealed.status();
+  OML_ASSIGN_OR_RETURN(auto sealed, seal_position());
   OML_RETURN_IF_ERROR(
       ShortTxn(c, t, o.api_key_hash,
                {"WITH u AS (UPDATE oml.upload_sessions SET state = 'receiving', upload_offset = $3, stream_sealed = $4, "
@@ -908,8 +891,8 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
                 "parts_left = parts_left OR $8 > 0, updated_at = now() "
                 "WHERE tenant_id = $1 AND upload_id = $2 AND upload_offset = $9 AND state IN ('created', 'receiving') "
                 "RETURNING 1) SELECT 1/count(*) FROM u",
-                {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)), db::Bytes(*stream_sealed),
-                 db::Bytes(*sha_sealed), db::Bytes(ct_sha.State()),
+                {db::Text(t), db::Text(id), db::Int(static_cast<int64_t>(new_offset)), db::Bytes(sealed.first),
+                 db::Bytes(sealed.second), db::Bytes(ct_sha.State()),
                  db::Int(static_cast<int64_t>(row.ciphertext_offset + ct.size())), db::Int(parts),
                  db::Int(static_cast<int64_t>(offset))}})
           .status());
