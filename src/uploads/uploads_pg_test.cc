@@ -8,6 +8,7 @@
 #include <atomic>
 #include <thread>
 
+#include "blob/object_store_testing.h"
 #include "common/sync_point_testing.h"
 #include "common/temp_dir_testing.h"
 #include "crypto/crypto.h"
@@ -368,45 +369,30 @@ TEST_F(UploadsTest, AStagingWriteTheStoreLostIsIntegrity) {
 // A store whose parts must hold `min` bytes but the last (as S3's 5 MiB), over the local store:
 // smaller pieces are carried in a carry object, sent with the next chunk, and a carry never
 // reaches `min`. The parts land at the right offsets: the object decrypts to the file.
-class MinPartStore : public blob::ObjectStore {
+class MinPartStore : public blob::testing::ForwardingStore {
  public:
-  MinPartStore(blob::ObjectStore* s, uint64_t min) : s_(s), min_(min) {}
-  Status Put(const std::string& k, const std::string& b) override { return s_->Put(k, b); }
-  Result<bool> PutIfAbsent(const std::string& k, const std::string& b) override { return s_->PutIfAbsent(k, b); }
-  Result<std::optional<std::string>> Get(const std::string& k) override { return s_->Get(k); }
-  Result<std::optional<std::string>> GetRange(const std::string& k, uint64_t o, uint64_t n) override {
-    return s_->GetRange(k, o, n);
-  }
-  Result<std::optional<uint64_t>> Size(const std::string& k) override { return s_->Size(k); }
-  Result<std::vector<std::string>> List(const std::string& p) override { return s_->List(p); }
-  Status Delete(const std::string& k) override { return s_->Delete(k); }
-  Status Copy(const std::string& f, const std::string& t) override { return s_->Copy(f, t); }
-  Result<std::unique_ptr<blob::ObjectWriter>> OpenWriter(const std::string& k) override { return s_->OpenWriter(k); }
+  MinPartStore(blob::ObjectStore* s, uint64_t min) : ForwardingStore(s), min_(min) {}
   uint64_t ResumableMinPart() const override { return min_; }
-  Result<std::string> ResumableStart(const std::string& k) override { return s_->ResumableStart(k); }
   Result<std::string> ResumablePut(const std::string& k, const std::string& h, uint32_t n, uint64_t o,
                                    std::string_view b, bool sync) override {
     EXPECT_TRUE(sync);
     parts_.push_back(b.size());
     ++n_;
     EXPECT_EQ(n, n_) << "parts are numbered 1, 2, ...";
-    auto r = s_->ResumablePut(k, h, n, o, b, sync);
+    auto r = ForwardingStore::ResumablePut(k, h, n, o, b, sync);
     if (!r.ok()) return r.status();
     return "etag-" + std::to_string(n);
   }
   Status ResumableFinish(const std::string& k, const std::string& h, const std::vector<std::string>& t, uint64_t n,
                          const std::string& f) override {
     tags_ = t;
-    return s_->ResumableFinish(k, h, t, n, f);
+    return ForwardingStore::ResumableFinish(k, h, t, n, f);
   }
-  Status ResumableAbort(const std::string& k, const std::string& h) override { return s_->ResumableAbort(k, h); }
-  Result<uint64_t> SweepStaging(std::chrono::seconds g) override { return s_->SweepStaging(g); }
   std::vector<size_t> parts_;
   std::vector<std::string> tags_;
   uint32_t n_ = 0;
 
  private:
-  blob::ObjectStore* s_;
   uint64_t min_;
 };
 
