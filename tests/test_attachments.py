@@ -832,7 +832,9 @@ def test_an_accept_whose_copy_finds_the_quarantine_copy_gone_answers_409_and_los
                 # The file is where the committed state says, whole, read through either server.
                 assert objects(d, "oml-quarantine") == q_before
                 assert objects(d, "oml-bodies") == {**bodies_before, **held}
-                assert staging_files(d.home / "objects") == []  # A's aborted copy left no staging file
+                # A's aborted copy left no staging file (in the buckets it wrote: the heads
+                # publisher's own staging file may be caught mid-rename in oml-heads).
+                assert staging_files(bucket(d, "oml-bodies").parent) + staging_files(bucket(d, "oml-quarantine").parent) == []
                 for base in (d.base, f"http://127.0.0.1:{pa}"):
                     h = {"Authorization": f"Bearer {d.writer2}"}
                     if what == "attachment":
@@ -1181,3 +1183,93 @@ def test_keys_created_without_a_principal_each_have_their_own(served):
     assert get_att(d, r1, art, 1).content == data  # served to r1 only
     assert "not served: 1" in problem(verdict(d, r2, art, "accept"), 409, "attachments-not-served")["detail"]
     assert verdict(d, r1, art, "accept").status_code == 200
+
+
+class FakeClamd:
+    """clamd's side of INSTREAM on loopback TCP (review.md "ClamAV"): records each stream's byte
+    count, SHA-256 and chunk sizes, answers "stream: OK"."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.sessions = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _read(self, c, n):
+        buf = bytearray()
+        while len(buf) < n:
+            got = c.recv(n - len(buf))
+            if not got:
+                raise EOFError
+            buf += got
+        return bytes(buf)
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with c:
+                try:
+                    assert self._read(c, 10) == b"zINSTREAM\0"
+                    h, size, biggest = hashlib.sha256(), 0, 0
+                    while True:
+                        n = int.from_bytes(self._read(c, 4), "big")
+                        if n == 0:
+                            break
+                        h.update(self._read(c, n))
+                        size += n
+                        biggest = max(biggest, n)
+                    self.sessions.append({"size": size, "sha256": h.hexdigest(), "biggest_chunk": biggest})
+                    c.sendall(b"stream: OK\0")
+                except (EOFError, OSError, AssertionError):
+                    self.sessions.append({"broken": True})
+
+
+def test_a_secret_past_the_64_mib_mark_is_found_and_clamd_scans_every_byte(deployment):
+    """Issue 22, "Review of large files": a 70 MiB text attachment is reviewed like a small one.
+    Its whole text goes through the deny-list (a key 12,345 bytes past 64 MiB is found at its
+    offset) and every byte goes to clamd in 64 KiB INSTREAM chunks; the review says so
+    (text_bytes is all of it, nothing truncated) and flags the claim. It used to be reviewed as
+    opaque "too-large" from its first 64 KiB."""
+    clamd = FakeClamd()
+    d = serve_with(deployment, {"OML_CLAMD_ADDRESS": f"127.0.0.1:{clamd.port}"})
+    data = bytearray(b"x" * 99 + b"\n") * ((70 << 20) // 100)
+    late = (64 << 20) + 12345
+    data[late - 1:late + len(AWS_KEY) + 1] = b" " + AWS_KEY.encode() + b" "
+    data = bytes(data)
+    uid = new_upload(d, d.writer, data, **{"content-type": "text/plain"})
+    assert upload_all(d, d.writer, uid, data, chunk=6 << 20) == len(data)
+    r = d.submit(d.writer, body="a large log", attachments=[uid])
+    assert r.status_code == 201, r.text
+    [(_, _, attach)] = events(d, {"submission.attach"})
+    review = attach["review"]
+    assert (review["review"], review["method"]) == ("text-extraction", "text"), review
+    assert review["deny_list_hits"] == [{"pattern": "aws-access-key-id", "offset": late}], review
+    assert (review["text_bytes"], review["text_truncated"], review["size"]) == (len(data), False, len(data))
+    assert review["flags"] == ["deny-list"] and attach["flagged"] is True
+    assert review["scan"] == "clean"
+    assert clamd.sessions == [{"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "biggest_chunk": 65536}]
+
+
+def test_a_pdfs_text_past_the_kept_text_is_still_scanned(deployment):
+    """The PDF extractor's child streams all of its text to the server (pdf_sandbox.h frames),
+    not only the kept part: with review_max_text_bytes at its minimum (1024), a key on the
+    third page, past 2,900 bytes of text, is still found at its offset."""
+    d = serve_with(deployment, {"OML_REVIEW_MAX_TEXT_BYTES": "1024"})
+    filler = ["line %02d of filler text for the page" % i for i in range(40)]
+    pdf = make_pdf([filler, filler, filler[:3] + [f"key {AWS_KEY} here"]])
+    uid = upload(d, d.writer, pdf, **{"content-type": "application/pdf"})
+    r = d.submit(d.writer, body="a pdf", attachments=[uid])
+    assert r.status_code == 201, r.text
+    [(_, _, attach)] = events(d, {"submission.attach"})
+    review = attach["review"]
+    assert (review["method"], review["pdf_pages"], review["flags"]) == ("pdf", 3, ["deny-list"]), review
+    [hit] = review["deny_list_hits"]
+    assert hit["pattern"] == "aws-access-key-id" and hit["offset"] > 2 * 1024, review
+    assert review["text_bytes"] > hit["offset"] and review["text_truncated"] is False

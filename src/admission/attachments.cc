@@ -11,7 +11,6 @@ namespace oml::admission {
 namespace {
 
 constexpr uint64_t kReadChunk = uint64_t{8} << 20;  // object reads, in ranges of this size
-constexpr size_t kSniffBytes = 64 * 1024;         // type detection of an attachment too large to review
 
 const char* kSelectAttachments =
     "SELECT ordinal, upload_id::text, plaintext_sha256, ciphertext_sha256, size_bytes, ciphertext_size, media_type, "
@@ -62,6 +61,82 @@ Status ReadObject(blob::ObjectStore& store, const std::string& key, uint64_t siz
                   "object " + key + " is " + std::to_string(at) + " bytes, not " + std::to_string(size), "integrity");
   return Status::Ok();
 }
+
+// The plaintext of an attachment's object for a review (review::ByteSource): read in kReadChunk
+// ranges and decrypted as it is read, never whole. The first pass hashes the ciphertext and the
+// plaintext and ends in kDataLoss "integrity" instead of its end when either digest, or the
+// object's size, is not the recorded one: a review of other bytes is never signed. Restart reads
+// again without hashing (the AEAD authenticates every segment under the artifact's key, and the
+// first pass has checked the digests by then).
+class ObjectPlaintext : public review::ByteSource {
+ public:
+  ObjectPlaintext(blob::ObjectStore* store, std::string key, uint64_t ciphertext_size, std::string_view dek,
+                  std::string aad, std::string ciphertext_sha256, std::string plaintext_sha256)
+      : store_(store),
+        key_(std::move(key)),
+        size_(ciphertext_size),
+        dek_(dek),
+        aad_(std::move(aad)),
+        want_ct_(std::move(ciphertext_sha256)),
+        want_pt_(std::move(plaintext_sha256)) {}
+  ~ObjectPlaintext() override { crypto::Wipe(&pt_); }
+
+  Result<std::string_view> Next() override {
+    crypto::Wipe(&pt_);
+    pt_.clear();
+    if (dec_ == nullptr) {
+      OML_ASSIGN_OR_RETURN(dec_, crypto::AeadStreamDecryptor::Create(dek_, aad_));
+    }
+    // The decryptor returns whole segments only: loop until it has some plaintext or the end.
+    while (pt_.empty() && !done_) {
+      if (at_ < size_) {
+        OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store_->GetRange(key_, at_, std::min(kReadChunk, size_ - at_)));
+        if (!ct) return Status(Code::kDataLoss, "object " + key_ + " is missing", "integrity");
+        if (ct->empty())
+          return Status(Code::kDataLoss, "object " + key_ + " is " + std::to_string(at_) + " bytes, not " +
+                                             std::to_string(size_), "integrity");
+        at_ += ct->size();
+        if (first_) ct_hash_.Update(*ct);
+        OML_ASSIGN_OR_RETURN(pt_, dec_->Update(*ct));
+      } else {
+        OML_ASSIGN_OR_RETURN(pt_, dec_->Finish());
+        done_ = true;
+        if (first_) {
+          // Anything past the recorded size would be another object.
+          OML_ASSIGN_OR_RETURN(std::optional<std::string> more, store_->GetRange(key_, size_, 1));
+          pt_hash_.Update(pt_);
+          if ((more && !more->empty()) || ct_hash_.Digest() != want_ct_ || pt_hash_.Digest() != want_pt_)
+            return Status(Code::kDataLoss, "object " + key_ + ": the stored object does not match its digests",
+                          "integrity");
+          return std::string_view(pt_);
+        }
+      }
+      if (first_) pt_hash_.Update(pt_);
+    }
+    return std::string_view(pt_);
+  }
+
+  Status Restart() override {
+    dec_.reset();
+    at_ = 0;
+    done_ = false;
+    first_ = false;
+    return Status::Ok();
+  }
+
+ private:
+  blob::ObjectStore* store_;
+  std::string key_;
+  uint64_t size_;
+  std::string_view dek_;
+  std::string aad_;
+  std::string want_ct_, want_pt_;
+  std::unique_ptr<crypto::AeadStreamDecryptor> dec_;
+  uint64_t at_ = 0;
+  bool done_ = false, first_ = true;
+  std::string pt_;
+  uploads::RunningSha256 ct_hash_, pt_hash_;
+};
 
 }  // namespace
 
@@ -115,54 +190,15 @@ Result<std::vector<PreparedAttachment>> Attachments::Prepare(const Caller& c, co
     a.filename = u.filename;
     a.object_key = u.object_key;
     a.location = "quarantine";
-    // Decrypt from quarantine: both digests are checked here, before anything is signed.
+    // Reviewed as it is decrypted from quarantine, whatever its size (review::ReviewStream); both
+    // digests are checked by the end of the read, before anything is signed.
     OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek,
                          kek_->UnwrapFrom(u.kek_id, u.wrapped_dek, uploads::UploadDekAad(c.tenant_id, u.upload_id)));
-    OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::Create(dek.view(),
-                                                                       uploads::AttachmentAad(c.tenant_id, u.upload_id)));
-    uploads::RunningSha256 pt_hash, ct_hash;
-    const bool whole = u.size <= opts_.max_review_bytes;
-    std::string plain;  // the whole plaintext (whole) or its first kSniffBytes
-    struct WipeOnExit {
-      std::string* s;
-      ~WipeOnExit() { crypto::Wipe(s); }
-    } wipe_plain{&plain};
-    auto keep = [&](const std::string& bytes) {
-      const size_t room = whole ? bytes.size() : (plain.size() < kSniffBytes ? kSniffBytes - plain.size() : 0);
-      plain.append(bytes, 0, std::min(room, bytes.size()));
-    };
-    OML_RETURN_IF_ERROR(ReadObject(*quarantine_, u.object_key, u.ciphertext_size, [&](const std::string& ct) -> Status {
-      ct_hash.Update(ct);
-      OML_ASSIGN_OR_RETURN(std::string pt, dec->Update(ct));
-      pt_hash.Update(pt);
-      keep(pt);
-      crypto::Wipe(&pt);
-      return Status::Ok();
-    }));
-    OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
-    pt_hash.Update(tail);
-    keep(tail);
-    crypto::Wipe(&tail);
-    if (ct_hash.Digest() != u.ciphertext_sha256 || pt_hash.Digest() != u.plaintext_sha256)
-      return Status(Code::kDataLoss, "upload " + u.upload_id + ": the stored object does not match its digests",
-                    "integrity");
-    if (whole) {
-      OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, u.media_type, plain, c.tenant_id));
-      crypto::Wipe(&r.text);
-      a.review = review::ReviewToJson(r);
-    } else {
-      OML_ASSIGN_OR_RETURN(review::Detected d, review::DetectMediaType(plain));
-      a.review = {{"declared_media_type", u.media_type},
-                  {"detected_media_type", d.media_type},
-                  {"media_type", d.media_type},
-                  {"review", "opaque"},
-                  {"method", "too-large"},
-                  {"sha256", crypto::Hex(u.plaintext_sha256)},
-                  {"size", u.size},
-                  {"deny_list_hits", nlohmann::json::array()},
-                  {"notes", {"larger than " + std::to_string(opts_.max_review_bytes) + " bytes: not extracted"}},
-                  {"flags", {"not-extracted"}}};
-    }
+    ObjectPlaintext plain(quarantine_, u.object_key, u.ciphertext_size, dek.view(),
+                          uploads::AttachmentAad(c.tenant_id, u.upload_id), u.ciphertext_sha256, u.plaintext_sha256);
+    OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewStream(review_, u.media_type, u.size, &plain, c.tenant_id));
+    crypto::Wipe(&r.text);
+    a.review = review::ReviewToJson(r);
     a.flagged = Flagging(a.review.value("flags", nlohmann::json::array()));
     out.push_back(std::move(p));
   }
@@ -555,30 +591,16 @@ Result<uint64_t> Attachments::AdvanceProgress(const Caller& c, const ClaimMeta& 
 }
 
 Result<std::optional<std::string>> Attachments::SearchText(const std::string& tenant, const Attachment& a) {
-  if (a.review.value("review", "") != "text-extraction" || static_cast<uint64_t>(a.size) > opts_.max_review_bytes)
-    return std::optional<std::string>();
+  if (a.review.value("review", "") != "text-extraction") return std::optional<std::string>();
   OML_ASSIGN_OR_RETURN(crypto::SecureBytes dek, Dek(tenant, a));
-  OML_ASSIGN_OR_RETURN(auto dec, crypto::AeadStreamDecryptor::Create(dek.view(), uploads::AttachmentAad(tenant, a.upload_id)));
-  std::string plain;
-  struct WipeOnExit {
-    std::string* s;
-    ~WipeOnExit() { crypto::Wipe(s); }
-  } wipe_plain{&plain};
-  OML_RETURN_IF_ERROR(ReadObject(*StoreOf(a), a.object_key, static_cast<uint64_t>(a.ciphertext_size),
-                                 [&](const std::string& ct) -> Status {
-                                   OML_ASSIGN_OR_RETURN(std::string pt, dec->Update(ct));
-                                   plain += pt;
-                                   crypto::Wipe(&pt);
-                                   return Status::Ok();
-                                 }));
-  OML_ASSIGN_OR_RETURN(std::string tail, dec->Finish());
-  plain += tail;
-  crypto::Wipe(&tail);
-  if (crypto::Sha256(plain) != a.plaintext_sha256)
-    return Status(Code::kDataLoss, "attachment " + std::to_string(a.ordinal) + " does not match its plaintext digest",
-                  "integrity");
-  OML_ASSIGN_OR_RETURN(review::Review r, review::ReviewContent(review_, a.media_type, plain, tenant));
-  if (r.kind != review::ReviewKind::kTextExtraction) return std::optional<std::string>();
+  ObjectPlaintext plain(StoreOf(a), a.object_key, static_cast<uint64_t>(a.ciphertext_size), dek.view(),
+                        uploads::AttachmentAad(tenant, a.upload_id), a.ciphertext_sha256, a.plaintext_sha256);
+  OML_ASSIGN_OR_RETURN(review::Review r,
+                       review::ExtractTextStream(review_, a.media_type, static_cast<uint64_t>(a.size), &plain, tenant));
+  if (r.kind != review::ReviewKind::kTextExtraction) {
+    crypto::Wipe(&r.text);
+    return std::optional<std::string>();
+  }
   return std::optional<std::string>(std::move(r.text));
 }
 

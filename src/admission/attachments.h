@@ -105,9 +105,6 @@ struct BodyObject {
 };
 
 struct AttachmentsOptions {
-  // Largest attachment reviewed whole (decrypted into memory for extraction); a larger one is
-  // reviewed as opaque (method "too-large", flag "not-extracted") from its first 64 KiB.
-  uint64_t max_review_bytes = uint64_t{64} << 20;
   // The one placement rule for inline bodies (sql/0015): a body whose ciphertext is at most this
   // many bytes stays in artifact_bodies; a larger one becomes an object with an attachment's
   // lifecycle (quarantine, bodies on promotion, deleted after erasure).
@@ -171,9 +168,11 @@ class Attachments {
   Status CheckAllServed(const Caller& c, const ClaimMeta& m);
 
   // Promotion, for the search index (admission/recall.h): the extracted text of an attachment
-  // whose review extracted text (text, JSON, Markdown, PDF; at most max_review_bytes), decrypted
-  // from its bucket and extracted again as at submission (review::ReviewContent is deterministic);
-  // nullopt for an opaque one. kDataLoss "integrity" if the object or its digests do not match.
+  // whose review extracted text (text, JSON, Markdown, PDF), decrypted from its bucket and
+  // extracted again as at submission (review::ExtractTextStream keeps the same first
+  // review_max_text_bytes of text as the review did, and reads no further than that needs);
+  // nullopt for an opaque one. kDataLoss "integrity" if the object is missing, or, when the read
+  // reached the end, its digests do not match (every piece read is authenticated by the AEAD).
   Result<std::optional<std::string>> SearchText(const std::string& tenant, const Attachment& a);
 
   // Promotion, before claim.promoted is journalled: copies each attachment's ciphertext from

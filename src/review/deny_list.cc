@@ -178,41 +178,44 @@ Result<std::shared_ptr<const DenyList>> DenyList::Load(const std::string& path) 
   return Compile(std::move(patterns));
 }
 
-ScanHits DenyList::Scan(std::string_view text, size_t max_hits) const {
-  ScanHits out;
-  if (patterns_.empty()) return out;
-  const re2::StringPiece whole(text.data(), text.size());
+void DenyList::Find(std::string_view view, uint64_t base, uint64_t from, uint64_t until, size_t cap,
+                    std::vector<uint64_t>* resume, std::vector<size_t>* count, std::vector<Found>* found) const {
+  if (patterns_.empty() || from >= until) return;
+  const re2::StringPiece whole(view.data(), view.size());
   std::vector<int> which;
   re2::RE2::Set::ErrorInfo err{re2::RE2::Set::kNoError};
   if (!re_->set.Match(whole, &which, &err)) {
-    if (err.kind == re2::RE2::Set::kNoError) return out;
+    if (err.kind == re2::RE2::Set::kNoError) return;
     // The set's DFA gave up (out of memory on a large text): run every pattern on its own.
     which.clear();
     for (size_t i = 0; i < patterns_.size(); ++i) which.push_back(static_cast<int>(i));
   }
-  struct Found {
-    uint64_t offset;
-    size_t pattern;
-  };
-  std::vector<Found> found;
   for (int idx : which) {
     const re2::RE2& re = *re_->each[idx];
-    size_t pos = 0, count = 0;
-    // Invariant: at most max_hits + 1 hits per pattern are kept; any later one sorts after the
-    // first max_hits + 1 of its own pattern, so it could never be among the first max_hits.
-    while (pos <= text.size() && count <= max_hits) {
+    uint64_t& resume_at = (*resume)[idx];
+    size_t& n = (*count)[idx];
+    // Invariant: at most cap + 1 hits per pattern are kept; any later one sorts after the first
+    // cap + 1 of its own pattern, so it could never be among the first cap.
+    while (n <= cap) {
+      const uint64_t at = std::max(from, resume_at);
+      if (at < base || at - base > view.size()) break;
       re2::StringPiece m;
-      if (!re.Match(whole, pos, text.size(), RE2::UNANCHORED, &m, 1)) break;
-      const size_t off = static_cast<size_t>(m.data() - text.data());
-      if (m.empty()) {  // a pattern that can match empty somewhere: skip the empty match
-        pos = off + 1;
+      if (!re.Match(whole, static_cast<size_t>(at - base), view.size(), RE2::UNANCHORED, &m, 1)) break;
+      const uint64_t off = base + static_cast<uint64_t>(m.data() - view.data());
+      if (off >= until) break;  // the next window decides it
+      if (m.empty()) {          // a pattern that can match empty somewhere: skip the empty match
+        resume_at = off + 1;
         continue;
       }
-      found.push_back({off, static_cast<size_t>(idx)});
-      ++count;
-      pos = off + m.size();
+      found->push_back({off, static_cast<size_t>(idx)});
+      ++n;
+      resume_at = off + m.size();
     }
   }
+}
+
+ScanHits DenyList::Resolve(const std::vector<Found>& found, size_t max_hits) const {
+  ScanHits out;
   std::set<uint64_t> specific;
   for (const auto& f : found)
     if (!patterns_[f.pattern].fallback) specific.insert(f.offset);
@@ -230,6 +233,46 @@ ScanHits DenyList::Scan(std::string_view text, size_t max_hits) const {
   }
   out.hits = std::move(hits);
   return out;
+}
+
+ScanHits DenyList::Scan(std::string_view text, size_t max_hits) const {
+  std::vector<uint64_t> resume(patterns_.size(), 0);
+  std::vector<size_t> count(patterns_.size(), 0);
+  std::vector<Found> found;
+  Find(text, 0, 0, text.size() + 1, max_hits, &resume, &count, &found);
+  return Resolve(found, max_hits);
+}
+
+DenyScanner::DenyScanner(std::shared_ptr<const DenyList> list, size_t max_hits, size_t window, size_t overlap)
+    : list_(std::move(list)),
+      max_hits_(max_hits),
+      window_(std::max<size_t>(window, 1)),
+      overlap_(overlap),
+      resume_(list_->patterns().size(), 0),
+      count_(list_->patterns().size(), 0) {}
+
+void DenyScanner::Text(std::string_view piece) {
+  buf_.append(piece);
+  while (base_ + buf_.size() - next_ >= window_ + overlap_) ScanWindow(false);
+}
+
+void DenyScanner::ScanWindow(bool final) {
+  const size_t ctx = static_cast<size_t>(next_ - base_);
+  const size_t len = final ? buf_.size() : std::min(buf_.size(), ctx + window_ + overlap_);
+  // The last window decides every start up to and including the end (Scan's bound: an empty
+  // match at the end is skipped there too).
+  const uint64_t until = final ? base_ + len + 1 : next_ + window_;
+  list_->Find(std::string_view(buf_.data(), len), base_, next_, until, max_hits_, &resume_, &count_, &found_);
+  next_ = final ? base_ + len : until;
+  // Keep `overlap_` bytes before next_ as the next window's left context.
+  const size_t drop = next_ - base_ > overlap_ ? static_cast<size_t>(next_ - base_ - overlap_) : 0;
+  buf_.erase(0, drop);
+  base_ += drop;
+}
+
+ScanHits DenyScanner::Finish() {
+  ScanWindow(true);
+  return list_->Resolve(found_, max_hits_);
 }
 
 }  // namespace oml::review

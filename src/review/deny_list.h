@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "review/extract.h"
 
 namespace oml::review {
 
@@ -83,10 +84,55 @@ class DenyList {
   ScanHits Scan(std::string_view text, size_t max_hits = 1000) const;
 
  private:
+  friend class DenyScanner;
   DenyList() = default;
+  struct Found {
+    uint64_t offset;
+    size_t pattern;
+  };
+  // The one matching loop behind Scan and DenyScanner. `view` is text starting at absolute
+  // offset `base`; finds each pattern's matches that start in [from, until), each pattern's
+  // search resuming at max(from, (*resume)[p]) (the end of its previous match: matches of one
+  // pattern never overlap) and moving it past every match found; at most cap + 1 matches per
+  // pattern in all ((*count)[p] carries the count across calls).
+  void Find(std::string_view view, uint64_t base, uint64_t from, uint64_t until, size_t cap,
+            std::vector<uint64_t>* resume, std::vector<size_t>* count, std::vector<Found>* found) const;
+  // Drops fallback hits shadowed by a specific one at the same offset, orders, cuts at max_hits.
+  ScanHits Resolve(const std::vector<Found>& found, size_t max_hits) const;
   struct Compiled;  // the RE2 objects (deny_list.cc)
   std::vector<DenyPattern> patterns_;
   std::unique_ptr<Compiled> re_;
+};
+
+// The deny-list over a text that arrives in pieces (a TextSink's tap), of any length, in bounded
+// memory: the text is scanned in windows of `window` bytes, each with `overlap` bytes of the
+// text before and after it as context. The hits are exactly those of DenyList::Scan on the whole
+// text for every match at most `overlap` bytes long (the built-in patterns' matches are under
+// 200 bytes); a longer match that crosses a window's end may be reported cut short (same
+// offset) or not at all. Memory: about window + 2 x overlap bytes of text.
+class DenyScanner : public TextTap {
+ public:
+  static constexpr size_t kWindow = size_t{4} << 20;
+  static constexpr size_t kOverlap = size_t{64} << 10;
+
+  explicit DenyScanner(std::shared_ptr<const DenyList> list, size_t max_hits = 1000, size_t window = kWindow,
+                       size_t overlap = kOverlap);
+  void Text(std::string_view piece) override;
+  // Scans what is left; the hits, offsets into the whole text. Call once, after the last piece.
+  ScanHits Finish();
+  // Bytes of text received.
+  uint64_t bytes() const { return base_ + buf_.size(); }
+
+ private:
+  void ScanWindow(bool final);
+  std::shared_ptr<const DenyList> list_;
+  size_t max_hits_, window_, overlap_;
+  std::string buf_;    // the text from base_ on: context before next_, then what is undecided
+  uint64_t base_ = 0;  // absolute offset of buf_[0]
+  uint64_t next_ = 0;  // matches starting before next_ are decided
+  std::vector<uint64_t> resume_;
+  std::vector<size_t> count_;
+  std::vector<DenyList::Found> found_;
 };
 
 }  // namespace oml::review

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 
 #include "common/temp_dir_testing.h"
 
@@ -205,6 +206,49 @@ TEST(DenyListTest, LoadReadsTheFileOrUsesTheBuiltins) {
   auto dup = DenyList::Load(path);
   ASSERT_FALSE(dup.ok());
   EXPECT_EQ(dup.status().message(), "deny-list pattern id 'aws-access-key-id' appears twice");
+}
+
+// The windowed scan finds what the whole scan finds: random texts dense with secrets, near
+// misses and word boundaries, fed in random pieces, with windows as small as 1 byte (the
+// overlap is the bound of a match's length: 200 covers every built-in match here).
+TEST(DenyScannerTest, WindowsFindExactlyWhatTheWholeScanFinds) {
+  const std::vector<std::string> parts = {
+      kAwsKeyId, "AKIA", "x" + kAwsKeyId, "aws_secret_access_key = " + kAwsSecret, "ghp_" + k36, kFinePat,
+      kGoogle, "xoxb-1234567890-abc", "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN DSA PRIVATE KEY-----",
+      " ", "\n", "ab", "Z", "0", "-", "=", "/", "\xC3\xA9"};
+  std::mt19937 rng(20261204);
+  for (int round = 0; round < 200; ++round) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
+    const ScanHits want = DenyList::Builtin()->Scan(text);
+    for (size_t window : {size_t{1}, size_t{7}, size_t{64}, size_t{4096}}) {
+      DenyScanner scanner(DenyList::Builtin(), 1000, window, 200);
+      size_t at = 0;
+      while (at < text.size()) {
+        const size_t k = std::min<size_t>(text.size() - at, rng() % 50);
+        scanner.Text(std::string_view(text).substr(at, k));
+        at += k;
+      }
+      const ScanHits got = scanner.Finish();
+      SCOPED_TRACE("round " + std::to_string(round) + ", window " + std::to_string(window));
+      EXPECT_EQ(got.hits, want.hits);
+      EXPECT_EQ(got.truncated, want.truncated);
+      EXPECT_EQ(scanner.bytes(), text.size());
+    }
+  }
+}
+
+TEST(DenyScannerTest, MaxHitsAcrossWindows) {
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += kAwsKeyId + " ";
+  DenyScanner scanner(DenyList::Builtin(), 25, 16, 64);
+  scanner.Text(text);
+  const ScanHits got = scanner.Finish();
+  EXPECT_EQ(got.hits.size(), 25u);
+  EXPECT_TRUE(got.truncated);
+  EXPECT_EQ(got.hits.back().offset, 24 * (kAwsKeyId.size() + 1));
+  EXPECT_EQ(got.hits, DenyList::Builtin()->Scan(text, 25).hits);
 }
 
 }  // namespace

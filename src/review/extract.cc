@@ -5,6 +5,7 @@
 #include <poppler-page.h>
 
 #include <climits>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -15,8 +16,12 @@ namespace {
 constexpr uint32_t kReplacement = 0xFFFD;
 }  // namespace
 
+namespace {
+constexpr size_t kTapPiece = 64 * 1024;  // text handed to a tap in pieces of about this size
+}  // namespace
+
 void TextSink::AppendCodePoint(uint32_t cp) {
-  if (truncated_) return;
+  if (full()) return;
   // CR LF -> LF, lone CR -> LF: a CR is written as LF at once, and an LF right after it is
   // dropped.
   if (cp == '\n' && last_was_cr_) {
@@ -47,7 +52,17 @@ void TextSink::AppendCodePoint(uint32_t cp) {
     buf[3] = static_cast<char>(0x80 | (cp & 0x3F));
     n = 4;
   }
-  // Invariant: out_ only ever grows by whole characters, so a cut is never inside one.
+  total_ += n;
+  if (tap_ != nullptr) {
+    tap_buf_.append(buf, n);
+    if (tap_buf_.size() >= kTapPiece) {
+      tap_->Text(tap_buf_);
+      tap_buf_.clear();
+    }
+  }
+  // Invariant: out_ only ever grows by whole characters, so a cut is never inside one; once a
+  // character did not fit, nothing more is kept (the kept text stays a prefix).
+  if (truncated_) return;
   if (out_.size() + n > max_bytes_) {
     truncated_ = true;
     return;
@@ -55,11 +70,9 @@ void TextSink::AppendCodePoint(uint32_t cp) {
   out_.append(buf, n);
 }
 
-void TextSink::AppendUtf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t len = s.size();
+size_t TextSink::DecodeUtf8(const unsigned char* p, size_t len, bool final) {
   size_t i = 0;
-  while (i < len && !truncated_) {
+  while (i < len && !full()) {
     const unsigned char b = p[i];
     if (b < 0x80) {
       AppendCodePoint(b);
@@ -89,17 +102,20 @@ void TextSink::AppendUtf8(std::string_view s) {
       ++i;
       continue;
     }
-    bool ok = i + need < len;  // the continuation bytes p[i+1 .. i+need] exist
-    if (ok) {
-      for (size_t k = 1; k <= need; ++k) {
-        const unsigned char c = p[i + k];
-        const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-        if (c < l || c > h) {
-          ok = false;
-          break;
-        }
-        cp = (cp << 6) | (c & 0x3F);
+    bool ok = true;
+    size_t k = 1;
+    for (; k <= need && i + k < len; ++k) {
+      const unsigned char c = p[i + k];
+      const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+      if (c < l || c > h) {
+        ok = false;
+        break;
       }
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    if (ok && k <= need) {  // the input ends inside a character, well-formed so far
+      if (!final) return i;
+      ok = false;
     }
     if (!ok) {
       AppendCodePoint(kReplacement);
@@ -109,52 +125,162 @@ void TextSink::AppendUtf8(std::string_view s) {
     AppendCodePoint(cp);
     i += need + 1;
   }
+  return full() ? len : i;
+}
+
+size_t TextSink::DecodeUtf16(const unsigned char* p, size_t len, bool big_endian, bool final) {
+  auto unit = [&](size_t at) -> uint32_t {
+    return big_endian ? (uint32_t(p[at]) << 8 | p[at + 1]) : (uint32_t(p[at + 1]) << 8 | p[at]);
+  };
+  size_t i = 0;
+  while (i + 2 <= len && !full()) {
+    const uint32_t u = unit(i);
+    if (u >= 0xD800 && u <= 0xDBFF) {
+      if (i + 4 <= len) {
+        const uint32_t v = unit(i + 2);
+        if (v >= 0xDC00 && v <= 0xDFFF) {
+          AppendCodePoint(0x10000 + ((u - 0xD800) << 10) + (v - 0xDC00));
+          i += 4;
+          continue;
+        }
+      } else if (!final) {
+        return i;  // a high surrogate whose partner may come with the next piece
+      }
+    }
+    AppendCodePoint(u);  // a lone surrogate becomes U+FFFD there
+    i += 2;
+  }
+  if (full()) return len;
+  if (i < len) {  // one odd byte
+    if (!final) return i;
+    AppendCodePoint(kReplacement);
+  }
+  return len;
+}
+
+void TextSink::AppendUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (!partial_.empty()) {
+    // Complete the held character with at most 3 more bytes (no character is longer), then go on
+    // with the rest of s from where that decode stopped.
+    const size_t held = partial_.size();
+    std::string joined = partial_;
+    joined.append(s.substr(0, std::min<size_t>(3, s.size())));
+    partial_.clear();
+    const size_t used = DecodeUtf8(reinterpret_cast<const unsigned char*>(joined.data()), joined.size(), false);
+    if (used < held) {  // still incomplete: all of s went into it
+      partial_ = joined.substr(used);
+      return;
+    }
+    p += used - held;
+    s.remove_prefix(used - held);
+  }
+  const size_t used = DecodeUtf8(p, s.size(), false);
+  if (used < s.size()) {
+    partial_.assign(s.substr(used));
+    partial_utf16_ = false;
+  }
 }
 
 void TextSink::AppendLatin1(std::string_view s) {
   for (char c : s) {
-    if (truncated_) return;
+    if (full()) return;
     AppendCodePoint(static_cast<unsigned char>(c));
   }
 }
 
 void TextSink::AppendUtf16(std::string_view s, bool big_endian) {
-  const size_t units = s.size() / 2;
-  auto unit = [&](size_t k) -> uint32_t {
-    const auto a = static_cast<unsigned char>(s[2 * k]), b = static_cast<unsigned char>(s[2 * k + 1]);
-    return big_endian ? (uint32_t(a) << 8 | b) : (uint32_t(b) << 8 | a);
-  };
-  for (size_t k = 0; k < units && !truncated_; ++k) {
-    const uint32_t u = unit(k);
-    if (u >= 0xD800 && u <= 0xDBFF && k + 1 < units) {
-      const uint32_t v = unit(k + 1);
-      if (v >= 0xDC00 && v <= 0xDFFF) {
-        AppendCodePoint(0x10000 + ((u - 0xD800) << 10) + (v - 0xDC00));
-        ++k;
-        continue;
-      }
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (!partial_.empty()) {
+    const size_t held = partial_.size();  // at most 3: a high surrogate and one odd byte
+    std::string joined = partial_;
+    joined.append(s.substr(0, std::min<size_t>(4, s.size())));
+    partial_.clear();
+    const size_t used =
+        DecodeUtf16(reinterpret_cast<const unsigned char*>(joined.data()), joined.size(), big_endian, false);
+    if (used < held) {
+      partial_ = joined.substr(used);
+      return;
     }
-    AppendCodePoint(u);  // a lone surrogate becomes U+FFFD there
+    p += used - held;
+    s.remove_prefix(used - held);
   }
-  if (s.size() % 2 != 0) AppendCodePoint(kReplacement);
+  const size_t used = DecodeUtf16(p, s.size(), big_endian, false);
+  if (used < s.size()) {
+    partial_.assign(s.substr(used));
+    partial_utf16_ = true;
+    partial_big_endian_ = big_endian;
+  }
+}
+
+void TextSink::Finish() {
+  if (!partial_.empty()) {
+    std::string held;
+    held.swap(partial_);
+    const auto* p = reinterpret_cast<const unsigned char*>(held.data());
+    if (partial_utf16_) {
+      DecodeUtf16(p, held.size(), partial_big_endian_, true);
+    } else {
+      DecodeUtf8(p, held.size(), true);
+    }
+  }
+  if (tap_ != nullptr && !tap_buf_.empty()) {
+    tap_->Text(tap_buf_);
+    tap_buf_.clear();
+  }
+}
+
+void PlainTextDecoder::Decode(std::string_view bytes) {
+  switch (mode_) {
+    case Mode::kUtf16Le: sink_->AppendUtf16(bytes, false); break;
+    case Mode::kUtf16Be: sink_->AppendUtf16(bytes, true); break;
+    case Mode::kLatin1: sink_->AppendLatin1(bytes); break;
+    default: sink_->AppendUtf8(bytes); break;
+  }
+}
+
+void PlainTextDecoder::Settle() {
+  std::string head;
+  head.swap(head_);
+  std::string_view h(head);
+  // A UTF-8 BOM is 3 bytes: with fewer (only at the end of the input) it cannot be one.
+  if (h.starts_with("\xEF\xBB\xBF")) {
+    mode_ = Mode::kUtf8;
+    h.remove_prefix(3);
+  } else if (h.starts_with("\xFF\xFE")) {
+    mode_ = Mode::kUtf16Le;
+    h.remove_prefix(2);
+  } else if (h.starts_with("\xFE\xFF")) {
+    mode_ = Mode::kUtf16Be;
+    h.remove_prefix(2);
+  } else if (charset_ == "utf-16le") {
+    mode_ = Mode::kUtf16Le;
+  } else if (charset_ == "utf-16be") {
+    mode_ = Mode::kUtf16Be;
+  } else if (charset_ == "iso-8859-1") {
+    mode_ = Mode::kLatin1;
+  } else {
+    mode_ = Mode::kUtf8;
+  }
+  Decode(h);
+}
+
+void PlainTextDecoder::Feed(std::string_view bytes) {
+  if (mode_ != Mode::kUndecided) return Decode(bytes);
+  // The BOM question needs the first 3 bytes (or the end of the input: Finish).
+  head_.append(bytes);
+  if (head_.size() >= 3) Settle();
+}
+
+void PlainTextDecoder::Finish() {
+  if (mode_ == Mode::kUndecided) Settle();
+  sink_->Finish();
 }
 
 void ExtractPlainText(std::string_view bytes, std::string_view charset, TextSink* sink) {
-  if (bytes.starts_with("\xEF\xBB\xBF")) {
-    sink->AppendUtf8(bytes.substr(3));
-  } else if (bytes.starts_with("\xFF\xFE")) {
-    sink->AppendUtf16(bytes.substr(2), /*big_endian=*/false);
-  } else if (bytes.starts_with("\xFE\xFF")) {
-    sink->AppendUtf16(bytes.substr(2), /*big_endian=*/true);
-  } else if (charset == "utf-16le") {
-    sink->AppendUtf16(bytes, false);
-  } else if (charset == "utf-16be") {
-    sink->AppendUtf16(bytes, true);
-  } else if (charset == "iso-8859-1") {
-    sink->AppendLatin1(bytes);
-  } else {
-    sink->AppendUtf8(bytes);
-  }
+  PlainTextDecoder d(charset, sink);
+  d.Feed(bytes);
+  d.Finish();
 }
 
 namespace {
@@ -188,10 +314,53 @@ class JsonTextSax {
   bool Emit(const std::string& s) {
     sink_->AppendUtf8(s);
     sink_->AppendCodePoint('\n');
-    return !sink_->truncated();  // false stops the parser: nothing more fits
+    return !sink_->full();  // false stops the parser: nothing more is of use
   }
   TextSink* sink_;
   bool failed_ = false;
+};
+
+// An input iterator over JsonPieces, for nlohmann's iterator input adapter: it reads a byte at a
+// time and asks for the next piece only when the current one is used up. Equal to the end
+// iterator (null state) once the pieces are exhausted.
+class PieceIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  struct State {
+    JsonPieces* pieces;
+    std::string_view cur;
+    bool done = false;
+    // Makes cur non-empty unless the input is exhausted.
+    bool Fill() {
+      while (cur.empty() && !done) {
+        cur = pieces->Next();
+        if (cur.empty()) done = true;
+      }
+      return !cur.empty();
+    }
+  };
+  PieceIterator() = default;
+  explicit PieceIterator(State* s) : s_(s) {}
+  reference operator*() const {
+    s_->Fill();
+    return s_->cur.front();
+  }
+  PieceIterator& operator++() {
+    s_->Fill();
+    s_->cur.remove_prefix(1);
+    return *this;
+  }
+  bool operator==(const PieceIterator& o) const { return AtEnd() == o.AtEnd(); }
+  bool operator!=(const PieceIterator& o) const { return !(*this == o); }
+
+ private:
+  bool AtEnd() const { return s_ == nullptr || !s_->Fill(); }
+  State* s_ = nullptr;
 };
 
 }  // namespace
@@ -203,6 +372,19 @@ bool ExtractJson(std::string_view json_utf8, TextSink* sink) {
   } catch (const std::exception&) {
     return false;
   }
+  sink->Finish();
+  return !sax.failed();
+}
+
+bool ExtractJsonPieces(JsonPieces* pieces, TextSink* sink) {
+  JsonTextSax sax(sink);
+  PieceIterator::State state{pieces, {}};
+  try {
+    nlohmann::json::sax_parse(PieceIterator(&state), PieceIterator(), &sax);
+  } catch (const std::exception&) {
+    return false;
+  }
+  sink->Finish();
   return !sax.failed();
 }
 
@@ -241,7 +423,7 @@ PdfText ExtractPdf(std::string_view bytes, TextSink* sink) {
     out.pages = doc->pages();
     if (doc->has_embedded_files()) out.notes.push_back("embedded files not reviewed");
     const int n = std::min(out.pages, kMaxPdfPages);
-    for (int i = 0; i < n && !sink->truncated(); ++i) {
+    for (int i = 0; i < n && !sink->full(); ++i) {
       std::unique_ptr<poppler::page> page(doc->create_page(i));
       bool utf8_ends_with_ff = false;
       if (page == nullptr) {
@@ -255,9 +437,10 @@ PdfText ExtractPdf(std::string_view bytes, TextSink* sink) {
       // poppler ends a page's text with a form feed itself; a page without one gets one, so
       // pages stay apart whatever poppler does.
       if (!utf8_ends_with_ff) sink->AppendCodePoint('\f');
-      if (!sink->truncated()) out.pages_extracted = i + 1;
+      if (!sink->full()) out.pages_extracted = i + 1;
     }
-    if (out.pages > kMaxPdfPages) sink->MarkTruncated();
+    if (out.pages > kMaxPdfPages) sink->MarkIncomplete();
+    sink->Finish();
   } catch (const std::bad_alloc&) {
     throw;  // the memory limit, not an unreadable file: the sandboxed child names it (pdf_sandbox.h)
   } catch (const std::exception& e) {

@@ -180,5 +180,92 @@ TEST(ExtractPdfTest, CapCutsTheTextAndCountsWholePagesOnly) {
   EXPECT_EQ(sink.text(), "Hello PDF page one\nsecond (line)\n\n\fPage ");  // 35 + 5 bytes
 }
 
+// A tap that keeps everything it is given.
+class KeepAll : public TextTap {
+ public:
+  void Text(std::string_view piece) override { all.append(piece); }
+  std::string all;
+};
+
+// The decoders cut anywhere give what they give whole: every cut of every byte sequence below
+// (partial UTF-8 sequences, surrogate pairs and odd bytes of UTF-16, CR LF, BOMs) in 1, 2 and 3
+// pieces, and the tap sees the whole text while the sink keeps a prefix.
+TEST(TextSinkTest, PiecesCutAnywhereDecodeAsTheWhole) {
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"utf-8", "a\xC3\xA9z\r\n\xE2\x82\xAC \xF0\x9F\x98\x80 \xC3 \xE2\x82 \xF4\x90\x80\x80 \xED\xA0\x80 end\xF0\x9F"},
+      {"utf-8", "\xEF\xBB\xBF" "bom\r"},
+      {"utf-16le", std::string("h\0\x3D\xD8\x00\xDE\r\0\n\0\x00\xD8x\0z", 15)},
+      {"utf-16be", std::string("\xFE\xFF\0h\xD8\x3D\xDE\x00\xDC\x00\0!", 13)},
+      {"iso-8859-1", "caf\xE9\r\n"},
+      {"utf-8", "ab"},
+  };
+  for (const auto& [charset, bytes] : inputs) {
+    TextSink whole(kUnlimited);
+    ExtractPlainText(bytes, charset, &whole);
+    const std::string expect = whole.Take();
+    for (size_t a = 0; a <= bytes.size(); ++a) {
+      for (size_t b = a; b <= bytes.size(); ++b) {
+        KeepAll tap;
+        TextSink sink(5, &tap);
+        PlainTextDecoder dec(charset, &sink);
+        dec.Feed(std::string_view(bytes).substr(0, a));
+        dec.Feed(std::string_view(bytes).substr(a, b - a));
+        dec.Feed(std::string_view(bytes).substr(b));
+        dec.Finish();
+        SCOPED_TRACE(charset + " cut at " + std::to_string(a) + ", " + std::to_string(b));
+        EXPECT_EQ(tap.all, expect);
+        EXPECT_EQ(sink.total_bytes(), expect.size());
+        const std::string kept = sink.Take();
+        EXPECT_TRUE(expect.starts_with(kept));
+        EXPECT_LE(kept.size(), 5u);
+        EXPECT_EQ(sink.truncated(), kept.size() < expect.size());
+      }
+    }
+  }
+}
+
+TEST(TextSinkTest, WithATapNothingIsFullAndWithoutOneExtractorsStop) {
+  KeepAll tap;
+  TextSink tapped(0, &tap);
+  tapped.AppendUtf8("abc");
+  EXPECT_TRUE(tapped.truncated());
+  EXPECT_FALSE(tapped.full());
+  tapped.Finish();
+  EXPECT_EQ(tap.all, "abc");
+  TextSink plain(2);
+  plain.AppendUtf8("abc");
+  EXPECT_TRUE(plain.full());
+  EXPECT_EQ(plain.Take(), "ab");
+}
+
+// JSON from pieces: the same text as the whole, whatever the cuts; an invalid document fails.
+class VectorPieces : public JsonPieces {
+ public:
+  VectorPieces(std::string s, size_t n) {
+    for (size_t i = 0; i < s.size(); i += n) pieces_.push_back(s.substr(i, n));
+  }
+  std::string_view Next() override { return at_ < pieces_.size() ? std::string_view(pieces_[at_++]) : std::string_view(); }
+
+ private:
+  std::vector<std::string> pieces_;
+  size_t at_ = 0;
+};
+
+TEST(ExtractJsonTest, PiecesGiveTheWholeText) {
+  const std::string doc = R"({"a\u00e9": ["x\ny", {"k": "v"}], "n": 12.5e3, "t": true, "s": "\ud83d\ude00"})";
+  TextSink whole(kUnlimited);
+  ASSERT_TRUE(ExtractJson(doc, &whole));
+  const std::string expect = whole.Take();
+  for (size_t n : {1, 2, 3, 5, 64}) {
+    VectorPieces pieces(doc, n);
+    TextSink sink(kUnlimited);
+    EXPECT_TRUE(ExtractJsonPieces(&pieces, &sink));
+    EXPECT_EQ(sink.Take(), expect) << n;
+    VectorPieces bad(doc.substr(0, doc.size() - 1), n);
+    TextSink discard(kUnlimited);
+    EXPECT_FALSE(ExtractJsonPieces(&bad, &discard)) << n;
+  }
+}
+
 }  // namespace
 }  // namespace oml::review

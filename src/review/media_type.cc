@@ -38,11 +38,22 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+MagicHandle& ThreadHandle() {
+  thread_local MagicHandle handle;
+  return handle;
+}
+
 }  // namespace
 
+Result<size_t> MediaTypeBytesMax() {
+  OML_ASSIGN_OR_RETURN(magic_t m, ThreadHandle().Get());
+  size_t v = 0;
+  if (magic_getparam(m, MAGIC_PARAM_BYTES_MAX, &v) != 0) return Internal("libmagic: cannot read bytes_max");
+  return v;
+}
+
 Result<Detected> DetectMediaType(std::string_view bytes) {
-  thread_local MagicHandle handle;
-  OML_ASSIGN_OR_RETURN(magic_t m, handle.Get());
+  OML_ASSIGN_OR_RETURN(magic_t m, ThreadHandle().Get());
   const char* answer = magic_buffer(m, bytes.data(), bytes.size());
   if (answer == nullptr) {
     std::string why = magic_error(m) ? magic_error(m) : "unknown error";

@@ -27,6 +27,9 @@ struct Detected {
 // given libmagic and magic database (libmagic-mgc) version. kInternal when libmagic cannot be
 // loaded (the magic database is missing: install libmagic-mgc).
 Result<Detected> DetectMediaType(std::string_view bytes);
+// libmagic's bytes_max: DetectMediaType on the first MediaTypeBytesMax() bytes of an item answers
+// exactly what it answers on the whole item (so a streaming review detects from a prefix).
+Result<size_t> MediaTypeBytesMax();
 
 // "Text/Markdown; charset=UTF-8 " -> "text/markdown": lowercased, parameters and surrounding
 // space dropped, a few common aliases mapped to their registered name (image/jpg -> image/jpeg,

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 // How long an extraction waits for a slot before the request is answered 503.
 constexpr std::chrono::milliseconds kSlotWait{500};
+
+// The largest frame either side writes or accepts (pdf_sandbox.h, "Protocol").
+constexpr uint32_t kMaxFrame = 1 << 20;
 
 // Exit codes of the child besides 0.
 constexpr int kChildUsage = 2;
@@ -121,8 +125,20 @@ void PdfSandbox::Release(const std::string& tenant) {
 }
 
 Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, const std::string& tenant) {
+  bool given = false;
+  return Extract(
+      [&]() -> Result<std::string_view> {
+        if (given) return std::string_view();
+        given = true;
+        return bytes;
+      },
+      bytes.size(), sink, tenant);
+}
+
+Result<PdfText> PdfSandbox::Extract(const std::function<Result<std::string_view>()>& next, uint64_t size,
+                                    TextSink* sink, const std::string& tenant) {
   const auto deadline = Clock::now() + opts_.wall;
-  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+  if (size > static_cast<uint64_t>(INT_MAX)) {
     PdfText t;
     t.outcome = PdfOutcome::kTooLarge;
     return t;
@@ -163,11 +179,10 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   char* no_env[] = {nullptr};
-  const std::string max_text = std::to_string(sink->remaining());
   const std::string mem = std::to_string(opts_.memory_bytes);
   const std::string cpu = std::to_string(opts_.cpu_seconds);
   std::vector<char*> argv = {const_cast<char*>("oml"), const_cast<char*>("__extract-pdf"),
-                             const_cast<char*>(max_text.c_str()), const_cast<char*>(mem.c_str()),
+                             const_cast<char*>(mem.c_str()),
                              const_cast<char*>(cpu.c_str()), nullptr};
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, opts_.binary.c_str(), &fa, &attr, argv.data(), no_env);
@@ -194,12 +209,36 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
     }
   } reaper{pid, &reaped};
   // Write the PDF and read the answer in one poll loop (the child may answer early, e.g. on a
-  // file it refuses, and a full pipe must never block either side).
+  // file it refuses, and a full pipe must never block either side). Text frames go to the sink
+  // as they arrive; the header frame ends the answer.
   ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
-  size_t sent = 0;
-  std::string answer;
+  std::string_view piece;  // what is left of the piece being written
+  Status source_error;
+  std::string frames;      // received, not yet parsed
+  std::optional<nlohmann::json> head;
+  bool bad_frame = false;
   bool timed_out = false;
   char buf[1 << 16];
+  auto parse_frames = [&] {
+    size_t at = 0;
+    while (frames.size() - at >= 5) {
+      const auto* p = reinterpret_cast<const unsigned char*>(frames.data() + at);
+      const uint32_t n = uint32_t(p[1]) << 24 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 8 | p[4];
+      if ((p[0] != 'T' && p[0] != 'H') || n > kMaxFrame || head) {
+        bad_frame = true;  // not our child's protocol
+        return;
+      }
+      if (frames.size() - at - 5 < n) break;
+      const std::string_view body(frames.data() + at + 5, n);
+      if (p[0] == 'T') {
+        sink->AppendUtf8(body);
+      } else {
+        head = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+      }
+      at += 5 + n;
+    }
+    frames.erase(0, at);
+  };
   while (out_r.fd >= 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
@@ -217,17 +256,28 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
       break;
     }
     if (in_w.fd >= 0 && n == 2 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      ssize_t w = WriteNoSigpipe(in_w.fd, bytes.data() + sent, std::min<size_t>(bytes.size() - sent, 1 << 16));
-      if (w > 0) sent += static_cast<size_t>(w);
-      if (w < 0 && errno != EAGAIN && errno != EINTR) in_w.Close();  // the child stopped reading
-      if (sent == bytes.size()) in_w.Close();
+      if (piece.empty()) {
+        Result<std::string_view> got = next();
+        if (!got.ok()) {
+          source_error = got.status();
+          kill_child();
+          break;
+        }
+        piece = *got;
+        if (piece.empty()) in_w.Close();
+      }
+      if (!piece.empty()) {
+        ssize_t w = WriteNoSigpipe(in_w.fd, piece.data(), std::min<size_t>(piece.size(), 1 << 16));
+        if (w > 0) piece.remove_prefix(static_cast<size_t>(w));
+        if (w < 0 && errno != EAGAIN && errno != EINTR) in_w.Close();  // the child stopped reading
+      }
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t r = ::read(out_r.fd, buf, sizeof buf);
       if (r > 0) {
-        answer.append(buf, static_cast<size_t>(r));
-        // Header line plus at most the text cap (plus a margin): anything more is not our child.
-        if (answer.size() > sink->remaining() + (1 << 20)) {
+        frames.append(buf, static_cast<size_t>(r));
+        parse_frames();
+        if (bad_frame) {
           kill_child();
           break;
         }
@@ -242,6 +292,7 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   reaped = true;
+  if (!source_error.ok()) return source_error;
   if (timed_out) return Limited("time " + std::to_string(opts_.wall.count() / 1000) + " s");
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
@@ -250,7 +301,7 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
     if (sig == SIGABRT) return Limited("memory " + std::to_string(opts_.memory_bytes >> 20) + " MiB (the extractor aborted)");
     if (sig == SIGKILL && !killed)
       return Limited("cpu " + std::to_string(opts_.cpu_seconds) + " s or memory (killed by the system)");
-    if (killed) return Limited("output larger than the text cap");
+    if (killed) return Internal("the PDF extractor's answer is not in its protocol");
     PdfText t;
     t.outcome = PdfOutcome::kUnreadable;
     t.notes.push_back("the PDF extractor died of signal " + std::to_string(sig));
@@ -258,31 +309,53 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code == kChildOutOfMemory) return Limited("memory " + std::to_string(opts_.memory_bytes >> 20) + " MiB");
-  const size_t nl = answer.find('\n');
-  if (code != 0 || nl == std::string::npos)
+  if (code != 0 || !head || !frames.empty())
     return Internal("the PDF extractor exited " + std::to_string(code) + " without an answer");
-  auto head = nlohmann::json::parse(answer.substr(0, nl), nullptr, /*allow_exceptions=*/false);
-  if (!head.is_object()) return Internal("the PDF extractor's answer is not JSON: " + answer.substr(0, std::min<size_t>(nl, 200)));
+  if (!head->is_object()) return Internal("the PDF extractor's answer is not JSON");
   PdfText t;
-  t.outcome = OutcomeOf(head.value("outcome", ""));
-  t.pages = head.value("pages", 0);
-  t.pages_extracted = head.value("pages_extracted", 0);
-  if (head.contains("notes") && head["notes"].is_array())
-    for (const auto& note : head["notes"]) t.notes.push_back(note.get<std::string>());
-  // The child's text is already in the normal form, within the cap: appended as is.
-  sink->AppendUtf8(std::string_view(answer).substr(nl + 1));
-  if (head.value("truncated", false)) sink->MarkTruncated();
+  t.outcome = OutcomeOf(head->value("outcome", ""));
+  t.pages = head->value("pages", 0);
+  t.pages_extracted = head->value("pages_extracted", 0);
+  if (head->contains("notes") && (*head)["notes"].is_array())
+    for (const auto& note : (*head)["notes"]) t.notes.push_back(note.get<std::string>());
+  if (head->value("incomplete", false)) sink->MarkIncomplete();
+  sink->Finish();
   return t;
 }
 
+namespace {
+
+// The child's side of the text frames: stdout, in 'T' frames.
+class FrameTap : public TextTap {
+ public:
+  void Text(std::string_view piece) override {
+    while (!piece.empty() && ok_) {
+      const std::string_view part = piece.substr(0, kMaxFrame);
+      ok_ = WriteFrame('T', part);
+      piece.remove_prefix(part.size());
+    }
+  }
+  bool ok() const { return ok_; }
+  static bool WriteFrame(char type, std::string_view body) {
+    const auto n = static_cast<uint32_t>(body.size());
+    const char head[5] = {type, static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                          static_cast<char>(n)};
+    return WriteAll(1, head, 5) && WriteAll(1, body.data(), body.size());
+  }
+
+ private:
+  bool ok_ = true;
+};
+
+}  // namespace
+
 int RunPdfChild(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: oml __extract-pdf <max_text_bytes> <memory_bytes> <cpu_seconds>\n");
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: oml __extract-pdf <memory_bytes> <cpu_seconds>\n");
     return kChildUsage;
   }
-  const unsigned long long max_text = std::strtoull(argv[2], nullptr, 10);
-  const unsigned long long mem = std::strtoull(argv[3], nullptr, 10);
-  const unsigned long cpu = std::strtoul(argv[4], nullptr, 10);
+  const unsigned long long mem = std::strtoull(argv[2], nullptr, 10);
+  const unsigned long cpu = std::strtoul(argv[3], nullptr, 10);
   // The limits first, before a byte of the file is read.
   rlimit as{static_cast<rlim_t>(mem), static_cast<rlim_t>(mem)};
   // Soft limit: SIGXCPU (the parent names the CPU limit); the hard one a second later: SIGKILL.
@@ -300,15 +373,17 @@ int RunPdfChild(int argc, char** argv) {
       if (r <= 0) break;
       pdf.append(buf, static_cast<size_t>(r));
     }
-    TextSink sink(static_cast<size_t>(max_text));
+    // Nothing kept here: every byte of text goes to the parent as it is produced.
+    FrameTap tap;
+    TextSink sink(0, &tap);
     PdfText t = ExtractPdf(pdf, &sink);
+    sink.Finish();
     nlohmann::json head = {{"outcome", OutcomeName(t.outcome)},
                            {"pages", t.pages},
                            {"pages_extracted", t.pages_extracted},
                            {"notes", t.notes},
-                           {"truncated", sink.truncated()}};
-    std::string line = head.dump() + "\n";
-    if (!WriteAll(1, line.data(), line.size()) || !WriteAll(1, sink.text().data(), sink.text().size())) return 1;
+                           {"incomplete", sink.incomplete()}};
+    if (!tap.ok() || !FrameTap::WriteFrame('H', head.dump())) return 1;
     return 0;
   } catch (const std::bad_alloc&) {
     return kChildOutOfMemory;

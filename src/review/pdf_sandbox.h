@@ -16,14 +16,18 @@
 // ("not-extracted: limit: cpu 10 s"), which the review flags ("not-extracted") for the reviewer;
 // never a silent empty text.
 //
-// Protocol: the parent writes the PDF to the child's stdin and closes it; the child writes one
-// JSON line {"outcome", "pages", "pages_extracted", "notes", "truncated"} and then the extracted
-// text (already in extract.h's normal form, at most max_text_bytes) to stdout, and exits 0.
+// Protocol: the parent writes the PDF to the child's stdin as it reads it (the server never holds
+// the whole file; the child does, poppler needs it in one piece) and closes it. The child writes
+// frames to stdout: 'T' <u32 big-endian n> <n bytes of text> for the extracted text as it is
+// produced (extract.h's normal form, all of it: the parent keeps a prefix and its tap scans the
+// whole), then one 'H' <u32 n> <n bytes of JSON {"outcome", "pages", "pages_extracted",
+// "notes", "incomplete"}>, and exits 0.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -56,6 +60,11 @@ class PdfSandbox {
   // request is answered 503 and retried by the client, nothing is signed. Errors of the sandbox
   // itself (cannot spawn) are returned.
   Result<PdfText> Extract(std::string_view bytes, TextSink* sink, const std::string& tenant);
+  // The same over a PDF of `size` bytes read in pieces: `next` returns the next piece ("" at the
+  // end; valid until the next call). An error of `next` kills the child and is returned. The
+  // child may stop reading early (a limit): the caller reads the rest itself if it needs it.
+  Result<PdfText> Extract(const std::function<Result<std::string_view>()>& next, uint64_t size, TextSink* sink,
+                          const std::string& tenant);
 
   const PdfSandboxOptions& options() const { return opts_; }
 
@@ -71,7 +80,7 @@ class PdfSandbox {
   std::map<std::string, int> by_tenant_;
 };
 
-// The child: `oml __extract-pdf <max_text_bytes> <memory_bytes> <cpu_seconds>`. Sets its limits,
+// The child: `oml __extract-pdf <memory_bytes> <cpu_seconds>`. Sets its limits,
 // reads the PDF from stdin, extracts (ExtractPdf), writes the answer to stdout. Returns the exit
 // code. Called from main() before anything else is set up.
 int RunPdfChild(int argc, char** argv);

@@ -2,7 +2,12 @@
 // and what in it should make a reviewer look twice.
 //
 // ReviewContent is a pure function of (options, declared media type, bytes) apart from the
-// optional clamd call: no database, no object store, no clock. admission/ calls it for every
+// optional clamd call: no database, no object store, no clock. ReviewStream is the same review
+// over bytes read in pieces, in bounded memory whatever the size (issue 22): the type is
+// detected from the first MediaTypeBytesMax() bytes (all libmagic reads of any item), then every
+// piece goes through the extractor, the SHA-256 and clamd as it is read, and the extracted text
+// through the deny-list in windows (deny_list.h DenyScanner). Both give the same Review for the
+// same bytes. admission/ calls it for every
 // attachment of a claim and for inline body text, and records the result with the claim; a
 // deny-list hit or an infected scan flags the claim, it never refuses it (issue 9).
 //
@@ -77,10 +82,14 @@ struct Review {
   std::string sha256_hex;           // of the bytes as given (the plaintext)
   uint64_t size = 0;
 
-  // kTextExtraction only: the extracted text in extract.h's normal form (valid UTF-8, LF line
-  // endings), at most Options::max_text_bytes; text_truncated when more was cut off (that part
-  // was neither extracted nor scanned).
+  // kTextExtraction only: the first Options::max_text_bytes of the extracted text in extract.h's
+  // normal form (valid UTF-8, LF line endings), kept for the search index; text_kept_truncated
+  // when the text is longer. text_bytes counts all of it: the deny-list scanned all of it.
   std::string text;
+  bool text_kept_truncated = false;
+  uint64_t text_bytes = 0;
+  // The extraction stopped before the end of the input (a PDF's page cap): the rest of its text
+  // was neither extracted nor scanned.
   bool text_truncated = false;
   int pdf_pages = 0;                // application/pdf: pages in the document
 
@@ -97,7 +106,7 @@ struct Review {
   //   "infected"            the scan found a signature
   //   "scan-error"          clamd is configured but gave no verdict
   //   "media-type-mismatch" the declared type contradicts the bytes
-  //   "text-truncated"      part of the text was not extracted (nor scanned)
+  //   "text-truncated"      part of the text was not extracted (nor scanned): a PDF's page cap
   //   "not-extracted"       a PDF whose text could not be read (encrypted, unreadable, too large)
   // A deny-list hit or "infected" flags the claim; what the others do is admission's call.
   std::vector<std::string> Flags() const;
@@ -110,13 +119,39 @@ struct Review {
 Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes,
                              const std::string& tenant = "");
 
+// Bytes to review, read in pieces from the first byte.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // The next piece, "" at the end; valid until the next call. An error ends the review with it.
+  virtual Result<std::string_view> Next() = 0;
+  // Reads again from the first byte. Needed only when a declared or detected JSON turns out not
+  // to be JSON and is reviewed again as plain text (after the first pass read every byte).
+  virtual Status Restart() = 0;
+};
+
+// The review of the `size` bytes `source` gives, as ReviewContent would give it for them
+// whole, in bounded memory: about MediaTypeBytesMax() + Options::max_text_bytes + one piece +
+// the deny-list window, whatever `size` is (PDFs: the server streams them into the extractor's
+// child, which holds the file; pdf_sandbox.h). kDataLoss "integrity" when the source gives
+// other than `size` bytes; the source's errors are returned as they are.
+Result<Review> ReviewStream(const Options& options, std::string_view declared_media_type, uint64_t size,
+                            ByteSource* source, const std::string& tenant = "");
+
+// The extracted text only (Review::text and the type fields; no deny-list, no scan, no SHA-256):
+// for the search index. Reads no further than the kept text needs (a text or JSON item stops
+// once max_text_bytes are kept), so the text is the same as ReviewStream's.
+Result<Review> ExtractTextStream(const Options& options, std::string_view declared_media_type, uint64_t size,
+                                 ByteSource* source, const std::string& tenant = "");
+
 // The same deny-list gate on text as it stands (e.g. an inline body already known to be text):
 // offsets are into `text` itself, without extract.h's normalization.
 ScanHits GateText(const Options& options, std::string_view text);
 
 // The review as the API reports it (docs/operations/review.md, "The review record"), without
 // the text: {declared_media_type, detected_media_type, media_type, media_type_mismatch,
-// charset?, review, method, sha256, size, text_bytes, text_truncated, pdf_pages?,
+// charset?, review, method, sha256, size, text_bytes (all extracted, all scanned),
+// text_truncated (extraction stopped early), pdf_pages?,
 // deny_list_hits: [{pattern, offset}], hits_truncated, scan, notes, flags}.
 nlohmann::json ReviewToJson(const Review& review);
 

@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crypto/crypto.h"
 #include "review/clamd_testing.h"
+#include "review/media_type.h"
 #include "review/pdf_testing.h"
 #include "review/test_bytes_testing.h"
 
@@ -162,15 +164,164 @@ TEST(ReviewContentTest, SameBytesSameReview) {
   }
 }
 
-TEST(ReviewContentTest, TheCapCutsTextAndWhatIsCutIsNotScanned) {
+TEST(ReviewContentTest, TheCapCutsTheKeptTextButTheDenyListScansAllOfIt) {
   Options o;
   o.max_text_bytes = 16;
   Review r = Must(o, "text/plain", "0123456789abcdef " + kAwsKeyId);
   EXPECT_EQ(r.text, "0123456789abcdef");
-  EXPECT_TRUE(r.text_truncated);
-  EXPECT_TRUE(r.hits.empty());
-  EXPECT_EQ(r.notes, (std::vector<std::string>{"text truncated at 16 bytes"}));
-  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"text-truncated"}));
+  EXPECT_TRUE(r.text_kept_truncated);
+  EXPECT_EQ(r.text_bytes, 17 + kAwsKeyId.size());
+  EXPECT_FALSE(r.text_truncated);
+  EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"aws-access-key-id", 17}}));
+  EXPECT_TRUE(r.notes.empty());
+  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"deny-list"}));
+  EXPECT_EQ(ReviewToJson(r)["text_bytes"], 37);
+}
+
+// A source that gives `bytes` in pieces of the given sizes (cycled), counting restarts; it can
+// fail at a byte offset or give fewer bytes than it has.
+class PieceSource : public ByteSource {
+ public:
+  PieceSource(std::string bytes, std::vector<size_t> sizes) : bytes_(std::move(bytes)), sizes_(std::move(sizes)) {}
+  Result<std::string_view> Next() override {
+    if (fail_at_ && at_ >= *fail_at_) return Unavailable("the store went away", "store-unavailable");
+    const size_t want = sizes_[turn_++ % sizes_.size()];
+    const size_t n = std::min(want, bytes_.size() - at_);
+    piece_ = bytes_.substr(at_, n);  // a copy: the view must not outlive the call's promise
+    at_ += n;
+    return std::string_view(piece_);
+  }
+  Status Restart() override {
+    ++restarts_;
+    at_ = 0;
+    return Status::Ok();
+  }
+  int restarts() const { return restarts_; }
+  size_t at() const { return at_; }
+  std::optional<size_t> fail_at_;
+
+ private:
+  std::string bytes_, piece_;
+  std::vector<size_t> sizes_;
+  size_t at_ = 0, turn_ = 0;
+  int restarts_ = 0;
+};
+
+Review MustStream(const Options& o, std::string_view declared, const std::string& bytes, std::vector<size_t> sizes,
+                  int* restarts = nullptr) {
+  PieceSource src(bytes, std::move(sizes));
+  auto r = ReviewStream(o, declared, bytes.size(), &src);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (restarts) *restarts = src.restarts();
+  return r.ok() ? std::move(r).value() : Review{};
+}
+
+TEST(ReviewStreamTest, PiecesOfAnySizeGiveTheWholeReview) {
+  const std::string pdf = testing::MakePdf({{"a " + kAwsKeyId}, {"b"}});
+  std::string utf16 = "\xFF\xFE";
+  for (char c : std::string(R"({"k\u00e9y": ")") + kAwsKeyId + "\"}") {
+    utf16.push_back(c);
+    utf16.push_back('\0');
+  }
+  const std::vector<std::pair<std::string, std::string>> items = {
+      {"application/pdf", pdf},
+      {"text/plain", "x\r\ny " + kAwsKeyId + "\r\n\xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80 \xC3"},
+      {"text/plain", "\xEF\xBB\xBFbom then " + kAwsKeyId},
+      {"application/json", R"({"k": ["v", ")" + kAwsKeyId + R"("], "n": 1})"},
+      {"application/json", R"({"k": "v", )" + kAwsKeyId},  // not JSON: reviewed again as text
+      {"application/json", utf16},
+      {"image/png", testing::OnePixelPng()},
+      {"", ""},
+  };
+  for (const auto& [type, bytes] : items) {
+    const Review whole = Must({}, type, bytes);
+    for (const std::vector<size_t>& sizes :
+         {std::vector<size_t>{1}, std::vector<size_t>{2}, std::vector<size_t>{3, 1, 7}, std::vector<size_t>{64}}) {
+      int restarts = 0;
+      const Review r = MustStream({}, type, bytes, sizes, &restarts);
+      SCOPED_TRACE(type + " in pieces of " + std::to_string(sizes[0]));
+      EXPECT_EQ(r.text, whole.text);
+      EXPECT_EQ(ReviewToJson(r).dump(), ReviewToJson(whole).dump());
+      EXPECT_EQ(restarts, whole.method == "json-invalid-as-text" ? 1 : 0);
+    }
+  }
+  // The cases above do what they say.
+  EXPECT_EQ(Must({}, "application/json", R"({"k": "v", )" + kAwsKeyId).method, "json-invalid-as-text");
+  EXPECT_EQ(Must({}, "application/json", utf16).method, "json");
+  EXPECT_EQ(Must({}, "application/json", utf16).hits, (std::vector<DenyHit>{{"aws-access-key-id", 5}}));  // "k\u00e9y\n"
+  EXPECT_EQ(Must({}, "application/pdf", pdf).method, "pdf");
+}
+
+TEST(ReviewStreamTest, ASecretPastTheSixtyFourMiBMarkIsFoundAndClamdGetsEveryByte) {
+  // 70 MiB of text in 8 MiB pieces (the object store's ranges), the key past 64 MiB and one
+  // across a piece boundary.
+  std::string text(size_t{70} << 20, 'a');
+  for (size_t i = 99; i < text.size(); i += 100) text[i] = '\n';
+  const size_t late = (size_t{64} << 20) + 12345, seam = (size_t{16} << 20) - 7;
+  for (size_t at : {late, seam}) {
+    text.replace(at, kAwsKeyId.size(), kAwsKeyId);
+    text[at - 1] = ' ';
+    text[at + kAwsKeyId.size()] = ' ';
+  }
+  testing::FakeClamd clean(testing::FakeClamd::Mode::kClean);
+  Options o;
+  o.clamd_address = clean.address();
+  const Review r = MustStream(o, "text/plain", text, {size_t{8} << 20});
+  EXPECT_EQ(r.method, "text");
+  EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"aws-access-key-id", seam}, {"aws-access-key-id", late}}));
+  EXPECT_EQ(r.text_bytes, text.size());
+  EXPECT_EQ(r.text.size(), o.max_text_bytes);  // the kept prefix, for the index
+  EXPECT_TRUE(r.text_kept_truncated);
+  EXPECT_FALSE(r.text_truncated);
+  EXPECT_EQ(r.Flags(), (std::vector<std::string>{"deny-list"}));
+  EXPECT_EQ(r.size, text.size());
+  EXPECT_EQ(r.sha256_hex, crypto::Hex(crypto::Sha256(text)));
+  EXPECT_EQ(r.scan.ToString(), "clean");
+  ASSERT_EQ(clean.sessions().size(), 1u);
+  EXPECT_EQ(clean.sessions()[0].data.size(), text.size());
+  EXPECT_TRUE(clean.sessions()[0].data == text);
+}
+
+TEST(ReviewStreamTest, ALargeJsonIsParsedInPiecesAndScannedWhole) {
+  std::string json = "[";
+  for (int i = 0; i < 400000; ++i) json += R"({"n": )" + std::to_string(i) + R"(, "s": "value number )" + std::to_string(i) + "\"},";
+  json += R"({"key": ")" + kAwsKeyId + "\"}]";
+  const Review r = MustStream({}, "application/json", json, {65536, 3});
+  EXPECT_EQ(r.method, "json");
+  ASSERT_EQ(r.hits.size(), 1u);
+  EXPECT_EQ(r.hits[0].pattern_id, "aws-access-key-id");
+  EXPECT_EQ(r.hits[0].offset, r.text_bytes - kAwsKeyId.size() - 1);
+  EXPECT_GT(r.text_bytes, size_t{8} << 20);
+}
+
+TEST(ReviewStreamTest, TheSourcesErrorEndsTheReviewAndAShortSourceIsIntegrity) {
+  PieceSource failing(std::string(1 << 20, 'x'), {4096});
+  failing.fail_at_ = 300000;
+  auto r = ReviewStream({}, "text/plain", 1 << 20, &failing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().type(), "store-unavailable");
+
+  PieceSource shorter("hello", {2});
+  auto s = ReviewStream({}, "text/plain", 6, &shorter);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kDataLoss);
+  EXPECT_EQ(s.status().type(), "integrity");
+}
+
+TEST(ReviewStreamTest, ExtractTextStopsOnceTheKeptTextIsFull) {
+  Options o;
+  o.max_text_bytes = 1000;
+  const std::string text(size_t{32} << 20, 'b');
+  PieceSource src(text, {size_t{1} << 20});
+  auto r = ExtractTextStream(o, "text/plain", text.size(), &src);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->text, std::string(1000, 'b'));
+  EXPECT_EQ(r->text, Must(o, "text/plain", text).text);
+  // Read: the detection prefix and one piece after it, not the 32 MiB.
+  auto bytes_max = MediaTypeBytesMax();
+  ASSERT_TRUE(bytes_max.ok());
+  EXPECT_LE(src.at(), *bytes_max + (size_t{1} << 20));
+  EXPECT_LT(src.at(), text.size());
 }
 
 TEST(ReviewContentTest, ClamdScansEveryKindWhenConfigured) {
