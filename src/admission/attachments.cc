@@ -596,7 +596,8 @@ Result<std::optional<std::string>> Attachments::SearchText(const std::string& te
   ObjectPlaintext plain(StoreOf(a), a.object_key, static_cast<uint64_t>(a.ciphertext_size), dek.view(),
                         uploads::AttachmentAad(tenant, a.upload_id), a.ciphertext_sha256, a.plaintext_sha256);
   OML_ASSIGN_OR_RETURN(review::Review r,
-                       review::ExtractTextStream(review_, a.media_type, static_cast<uint64_t>(a.size), &plain, tenant));
+                       review::ExtractTextStream(review_, a.media_type, static_cast<uint64_t>(a.size), &plain,
+                                                 a.review.value("method", ""), tenant));
   if (r.kind != review::ReviewKind::kTextExtraction) {
     crypto::Wipe(&r.text);
     return std::optional<std::string>();

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "crypto/crypto.h"
+
 namespace oml::review {
 namespace {
 
@@ -178,10 +180,12 @@ Result<std::shared_ptr<const DenyList>> DenyList::Load(const std::string& path) 
   return Compile(std::move(patterns));
 }
 
-void DenyList::Find(std::string_view view, uint64_t base, uint64_t from, uint64_t until, size_t cap,
+void DenyList::Find(std::string_view text, size_t len, uint64_t base, uint64_t from, uint64_t until, size_t cap,
                     std::vector<uint64_t>* resume, std::vector<size_t>* count, std::vector<Found>* found) const {
   if (patterns_.empty() || from >= until) return;
-  const re2::StringPiece whole(view.data(), view.size());
+  // Matches end at or before len; the bytes after it are context only (for $, \z and \b at
+  // the window's end, which is not the text's end unless len == text.size()).
+  const re2::StringPiece whole(text.data(), text.size());
   std::vector<int> which;
   re2::RE2::Set::ErrorInfo err{re2::RE2::Set::kNoError};
   if (!re_->set.Match(whole, &which, &err)) {
@@ -198,10 +202,10 @@ void DenyList::Find(std::string_view view, uint64_t base, uint64_t from, uint64_
     // cap + 1 of its own pattern, so it could never be among the first cap.
     while (n <= cap) {
       const uint64_t at = std::max(from, resume_at);
-      if (at < base || at - base > view.size()) break;
+      if (at < base || at - base > len) break;
       re2::StringPiece m;
-      if (!re.Match(whole, static_cast<size_t>(at - base), view.size(), RE2::UNANCHORED, &m, 1)) break;
-      const uint64_t off = base + static_cast<uint64_t>(m.data() - view.data());
+      if (!re.Match(whole, static_cast<size_t>(at - base), len, RE2::UNANCHORED, &m, 1)) break;
+      const uint64_t off = base + static_cast<uint64_t>(m.data() - text.data());
       if (off >= until) break;  // the next window decides it
       if (m.empty()) {          // a pattern that can match empty somewhere: skip the empty match
         resume_at = off + 1;
@@ -239,7 +243,7 @@ ScanHits DenyList::Scan(std::string_view text, size_t max_hits) const {
   std::vector<uint64_t> resume(patterns_.size(), 0);
   std::vector<size_t> count(patterns_.size(), 0);
   std::vector<Found> found;
-  Find(text, 0, 0, text.size() + 1, max_hits, &resume, &count, &found);
+  Find(text, text.size(), 0, 0, text.size() + 1, max_hits, &resume, &count, &found);
   return Resolve(found, max_hits);
 }
 
@@ -247,13 +251,16 @@ DenyScanner::DenyScanner(std::shared_ptr<const DenyList> list, size_t max_hits, 
     : list_(std::move(list)),
       max_hits_(max_hits),
       window_(std::max<size_t>(window, 1)),
-      overlap_(overlap),
+      overlap_(std::max<size_t>(overlap, 1)),
       resume_(list_->patterns().size(), 0),
       count_(list_->patterns().size(), 0) {}
 
+DenyScanner::~DenyScanner() { crypto::Wipe(&buf_); }
+
 void DenyScanner::Text(std::string_view piece) {
   buf_.append(piece);
-  while (base_ + buf_.size() - next_ >= window_ + overlap_) ScanWindow(false);
+  // Strictly more than a window and its overlap: at least one byte after the view is context.
+  while (base_ + buf_.size() - next_ > window_ + overlap_) ScanWindow(false);
 }
 
 void DenyScanner::ScanWindow(bool final) {
@@ -262,7 +269,7 @@ void DenyScanner::ScanWindow(bool final) {
   // The last window decides every start up to and including the end (Scan's bound: an empty
   // match at the end is skipped there too).
   const uint64_t until = final ? base_ + len + 1 : next_ + window_;
-  list_->Find(std::string_view(buf_.data(), len), base_, next_, until, max_hits_, &resume_, &count_, &found_);
+  list_->Find(buf_, len, base_, next_, until, max_hits_, &resume_, &count_, &found_);
   next_ = final ? base_ + len : until;
   // Keep `overlap_` bytes before next_ as the next window's left context.
   const size_t drop = next_ - base_ > overlap_ ? static_cast<size_t>(next_ - base_ - overlap_) : 0;

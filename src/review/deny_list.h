@@ -90,12 +90,13 @@ class DenyList {
     uint64_t offset;
     size_t pattern;
   };
-  // The one matching loop behind Scan and DenyScanner. `view` is text starting at absolute
-  // offset `base`; finds each pattern's matches that start in [from, until), each pattern's
+  // The one matching loop behind Scan and DenyScanner. `text` starts at absolute offset `base`;
+  // matches end within its first `len` bytes (the rest is context for $, \z and \b only).
+  // Finds each pattern's matches that start in [from, until), each pattern's
   // search resuming at max(from, (*resume)[p]) (the end of its previous match: matches of one
   // pattern never overlap) and moving it past every match found; at most cap + 1 matches per
   // pattern in all ((*count)[p] carries the count across calls).
-  void Find(std::string_view view, uint64_t base, uint64_t from, uint64_t until, size_t cap,
+  void Find(std::string_view text, size_t len, uint64_t base, uint64_t from, uint64_t until, size_t cap,
             std::vector<uint64_t>* resume, std::vector<size_t>* count, std::vector<Found>* found) const;
   // Drops fallback hits shadowed by a specific one at the same offset, orders, cuts at max_hits.
   ScanHits Resolve(const std::vector<Found>& found, size_t max_hits) const;
@@ -115,8 +116,10 @@ class DenyScanner : public TextTap {
   static constexpr size_t kWindow = size_t{4} << 20;
   static constexpr size_t kOverlap = size_t{64} << 10;
 
+  // window and overlap are at least 1.
   explicit DenyScanner(std::shared_ptr<const DenyList> list, size_t max_hits = 1000, size_t window = kWindow,
                        size_t overlap = kOverlap);
+  ~DenyScanner() override;  // wipes the text it holds
   void Text(std::string_view piece) override;
   // Scans what is left; the hits, offsets into the whole text. Call once, after the last piece.
   ScanHits Finish();

@@ -239,6 +239,23 @@ TEST(DenyScannerTest, WindowsFindExactlyWhatTheWholeScanFinds) {
   }
 }
 
+// A window's end is not the text's end: $, \z and \b there see the next byte (a pattern whose
+// preferred alternative needs the end of the text must not match at a window's end).
+TEST(DenyScannerTest, AWindowsEndIsNotTheEndOfTheText) {
+  auto list = DenyList::Compile({{"foo-end", R"(foo.*\z|foo)", false}, {"word", R"(\bbar\b)", false}});
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "foo barbar bar ";
+  text += "\n";
+  const ScanHits want = (*list)->Scan(text);
+  EXPECT_EQ(want.hits.size(), 200u);
+  for (size_t window : {size_t{1}, size_t{5}, size_t{64}}) {
+    DenyScanner scanner(*list, 1000, window, 16);
+    for (size_t at = 0; at < text.size(); at += 7) scanner.Text(std::string_view(text).substr(at, 7));
+    EXPECT_EQ(scanner.Finish().hits, want.hits) << window;
+  }
+}
+
 TEST(DenyScannerTest, MaxHitsAcrossWindows) {
   std::string text;
   for (int i = 0; i < 30; ++i) text += kAwsKeyId + " ";

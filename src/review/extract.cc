@@ -5,10 +5,14 @@
 #include <poppler-page.h>
 
 #include <climits>
+#include <cstdint>
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
+
+#include "crypto/crypto.h"
 
 namespace oml::review {
 
@@ -20,7 +24,18 @@ namespace {
 constexpr size_t kTapPiece = 64 * 1024;  // text handed to a tap in pieces of about this size
 }  // namespace
 
+TextSink::~TextSink() {
+  crypto::Wipe(&out_);
+  crypto::Wipe(&tap_buf_);
+  crypto::Wipe(&partial_);
+}
+
 void TextSink::AppendCodePoint(uint32_t cp) {
+  FlushPartial();
+  Put(cp);
+}
+
+void TextSink::Put(uint32_t cp) {
   if (full()) return;
   // CR LF -> LF, lone CR -> LF: a CR is written as LF at once, and an LF right after it is
   // dropped.
@@ -75,7 +90,7 @@ size_t TextSink::DecodeUtf8(const unsigned char* p, size_t len, bool final) {
   while (i < len && !full()) {
     const unsigned char b = p[i];
     if (b < 0x80) {
-      AppendCodePoint(b);
+      Put(b);
       ++i;
       continue;
     }
@@ -98,7 +113,7 @@ size_t TextSink::DecodeUtf8(const unsigned char* p, size_t len, bool final) {
       if (b == 0xF0) lo = 0x90;
       if (b == 0xF4) hi = 0x8F;
     } else {
-      AppendCodePoint(kReplacement);
+      Put(kReplacement);
       ++i;
       continue;
     }
@@ -118,11 +133,11 @@ size_t TextSink::DecodeUtf8(const unsigned char* p, size_t len, bool final) {
       ok = false;
     }
     if (!ok) {
-      AppendCodePoint(kReplacement);
+      Put(kReplacement);
       ++i;
       continue;
     }
-    AppendCodePoint(cp);
+    Put(cp);
     i += need + 1;
   }
   return full() ? len : i;
@@ -139,7 +154,7 @@ size_t TextSink::DecodeUtf16(const unsigned char* p, size_t len, bool big_endian
       if (i + 4 <= len) {
         const uint32_t v = unit(i + 2);
         if (v >= 0xDC00 && v <= 0xDFFF) {
-          AppendCodePoint(0x10000 + ((u - 0xD800) << 10) + (v - 0xDC00));
+          Put(0x10000 + ((u - 0xD800) << 10) + (v - 0xDC00));
           i += 4;
           continue;
         }
@@ -147,18 +162,19 @@ size_t TextSink::DecodeUtf16(const unsigned char* p, size_t len, bool big_endian
         return i;  // a high surrogate whose partner may come with the next piece
       }
     }
-    AppendCodePoint(u);  // a lone surrogate becomes U+FFFD there
+    Put(u);  // a lone surrogate becomes U+FFFD there
     i += 2;
   }
   if (full()) return len;
   if (i < len) {  // one odd byte
     if (!final) return i;
-    AppendCodePoint(kReplacement);
+    Put(kReplacement);
   }
   return len;
 }
 
 void TextSink::AppendUtf8(std::string_view s) {
+  if (partial_utf16_) FlushPartial();  // a held character of another encoding ends here
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   if (!partial_.empty()) {
     // Complete the held character with at most 3 more bytes (no character is longer), then go on
@@ -183,13 +199,15 @@ void TextSink::AppendUtf8(std::string_view s) {
 }
 
 void TextSink::AppendLatin1(std::string_view s) {
+  FlushPartial();
   for (char c : s) {
     if (full()) return;
-    AppendCodePoint(static_cast<unsigned char>(c));
+    Put(static_cast<unsigned char>(c));
   }
 }
 
 void TextSink::AppendUtf16(std::string_view s, bool big_endian) {
+  if (!partial_utf16_ || partial_big_endian_ != big_endian) FlushPartial();
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   if (!partial_.empty()) {
     const size_t held = partial_.size();  // at most 3: a high surrogate and one odd byte
@@ -213,17 +231,21 @@ void TextSink::AppendUtf16(std::string_view s, bool big_endian) {
   }
 }
 
-void TextSink::Finish() {
-  if (!partial_.empty()) {
-    std::string held;
-    held.swap(partial_);
-    const auto* p = reinterpret_cast<const unsigned char*>(held.data());
-    if (partial_utf16_) {
-      DecodeUtf16(p, held.size(), partial_big_endian_, true);
-    } else {
-      DecodeUtf8(p, held.size(), true);
-    }
+void TextSink::FlushPartial() {
+  if (partial_.empty()) return;
+  std::string held;
+  held.swap(partial_);
+  const auto* p = reinterpret_cast<const unsigned char*>(held.data());
+  if (partial_utf16_) {
+    DecodeUtf16(p, held.size(), partial_big_endian_, true);
+  } else {
+    DecodeUtf8(p, held.size(), true);
   }
+  crypto::Wipe(&held);
+}
+
+void TextSink::Finish() {
+  FlushPartial();
   if (tap_ != nullptr && !tap_buf_.empty()) {
     tap_->Text(tap_buf_);
     tap_buf_.clear();
@@ -267,9 +289,13 @@ void PlainTextDecoder::Settle() {
 
 void PlainTextDecoder::Feed(std::string_view bytes) {
   if (mode_ != Mode::kUndecided) return Decode(bytes);
-  // The BOM question needs the first 3 bytes (or the end of the input: Finish).
-  head_.append(bytes);
-  if (head_.size() >= 3) Settle();
+  // The BOM question needs the first 3 bytes (or the end of the input: Finish); only those are
+  // held here, the rest of the piece is decoded in place.
+  const size_t take = std::min(bytes.size(), 3 - head_.size());
+  head_.append(bytes.substr(0, take));
+  if (head_.size() < 3) return;
+  Settle();
+  Decode(bytes.substr(take));
 }
 
 void PlainTextDecoder::Finish() {
@@ -289,40 +315,63 @@ namespace {
 class JsonTextSax {
  public:
   using json = nlohmann::json;
-  explicit JsonTextSax(TextSink* sink) : sink_(sink) {}
+  // `since_event` (may be null): the input bytes read since the parser's last event, reset at
+  // each event (PieceIterator counts them); `max_depth`: nesting beyond it stops the parse.
+  JsonTextSax(TextSink* sink, uint64_t* since_event = nullptr, size_t max_depth = SIZE_MAX)
+      : sink_(sink), since_(since_event), max_depth_(max_depth) {}
 
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(json::number_integer_t) { return true; }
-  bool number_unsigned(json::number_unsigned_t) { return true; }
-  bool number_float(json::number_float_t, const json::string_t&) { return true; }
-  bool string(json::string_t& s) { return Emit(s); }
-  bool binary(json::binary_t&) { return true; }
-  bool start_object(std::size_t) { return true; }
-  bool key(json::string_t& s) { return Emit(s); }
-  bool end_object() { return true; }
-  bool start_array(std::size_t) { return true; }
-  bool end_array() { return true; }
+  bool null() { return Event(); }
+  bool boolean(bool) { return Event(); }
+  bool number_integer(json::number_integer_t) { return Event(); }
+  bool number_unsigned(json::number_unsigned_t) { return Event(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return Event(); }
+  bool string(json::string_t& s) { return Event() && Emit(s); }
+  bool binary(json::binary_t&) { return Event(); }
+  bool start_object(std::size_t) { return Event() && Deeper(); }
+  bool key(json::string_t& s) { return Event() && Emit(s); }
+  bool end_object() { return Event() && Shallower(); }
+  bool start_array(std::size_t) { return Event() && Deeper(); }
+  bool end_array() { return Event() && Shallower(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
     failed_ = true;
     return false;
   }
 
   bool failed() const { return failed_; }
+  bool too_deep() const { return too_deep_; }
 
  private:
+  bool Event() {
+    if (since_ != nullptr) *since_ = 0;
+    return true;
+  }
+  bool Deeper() {
+    if (++depth_ <= max_depth_) return true;
+    too_deep_ = true;
+    return false;
+  }
+  bool Shallower() {
+    --depth_;
+    return true;
+  }
   bool Emit(const std::string& s) {
     sink_->AppendUtf8(s);
     sink_->AppendCodePoint('\n');
     return !sink_->full();  // false stops the parser: nothing more is of use
   }
   TextSink* sink_;
+  uint64_t* since_;
+  size_t max_depth_;
+  size_t depth_ = 0;
   bool failed_ = false;
+  bool too_deep_ = false;
 };
 
 // An input iterator over JsonPieces, for nlohmann's iterator input adapter: it reads a byte at a
 // time and asks for the next piece only when the current one is used up. Equal to the end
-// iterator (null state) once the pieces are exhausted.
+// iterator (null state) once the pieces are exhausted, or once more than max_token bytes were
+// read without a parser event (the lexer holds a token whole, twice: the input ends there, which
+// the parser reports as an error, and `over` says why).
 class PieceIterator {
  public:
   using iterator_category = std::input_iterator_tag;
@@ -333,9 +382,12 @@ class PieceIterator {
 
   struct State {
     JsonPieces* pieces;
+    uint64_t max_token;
     std::string_view cur;
     bool done = false;
-    // Makes cur non-empty unless the input is exhausted.
+    bool over = false;
+    uint64_t since_event = 0;
+    // Makes cur non-empty unless the input is exhausted (or cut).
     bool Fill() {
       while (cur.empty() && !done) {
         cur = pieces->Next();
@@ -353,6 +405,11 @@ class PieceIterator {
   PieceIterator& operator++() {
     s_->Fill();
     s_->cur.remove_prefix(1);
+    if (++s_->since_event > s_->max_token) {
+      s_->over = true;
+      s_->done = true;
+      s_->cur = {};
+    }
     return *this;
   }
   bool operator==(const PieceIterator& o) const { return AtEnd() == o.AtEnd(); }
@@ -376,12 +433,20 @@ bool ExtractJson(std::string_view json_utf8, TextSink* sink) {
   return !sax.failed();
 }
 
-bool ExtractJsonPieces(JsonPieces* pieces, TextSink* sink) {
-  JsonTextSax sax(sink);
-  PieceIterator::State state{pieces, {}};
+bool ExtractJsonPieces(JsonPieces* pieces, TextSink* sink, std::string* not_json) {
+  PieceIterator::State state{pieces, kMaxJsonTokenBytes, {}};
+  JsonTextSax sax(sink, &state.since_event, kMaxJsonDepth);
   try {
     nlohmann::json::sax_parse(PieceIterator(&state), PieceIterator(), &sax);
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory is not a property of the document
   } catch (const std::exception&) {
+    return false;
+  }
+  if (state.over || sax.too_deep()) {
+    if (not_json != nullptr)
+      *not_json = state.over ? "a JSON token longer than " + std::to_string(kMaxJsonTokenBytes) + " bytes"
+                             : "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return false;
   }
   sink->Finish();

@@ -37,11 +37,14 @@ class TextTap {
 class TextSink {
  public:
   explicit TextSink(size_t max_bytes, TextTap* tap = nullptr) : max_bytes_(max_bytes), tap_(tap) {}
+  ~TextSink();  // wipes what it holds (plaintext-derived)
   TextSink(const TextSink&) = delete;
   TextSink& operator=(const TextSink&) = delete;
 
   // Appends one code point in the normal form above. Surrogates and values above U+10FFFF
   // become U+FFFD. Once the kept text is full, appends go to the tap only (none without one).
+  // Any append but one of the same encoding (AppendUtf8 after AppendUtf8, AppendUtf16 of the
+  // same byte order) first ends a held incomplete character as U+FFFD, as Finish() would.
   void AppendCodePoint(uint32_t cp);
   // Decodes UTF-8 (invalid bytes -> U+FFFD) and appends.
   void AppendUtf8(std::string_view s);
@@ -82,6 +85,8 @@ class TextSink {
   // Decode p[0, n); return the bytes consumed: all of them, unless !final and the input ends
   // inside a character that is well-formed so far (left for the next call).
   size_t DecodeUtf8(const unsigned char* p, size_t n, bool final);
+  void Put(uint32_t cp);  // AppendCodePoint without ending a held character
+  void FlushPartial();    // a held incomplete character becomes U+FFFD
   size_t DecodeUtf16(const unsigned char* p, size_t n, bool big_endian, bool final);
 
   std::string out_;
@@ -128,13 +133,19 @@ bool ExtractJson(std::string_view json_utf8, TextSink* sink);
 
 // The same over UTF-8 that arrives in pieces: `next` returns the next piece, "" at the end (a
 // piece must stay valid until the next call). Reads no further than the parser needs (stops at
-// the first error). The parse never holds more than one piece and the current token.
+// the first error). The parse holds one piece and the current token (nlohmann's lexer keeps a
+// token whole, twice) and one bit per level of nesting, so both are bounded: a token longer
+// than kMaxJsonTokenBytes (more input than that without a complete value, key or bracket) or
+// nesting deeper than kMaxJsonDepth ends the parse as not JSON, and *not_json (if given) says
+// which; the caller reviews the document as text instead. Rethrows std::bad_alloc.
+inline constexpr uint64_t kMaxJsonTokenBytes = uint64_t{16} << 20;
+inline constexpr size_t kMaxJsonDepth = 1000000;
 class JsonPieces {
  public:
   virtual ~JsonPieces() = default;
   virtual std::string_view Next() = 0;
 };
-bool ExtractJsonPieces(JsonPieces* pieces, TextSink* sink);
+bool ExtractJsonPieces(JsonPieces* pieces, TextSink* sink, std::string* not_json = nullptr);
 
 // PDF, through poppler-cpp: each page's text in page order in poppler's reading order (the
 // layout `pdftotext` uses by default), each page ending in "\f" (poppler's own page break; one

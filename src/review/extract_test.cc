@@ -224,6 +224,23 @@ TEST(TextSinkTest, PiecesCutAnywhereDecodeAsTheWhole) {
   }
 }
 
+// An append of another kind ends a held incomplete character first (never completed across it).
+TEST(TextSinkTest, AnotherKindOfAppendEndsAHeldCharacter) {
+  TextSink a(kUnlimited);
+  a.AppendUtf8("a\xC3");
+  a.AppendCodePoint('\f');
+  a.AppendUtf8("\xA9" "b");
+  EXPECT_EQ(a.Take(), "a" + kFffd + "\f" + kFffd + "b");
+  TextSink b(kUnlimited);
+  b.AppendUtf8("\xC3");
+  b.AppendUtf16(std::string("A\0", 2), false);
+  EXPECT_EQ(b.Take(), kFffd + "A");
+  TextSink c(kUnlimited);
+  c.AppendUtf16(std::string("\x3D\xD8", 2), false);  // a high surrogate, held
+  c.AppendLatin1("\xE9");
+  EXPECT_EQ(c.Take(), kFffd + "\xC3\xA9");
+}
+
 TEST(TextSinkTest, WithATapNothingIsFullAndWithoutOneExtractorsStop) {
   KeepAll tap;
   TextSink tapped(0, &tap);

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crypto/crypto.h"
+
 namespace oml::review {
 namespace {
 
@@ -137,7 +139,10 @@ Result<PdfText> PdfSandbox::Extract(std::string_view bytes, TextSink* sink, cons
 
 Result<PdfText> PdfSandbox::Extract(const std::function<Result<std::string_view>()>& next, uint64_t size,
                                     TextSink* sink, const std::string& tenant) {
-  const auto deadline = Clock::now() + opts_.wall;
+  // The wall clock bounds the slot wait and the transfer of the file; once its last byte is sent
+  // it starts again for the extraction itself, so a large file read from a slow store does not
+  // eat the child's time.
+  auto deadline = Clock::now() + opts_.wall;
   if (size > static_cast<uint64_t>(INT_MAX)) {
     PdfText t;
     t.outcome = PdfOutcome::kTooLarge;
@@ -264,7 +269,10 @@ Result<PdfText> PdfSandbox::Extract(const std::function<Result<std::string_view>
           break;
         }
         piece = *got;
-        if (piece.empty()) in_w.Close();
+        if (piece.empty()) {
+          in_w.Close();
+          deadline = Clock::now() + opts_.wall;
+        }
       }
       if (!piece.empty()) {
         ssize_t w = WriteNoSigpipe(in_w.fd, piece.data(), std::min<size_t>(piece.size(), 1 << 16));
@@ -288,6 +296,7 @@ Result<PdfText> PdfSandbox::Extract(const std::function<Result<std::string_view>
   }
   in_w.Close();
   out_r.Close();  // a child still writing gets EPIPE and ends
+  crypto::Wipe(&frames);  // extracted text not yet parsed (an error or a limit)
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

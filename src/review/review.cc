@@ -143,13 +143,22 @@ class Reader {
   }
   uint64_t count() const { return count_; }
   std::string Digest() { return sha_.Digest(); }
+  // clamd's verdict once the first pass ended (Drain); nullopt without clamd.
+  const std::optional<ScanResult>& verdict() const { return verdict_; }
 
  private:
   Result<std::string_view> Read() {
     OML_ASSIGN_OR_RETURN(std::string_view p, source_->Next());
-    if (second_pass_ || first_done_) return p;
+    if (second_pass_) return p;
+    if (first_done_) {
+      if (!p.empty()) return Internal("the review's byte source gave bytes after its end");
+      return p;
+    }
     if (p.empty()) {
       first_done_ = true;
+      // clamd has every byte: its verdict is read now, not after a second pass over the item
+      // (clamd drops a stream that stays idle for its ReadTimeout).
+      if (account_ && clamd_ != nullptr) verdict_ = clamd_->Finish();
       return p;
     }
     count_ += p.size();
@@ -165,6 +174,7 @@ class Reader {
   bool account_;
   ClamdStream* clamd_;
   bool clamd_ok_ = true;
+  std::optional<ScanResult> verdict_;
   std::string prefix_;
   bool prefix_given_ = false;
   bool first_done_ = false, second_pass_ = false;
@@ -237,9 +247,20 @@ Status DecodePlain(Reader* r, std::string_view charset, TextSink* sink) {
   return Status::Ok();
 }
 
-// One review over `source`; `full` false: the text only (ExtractTextStream).
+// Whether an item libmagic saw only a prefix of, and called text/plain, may be JSON: its first
+// byte (after whitespace and a UTF-8 BOM) opens an object or an array. libmagic recognises JSON
+// by parsing the buffer it is given, which a cut prefix fails.
+bool MayBeLongJson(const Detected& d, std::string_view prefix, uint64_t size, size_t sniff) {
+  if (size <= sniff || d.media_type != "text/plain" || (d.charset != "us-ascii" && d.charset != "utf-8")) return false;
+  if (prefix.starts_with("\xEF\xBB\xBF")) prefix.remove_prefix(3);
+  const size_t first = prefix.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && (prefix[first] == '{' || prefix[first] == '[');
+}
+
+// One review over `source`; `full` false: the text only (ExtractTextStream), with the extractor
+// the review recorded (`recorded_method`, "" to decide as the review does).
 Result<Review> Run(const Options& options, std::string_view declared_media_type, uint64_t size, ByteSource* source,
-                   const std::string& tenant, bool full) {
+                   const std::string& tenant, bool full, std::string_view recorded_method = "") {
   Review r;
   r.size = size;
   r.declared_media_type = NormalizeMediaType(declared_media_type);
@@ -258,11 +279,14 @@ Result<Review> Run(const Options& options, std::string_view declared_media_type,
   }
   Reader reader(source, full, clamd ? &*clamd : nullptr);
 
-  // libmagic reads no more than bytes_max of any item: detection from that prefix is detection
-  // from the whole.
+  // libmagic is given the item's first bytes_max bytes, exactly (whatever the pieces): the most it
+  // reads of any item, so detection does not depend on how the bytes arrive. Its JSON check
+  // parses what it is given; a longer JSON item is recognised by MayBeLongJson.
   OML_ASSIGN_OR_RETURN(size_t sniff, MediaTypeBytesMax());
-  OML_RETURN_IF_ERROR(reader.Buffer(std::max<size_t>(sniff, 1)));
-  OML_ASSIGN_OR_RETURN(Detected detected, DetectMediaType(reader.prefix()));
+  sniff = std::max<size_t>(sniff, 1);
+  OML_RETURN_IF_ERROR(reader.Buffer(sniff));
+  const std::string_view head = std::string_view(reader.prefix()).substr(0, sniff);
+  OML_ASSIGN_OR_RETURN(Detected detected, DetectMediaType(head));
   r.detected_media_type = detected.media_type;
   const Resolved resolved = Resolve(r.declared_media_type, r.detected_media_type);
   r.media_type = resolved.media_type;
@@ -314,25 +338,34 @@ Result<Review> Run(const Options& options, std::string_view declared_media_type,
   } else if (IsTextFamily(r.detected_media_type)) {
     r.kind = ReviewKind::kTextExtraction;
     r.charset = detected.charset;
-    if (IsJson(r.media_type) || IsJson(r.declared_media_type)) {
+    const bool json_candidate = recorded_method.empty()
+                                    ? IsJson(r.media_type) || IsJson(r.declared_media_type) ||
+                                          MayBeLongJson(detected, head, size, sniff)
+                                    : recorded_method == "json";
+    if (json_candidate) {
+      // Declared or detected JSON; or text/plain that libmagic saw only a prefix of and that
+      // opens like JSON: JSON if it parses, plain text ("text") otherwise.
+      const bool declared_or_detected = IsJson(r.media_type) || IsJson(r.declared_media_type);
       // nlohmann reads UTF-8 only: other charsets are decoded as they are read.
       const bool utf8 = (detected.charset == "us-ascii" || detected.charset == "utf-8") &&
                         !reader.prefix().starts_with("\xEF\xBB\xBF");
       bool parsed;
+      std::string not_json;  // why a document was not parsed to its end (a limit), if it was not
       if (utf8) {
         RawPieces pieces(&reader);
-        parsed = ExtractJsonPieces(&pieces, sink.get());
+        parsed = ExtractJsonPieces(&pieces, sink.get(), &not_json);
         OML_RETURN_IF_ERROR(pieces.error());
       } else {
         DecodedPieces pieces(&reader, detected.charset);
-        parsed = ExtractJsonPieces(&pieces, sink.get());
+        parsed = ExtractJsonPieces(&pieces, sink.get(), &not_json);
         OML_RETURN_IF_ERROR(pieces.error());
       }
       if (parsed) {
         r.method = "json";
       } else {
         // Reviewed again from the first byte as plain text, with a fresh text and deny-list.
-        r.method = "json-invalid-as-text";
+        r.method = declared_or_detected || !recorded_method.empty() ? "json-invalid-as-text" : "text";
+        if (!not_json.empty()) r.notes.push_back("reviewed as text: " + not_json);
         OML_RETURN_IF_ERROR(reader.Restart());
         fresh();
         OML_RETURN_IF_ERROR(DecodePlain(&reader, detected.charset, sink.get()));
@@ -354,6 +387,13 @@ Result<Review> Run(const Options& options, std::string_view declared_media_type,
   }
   if (!full) return r;
 
+  struct WipeText {  // until the review is returned: an error leaves no extracted text behind
+    std::string* s;
+    bool keep = false;
+    ~WipeText() {
+      if (!keep) crypto::Wipe(s);
+    }
+  } wipe_text{&r.text};
   OML_RETURN_IF_ERROR(reader.Drain());
   if (reader.count() != size)
     return Status(Code::kDataLoss,
@@ -366,7 +406,8 @@ Result<Review> Run(const Options& options, std::string_view declared_media_type,
     r.hits = std::move(hits.hits);
     r.hits_truncated = hits.truncated;
   }
-  r.scan = scan ? *scan : clamd->Finish();
+  r.scan = scan ? *scan : *reader.verdict();
+  wipe_text.keep = true;
   return r;
 }
 
@@ -378,8 +419,8 @@ Result<Review> ReviewStream(const Options& options, std::string_view declared_me
 }
 
 Result<Review> ExtractTextStream(const Options& options, std::string_view declared_media_type, uint64_t size,
-                                 ByteSource* source, const std::string& tenant) {
-  return Run(options, declared_media_type, size, source, tenant, /*full=*/false);
+                                 ByteSource* source, std::string_view recorded_method, const std::string& tenant) {
+  return Run(options, declared_media_type, size, source, tenant, /*full=*/false, recorded_method);
 }
 
 Result<Review> ReviewContent(const Options& options, std::string_view declared_media_type, std::string_view bytes,

@@ -139,10 +139,14 @@ Result<Review> ReviewStream(const Options& options, std::string_view declared_me
                             ByteSource* source, const std::string& tenant = "");
 
 // The extracted text only (Review::text and the type fields; no deny-list, no scan, no SHA-256):
-// for the search index. Reads no further than the kept text needs (a text or JSON item stops
-// once max_text_bytes are kept), so the text is the same as ReviewStream's.
+// for the search index. `recorded_method` is the method ReviewStream recorded for the same
+// bytes ("json", "json-invalid-as-text", "text", ...): a JSON item is parsed only if it was
+// parsed then, so the text is the review's kept text even though this reads no further than
+// that text needs (a text or JSON item stops once max_text_bytes are kept). "" decides as
+// ReviewStream does.
 Result<Review> ExtractTextStream(const Options& options, std::string_view declared_media_type, uint64_t size,
-                                 ByteSource* source, const std::string& tenant = "");
+                                 ByteSource* source, std::string_view recorded_method,
+                                 const std::string& tenant = "");
 
 // The same deny-list gate on text as it stands (e.g. an inline body already known to be text):
 // offsets are into `text` itself, without extract.h's normalization.

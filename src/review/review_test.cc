@@ -6,6 +6,7 @@
 
 #include "crypto/crypto.h"
 #include "review/clamd_testing.h"
+#include "review/extract.h"
 #include "review/media_type.h"
 #include "review/pdf_testing.h"
 #include "review/test_bytes_testing.h"
@@ -313,7 +314,7 @@ TEST(ReviewStreamTest, ExtractTextStopsOnceTheKeptTextIsFull) {
   o.max_text_bytes = 1000;
   const std::string text(size_t{32} << 20, 'b');
   PieceSource src(text, {size_t{1} << 20});
-  auto r = ExtractTextStream(o, "text/plain", text.size(), &src);
+  auto r = ExtractTextStream(o, "text/plain", text.size(), &src, "text");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->text, std::string(1000, 'b'));
   EXPECT_EQ(r->text, Must(o, "text/plain", text).text);
@@ -382,6 +383,73 @@ TEST(ReviewContentTest, OptionsFromConfig) {
   auto missing = OptionsFromConfig(c);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
+}
+
+// nlohmann holds a token whole (twice) and a bit per level: a file of any size must not make it
+// hold gigabytes. A token past kMaxJsonTokenBytes or nesting past kMaxJsonDepth ends the parse,
+// and the document is reviewed as text, all of it (the key after the long string is found).
+TEST(ReviewStreamTest, AJsonTokenOrNestingBeyondItsBoundIsReviewedAsText) {
+  std::string long_string = R"({"a": ")" + std::string(kMaxJsonTokenBytes + 10, 'a') + R"(", "k": ")" + kAwsKeyId + "\"}";
+  const Review r = MustStream({}, "application/json", long_string, {size_t{8} << 20});
+  EXPECT_EQ(r.method, "json-invalid-as-text");
+  EXPECT_EQ(r.notes, (std::vector<std::string>{"reviewed as text: a JSON token longer than 16777216 bytes"}));
+  EXPECT_EQ(r.hits, (std::vector<DenyHit>{{"aws-access-key-id", long_string.size() - kAwsKeyId.size() - 2}}));
+
+  const std::string deep = std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']');
+  const Review d = MustStream({}, "application/json", deep, {size_t{1} << 20});
+  EXPECT_EQ(d.method, "json-invalid-as-text");
+  EXPECT_EQ(d.notes, (std::vector<std::string>{"reviewed as text: JSON nested deeper than 1000000 levels"}));
+  const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_EQ(MustStream({}, "application/json", ok, {size_t{1} << 20}).method, "json");
+}
+
+// Detection sees the item's first bytes_max bytes exactly, however the pieces fall; a JSON
+// item longer than that (libmagic, given a cut prefix, says text/plain) is still parsed as JSON.
+TEST(ReviewStreamTest, DetectionDoesNotDependOnThePiecesAndLongJsonIsStillJson) {
+  auto bytes_max = MediaTypeBytesMax();
+  ASSERT_TRUE(bytes_max.ok());
+  std::string json = "[";
+  while (json.size() < *bytes_max + (size_t{1} << 19)) json += R"({"note": "a line of notes"},)";
+  json += R"({"key": ")" + kAwsKeyId + "\"}]";
+  const Review small = MustStream({}, "", json, {size_t{1} << 20});
+  const Review big = MustStream({}, "", json, {size_t{8} << 20});
+  EXPECT_EQ(ReviewToJson(small).dump(), ReviewToJson(big).dump());
+  EXPECT_EQ(small.detected_media_type, "text/plain");
+  EXPECT_EQ(small.method, "json");
+  EXPECT_EQ(small.hits.size(), 1u);
+  // Text that merely opens with a bracket, and is not JSON, stays "text".
+  std::string notes = "[draft] " + std::string(*bytes_max, 'x') + "\n";
+  EXPECT_EQ(MustStream({}, "", notes, {size_t{1} << 20}).method, "text");
+}
+
+// The index's text is the review's kept text: a JSON item the review found invalid is extracted
+// as text for the index too, though the index's extraction stops early.
+TEST(ReviewStreamTest, TheIndexTextFollowsTheRecordedMethod) {
+  Options o;
+  o.max_text_bytes = 16;
+  const std::string doc = R"({"a": "0123456789abcdefghij", "b": )" + std::string(100, ' ') + "x";
+  const Review r = MustStream(o, "application/json", doc, {7});
+  ASSERT_EQ(r.method, "json-invalid-as-text");
+  PieceSource src(doc, {7});
+  auto t = ExtractTextStream(o, "application/json", doc.size(), &src, r.method);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->text, r.text);
+  PieceSource valid_src(R"({"a": "0123456789abcdefghij"})", {3});
+  auto v = ExtractTextStream(o, "application/json", 29, &valid_src, "json");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->text, Must(o, "application/json", R"({"a": "0123456789abcdefghij"})").text);
+}
+
+TEST(ReviewStreamTest, ASourceThatGivesBytesAfterItsEndIsRefused) {
+  class Babbling : public ByteSource {
+   public:
+    Result<std::string_view> Next() override { return std::string_view(n_++ == 1 ? "" : "more"); }
+    Status Restart() override { return Status::Ok(); }
+    int n_ = 0;
+  } src;
+  auto r = ReviewStream({}, "text/plain", 8, &src);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInternal);
 }
 
 }  // namespace
