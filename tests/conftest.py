@@ -101,6 +101,18 @@ class Deployment:
         """A superuser connection (autocommit)."""
         return psycopg.connect(self.superuser_url, autocommit=True)
 
+    def wait_indexed(self, timeout=30):
+        """Waits until the server's search indexer has worked off every promotion queued so far
+        (sql/0028: the index is built after the accept commits, within about 250 ms)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.su() as c:
+                left = c.execute("SELECT count(*) FROM oml.search_queue").fetchone()[0]
+            if left == 0:
+                return
+            assert time.monotonic() < deadline, f"{left} promoted versions still not indexed after {timeout} s"
+            time.sleep(0.05)
+
     def app_url(self):
         return (self.home / "pg" / "app.url").read_text().strip()
 

@@ -161,7 +161,9 @@ def test_three_attachments_end_to_end(served):
         assert c.execute("SELECT array_agg(location ORDER BY ordinal) FROM oml.attachments").fetchone()[0] == ["bodies"] * 3
     # Promoted: any caller of the tenant reads it, decrypted from the bodies bucket.
     assert get_att(d, d.writer2, art, 2).content == files[1][2]
-    # The files' extracted text is searchable with the body (a word only data.json holds).
+    # The files' extracted text is searchable with the body (a word only data.json holds), once
+    # the indexer has built it after the accept (sql/0028).
+    d.wait_indexed()
     found = d.get("/v1/search?q=zebrafish", d.writer2).json()["claims"]
     assert [c["artifact_id"] for c in found] == [art]
 

@@ -212,6 +212,7 @@ def test_search_finds_promoted_text_only_and_never_another_tenants(served):
     era = sub(d.writer2, "chloroplast claim to erase")
     for art in (a, dem, era):
         verdict(d, d.reviewer, art, "accept")
+    d.wait_indexed()
 
     def hits(token, q, **kw):
         return every_page(d, token, "/v1/search", q=q, **kw)
@@ -234,6 +235,7 @@ def test_search_finds_promoted_text_only_and_never_another_tenants(served):
     ow, orv = d.api_key("globex", "writer", "olga"), d.api_key("globex", "reviewer", "oscar")
     o = sub(ow, "chloroplast of another tenant")
     verdict(d, orv, o, "accept")
+    d.wait_indexed()
     assert hits(d.writer, "chloroplast") == [a]
     assert hits(ow, "chloroplast") == [o]
     assert hits(ow, "photosynthesis") == []

@@ -5,6 +5,7 @@
 
 #include <regex>
 
+#include "common/log.h"
 #include "common/sync_point.h"
 #include "fields/fields.h"
 #include "admission/lifecycle.h"
@@ -484,10 +485,9 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   };
   OML_ASSIGN_OR_RETURN(ClaimMeta meta, LoadNewest(c, artifact_id));
   OML_RETURN_IF_ERROR(refusal(meta));
-  // Promotion indexes the claim's text for search (admission/recall.h, sql/0012): the body is
-  // read and checked as Fetch serves it (digests verified; kek-unavailable or integrity refuse
-  // the promotion) and becomes a fold statement of claim.promoted, after the state UPDATE.
-  // Leaving 'promoted' later removes the text in that event's transaction (sql/0012 trigger).
+  // Promotion queues the claim's text for the search index (sql/0028; IndexSearchQueue builds it
+  // after the commit). Leaving 'promoted' later removes the text in that event's transaction
+  // (sql/0012 trigger).
   // Attachments (attachments.h): a verdict needs every attachment served to this reviewer; it
   // records the claim's flags; an accept copies the ciphertext to the bodies bucket first.
   std::vector<Attachment> atts;
@@ -495,24 +495,14 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
     OML_RETURN_IF_ERROR(attachments_->CheckAllServed(c, meta));
     OML_ASSIGN_OR_RETURN(atts, attachments_->List(c.tenant_id, artifact_id, meta.version));
   }
-  std::optional<db::Stmt> search_text;
+  // An accept reads the body as Fetch serves it first (digests verified): kek-unavailable or
+  // integrity refuse the promotion. Its text (and the attachments') is indexed for search after
+  // the commit (IndexSearchQueue, sql/0028): the fold only queues the version.
   if (act == ReviewAct::kAccept) {
     OML_ASSIGN_OR_RETURN(FetchResult body, Fetch(c, artifact_id));
     const bool same = body.meta.version == meta.version && body.meta.plaintext_sha256 == meta.plaintext_sha256;
-    if (same) search_text = SearchTextFold(c.tenant_id, artifact_id, meta.version, body.body);
     crypto::Wipe(&body.body);
     if (!same) return Status(Code::kAborted, "claim " + artifact_id + " changed concurrently; retry", "transaction-conflict");
-  }
-  // The attachments' extracted text is indexed with the body, one part each ("attachment:<n>").
-  std::vector<db::Stmt> attachment_text;
-  if (act == ReviewAct::kAccept) {
-    for (const Attachment& a : atts) {
-      OML_ASSIGN_OR_RETURN(std::optional<std::string> text, attachments_->SearchText(c.tenant_id, a));
-      if (!text) continue;
-      attachment_text.push_back(
-          SearchTextFold(c.tenant_id, artifact_id, meta.version, *text, "attachment:" + std::to_string(a.ordinal)));
-      crypto::Wipe(&*text);
-    }
   }
 
   nlohmann::json payload = {{"artifact_id", artifact_id},
@@ -558,8 +548,11 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
          {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Text(rule.to), db::Int(seq),
           db::Text(rule.from)},
          rule.fold_name}};
-    if (search_text) stmts.push_back(*search_text);
-    for (const auto& st : attachment_text) stmts.push_back(st);
+    if (act == ReviewAct::kAccept)
+      stmts.push_back({"INSERT INTO oml.search_queue (tenant_id, artifact_id, version, promoted_seq) "
+                       "VALUES ($1, $2, $3, $4)",
+                       {db::Text(tenant), db::Text(artifact_id), db::Int(meta.version), db::Int(seq)},
+                       "oml_search_enqueue"});
     if (act == ReviewAct::kAccept && !atts.empty())
       stmts.push_back(Attachments::PromoteFold(tenant, artifact_id, meta.version));
     if (!body_objects.empty()) stmts.push_back(Attachments::PromoteBodyFold(tenant, artifact_id, meta.version));
@@ -599,6 +592,129 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
   if (act == ReviewAct::kReject) meta.rejected_seq = rc->seq;
   if (act == ReviewAct::kDemote) meta.demoted_seq = rc->seq;
   return std::make_pair(meta, *rc);
+}
+
+// ---- The search index, after the promotion (sql/0028_search_queue.sql) -----------------------
+
+Result<Claims::IndexReport> Claims::IndexSearchQueue(int max_items) {
+  IndexReport rep;
+  std::vector<std::string> tenants;
+  {
+    OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.search_queue_tenants() t"));
+    for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
+  }
+  for (const std::string& t : tenants) {
+    if (rep.indexed + rep.dropped + rep.failed >= max_items) break;
+    db::Rows due;
+    {
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+      OML_ASSIGN_OR_RETURN(due, conn->Scoped(t, {"SELECT artifact_id::text, version, attempts FROM oml.search_queue "
+                                                 "WHERE tenant_id = $1 AND not_before <= now() ORDER BY promoted_seq LIMIT $2",
+                                                 {db::Text(t), db::Int(max_items)},
+                                                 "oml_search_queue_due"}));
+    }
+    for (int i = 0; i < due.size() && rep.indexed + rep.dropped + rep.failed < max_items; ++i) {
+      const std::string artifact_id = due.Get(i, 0);
+      const int version = static_cast<int>(due.GetInt(i, 1));
+      const int64_t attempts = due.GetInt(i, 2);
+      Status st = IndexOne(t, artifact_id, version, &rep);
+      if (st.ok()) continue;
+      // The text could not be read (kek-unavailable, a missing object, a database error): the
+      // row stays, tried again after a backoff of 2^attempts seconds (at most 10 minutes).
+      ++rep.failed;
+      log::Warn("search index: a promoted version could not be indexed (retried later)",
+                {{"tenant", t}, {"artifact_id", artifact_id}, {"version", version}, {"error", st.ToString()}});
+      const int64_t backoff = std::min<int64_t>(int64_t{1} << std::min<int64_t>(attempts, 10), 600);
+      OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+      (void)conn->Scoped(t, {"UPDATE oml.search_queue SET attempts = attempts + 1, last_error = left($4, 2000), "
+                             "not_before = now() + make_interval(secs => $5) "
+                             "WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3",
+                             {db::Text(t), db::Text(artifact_id), db::Int(version), db::Text(st.ToString()),
+                              db::Int(backoff)},
+                             "oml_search_queue_retry"});
+    }
+  }
+  return rep;
+}
+
+Status Claims::IndexOne(const std::string& tenant, const std::string& artifact_id, int version, IndexReport* rep) {
+  // The indexer reads as an admin of the tenant would (Fetch's checks and digests), outside any
+  // transaction: the text of a large claim takes a while and locks nothing meanwhile.
+  const Caller indexer{tenant, "oml-indexer", "admin", "indexer", ""};
+  std::vector<db::Stmt> parts;
+  bool drop = false;  // gone, erased, or no longer the newest version: nothing to index
+  Result<FetchResult> body = Fetch(indexer, artifact_id);
+  if (!body.ok()) {
+    if (body.status().code() != Code::kGone && body.status().code() != Code::kNotFound) return body.status();
+    drop = true;
+  } else if (body->meta.version != version || body->meta.state != "promoted") {
+    drop = true;
+  } else {
+    parts.push_back(SearchTextFold(tenant, artifact_id, version, body->body));
+  }
+  if (body.ok()) crypto::Wipe(&body->body);
+  if (!drop && attachments_ != nullptr) {
+    OML_ASSIGN_OR_RETURN(std::vector<Attachment> atts, attachments_->List(tenant, artifact_id, version));
+    for (const Attachment& a : atts) {
+      OML_ASSIGN_OR_RETURN(std::optional<std::string> text, attachments_->SearchText(tenant, a));
+      if (!text) continue;
+      parts.push_back(SearchTextFold(tenant, artifact_id, version, *text, "attachment:" + std::to_string(a.ordinal)));
+      crypto::Wipe(&*text);
+    }
+  }
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("search_index.before_commit"));  // tests: a demotion commits here
+
+  // One transaction: take the queue row (another indexer that took it first leaves zero rows:
+  // nothing to do), lock the artifact row against a concurrent state change and check it is
+  // still promoted, then insert the text. A demotion that committed first leaves the row taken
+  // and nothing indexed; one that comes later waits for this commit and then removes the text.
+  OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+  OML_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
+  struct Rollback {
+    db::Conn& c;
+    bool done = false;
+    ~Rollback() {
+      if (!done) (void)c.Exec("ROLLBACK");
+    }
+  } rollback{*conn};
+  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> taken,
+                       conn->Pipeline({db::ScopeTo(tenant),
+                                       {"DELETE FROM oml.search_queue WHERE tenant_id = $1 AND artifact_id = $2 "
+                                        "AND version = $3 RETURNING 1",
+                                        {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
+                                        "oml_search_queue_take"},
+                                       {"SELECT state FROM oml.artifacts WHERE tenant_id = $1 AND artifact_id = $2 "
+                                        "AND version = $3 FOR SHARE",
+                                        {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
+                                        "oml_search_queue_lock"}}));
+  if (taken[1].size() == 0) return Status::Ok();  // another indexer took it: rolled back
+  const bool promoted = taken[2].size() == 1 && taken[2].Get(0, 0) == "promoted";
+  if (drop || !promoted) {
+    ++rep->dropped;
+  } else {
+    OML_RETURN_IF_ERROR(conn->Pipeline(parts).status());
+    ++rep->indexed;
+  }
+  OML_RETURN_IF_ERROR(conn->Exec("COMMIT").status());
+  rollback.done = true;
+  return Status::Ok();
+}
+
+SearchIndexer::SearchIndexer(Claims* claims, std::chrono::milliseconds interval)
+    : claims_(claims), thread_(interval, [this] { IndexOnce(); }, /*run_at_start=*/true) {}
+
+void SearchIndexer::IndexOnce() {
+  // Drains what is due, in rounds of 100 versions, before the next interval.
+  for (;;) {
+    auto r = claims_->IndexSearchQueue(100);
+    if (!r.ok()) {
+      log::Warn("search index: the queue could not be read (retried next interval)", {{"error", r.status().ToString()}});
+      return;
+    }
+    if (r->indexed + r->dropped > 0) log::Debug("search index", {{"indexed", r->indexed}, {"dropped", r->dropped}});
+    if (r->indexed + r->dropped + r->failed < 100) return;
+  }
 }
 
 // ---- Idempotent writes (sql/0005_idempotency_keys.sql) ----------------------------------------

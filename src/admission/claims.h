@@ -23,6 +23,7 @@
 // response back, with the receipt re-read from the journal row, instead of a second event.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -31,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/periodic.h"
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "journal/journal.h"
@@ -144,6 +146,13 @@ class Attachments;  // admission/attachments.h
 
 class Claims {
  public:
+  struct IndexReport {
+    int indexed = 0;  // versions whose text is in claim_text now
+    int dropped = 0;  // versions no longer promoted (or gone): taken off the queue, not indexed
+    int failed = 0;   // versions whose text could not be read: still queued, tried again later
+  };
+
+ public:
   Claims(journal::Journal* journal, db::Pool* pool, const crypto::KekProvider* kek, uint64_t max_body_bytes)
       : journal_(journal), pool_(pool), kek_(kek), max_body_(max_body_bytes) {}
 
@@ -189,9 +198,9 @@ class Claims {
   // Payload (digest-only, never a body): artifact_id, version, workarea_id, plaintext_sha256,
   // ciphertext_sha256 (lowercase hex), reason ("" if none), and verdict ("accept" | "reject") for
   // kAccept / kReject.
-  // kAccept also indexes the body for search (admission/recall.h, SearchTextFold in its fold): it
-  // reads the body as Fetch does first, so Fetch's kDataLoss "integrity" or kUnavailable
-  // "kek-unavailable" refuse the promotion, and nothing is journalled.
+  // kAccept also queues the version for the search index (sql/0028; IndexSearchQueue builds it
+  // after the commit): it reads the body as Fetch does first, so Fetch's kDataLoss "integrity"
+  // or kUnavailable "kek-unavailable" refuse the promotion, and nothing is journalled.
   Result<std::pair<ClaimMeta, journal::Receipt>> Review(const Caller& c, const std::string& artifact_id, ReviewAct act,
                                                         const std::string& reason);
 
@@ -215,6 +224,17 @@ class Claims {
   //   Erase     destroys the attachments' keys with the artifact's and then deletes the objects.
   void set_attachments(Attachments* a) { attachments_ = a; }
   Attachments* attachments() const { return attachments_; }
+
+  // The search index after promotions (sql/0028_search_queue.sql): builds the claim_text rows of
+  // at most `max_items` queued versions, every tenant, oldest promotion first. Each version's
+  // text (its body as Fetch reads it, and each text attachment's kept text, Attachments::
+  // SearchText) is read outside any transaction; then one transaction takes the queue row, locks
+  // the artifact row FOR SHARE and inserts the text only if the version is still promoted (a
+  // version demoted, rejected, erased or superseded by a newer one first leaves its queue row
+  // taken and nothing indexed). Another indexer that took a row first makes this one skip it. A
+  // version whose text cannot be read stays queued: attempts + 1, last_error, retried after
+  // 2^attempts seconds (at most 600). Errors: reading the queue's.
+  Result<IndexReport> IndexSearchQueue(int max_items = 100);
 
   static bool ValidUuid(const std::string& s);
   // The claim's newest version, read in its own short transaction; kNotFound if none. No
@@ -249,11 +269,25 @@ class Claims {
   Result<BodyAt> LocateBody(const Caller& c, const std::string& artifact_id);
   // The body `at` locates, read whole, its ciphertext and plaintext checked against the digests.
   Result<FetchResult> DecryptWhole(const Caller& c, const std::string& artifact_id, BodyAt at);
+  // One queued version (IndexSearchQueue); counts it in *rep unless it returns an error.
+  Status IndexOne(const std::string& tenant, const std::string& artifact_id, int version, IndexReport* rep);
   journal::Journal* journal_;
   db::Pool* pool_;
   const crypto::KekProvider* kek_;
   uint64_t max_body_;
   Attachments* attachments_ = nullptr;
+};
+
+// Runs Claims::IndexSearchQueue at start and then every `interval` on its own thread until
+// destroyed, draining what is due each time (errors are logged). `oml serve` runs one.
+class SearchIndexer {
+ public:
+  SearchIndexer(Claims* claims, std::chrono::milliseconds interval);
+
+ private:
+  void IndexOnce();
+  Claims* claims_;
+  PeriodicThread thread_;  // last: runs IndexOnce
 };
 
 }  // namespace oml::admission

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "admission/lifecycle.h"
+#include "common/sync_point.h"
 #include "common/temp_dir_testing.h"
 #include "db/test_cluster.h"
 #include "journal/provider.h"
@@ -61,9 +62,22 @@ class RecallTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? s->meta : ClaimMeta{};
   }
-  void Act(const ClaimMeta& m, ReviewAct act) {
+  // A review act; an accept's text is then indexed as `oml serve`'s indexer would (sql/0028),
+  // unless `index` is false.
+  void Act(const ClaimMeta& m, ReviewAct act, bool index = true) {
     auto r = claims_->Review(rita_, m.artifact_id, act, "");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (act == ReviewAct::kAccept && index) Index();
+  }
+  Claims::IndexReport Index() {
+    auto r = claims_->IndexSearchQueue(1000);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Claims::IndexReport{};
+  }
+  int64_t Queued(const std::string& artifact_id) {
+    auto r = su_->Query("SELECT count(*) FROM oml.search_queue WHERE artifact_id = $1", {db::Text(artifact_id)});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->GetInt(0, 0) : -1;
   }
   void Erase(const ClaimMeta& m) {
     auto r = claims_->Erase(ada_, m.artifact_id, "");
@@ -369,6 +383,7 @@ TEST_F(RecallTest, SearchFindsPromotedTextOnlyAndDemotionAndErasureTakeItOut) {
   auto s = claims_->Submit(ow, {"zebrafish of the other tenant", "wa-1", "x.md", "human", std::nullopt, "text/plain"});
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(claims_->Review(orv, s->meta.artifact_id, ReviewAct::kAccept, "").ok());
+  EXPECT_EQ(Index().indexed, 1);
   EXPECT_EQ(Search(bob_, "zebrafish"), std::vector<std::string>{a.artifact_id});
   EXPECT_EQ(Search(ow, "zebrafish"), std::vector<std::string>{s->meta.artifact_id});
   EXPECT_EQ(Search(ow, "upstream"), std::vector<std::string>{});
@@ -477,6 +492,99 @@ TEST_F(RecallTest, SearchTextFoldRefusesAVersionThatIsNotPromoted) {
                                   SearchTextFold(tenant_, m.artifact_id, 1, "again", "attachment:u1")});
   EXPECT_EQ(twice.status().type(), "conflict") << twice.status().ToString();
   (void)(*conn)->Exec("ROLLBACK");
+}
+
+// Issue 22: an accept queues its version and commits without building the index (2.4 s of
+// to_tsvector for 24 MiB of text were inside the accept's transaction); the indexer builds it
+// afterwards, in the order of the promotions, and only while the version is still promoted.
+TEST_F(RecallTest, AnAcceptQueuesItsTextAndTheIndexerBuildsItAfterTheCommit) {
+  const ClaimMeta m = Submit(alice_, "queued quokka text");
+  Act(m, ReviewAct::kAccept, /*index=*/false);
+  EXPECT_EQ(TextRows(m.artifact_id), 0);
+  EXPECT_EQ(Queued(m.artifact_id), 1);
+  EXPECT_TRUE(Search(bob_, "quokka").empty());
+  const Claims::IndexReport rep = Index();
+  EXPECT_EQ(rep.indexed, 1);
+  EXPECT_EQ(rep.dropped + rep.failed, 0);
+  EXPECT_EQ(TextRows(m.artifact_id), 1);
+  EXPECT_EQ(Queued(m.artifact_id), 0);
+  EXPECT_EQ(Search(bob_, "quokka"), std::vector<std::string>{m.artifact_id});
+  EXPECT_EQ(Index().indexed, 0);  // nothing left: indexed once
+
+  // Demoted (or erased) before the indexer came: taken off the queue, never indexed.
+  const ClaimMeta d = Submit(alice_, "demoted dugong text"), e = Submit(alice_, "erased emu text");
+  Act(d, ReviewAct::kAccept, false);
+  Act(e, ReviewAct::kAccept, false);
+  Act(d, ReviewAct::kDemote);
+  Erase(e);
+  const Claims::IndexReport gone = Index();
+  EXPECT_EQ(gone.dropped, 2);
+  EXPECT_EQ(gone.indexed, 0);
+  EXPECT_EQ(TextRows(d.artifact_id) + TextRows(e.artifact_id), 0);
+  EXPECT_EQ(Queued(d.artifact_id) + Queued(e.artifact_id), 0);
+}
+
+// The bad interleavings, every time: the indexer has read a promoted version's text, then (at
+// its sync point) a demotion commits, or another indexer indexes the same version whole.
+TEST_F(RecallTest, ADemotionOrAnotherIndexerBetweenTheReadAndTheCommitLeavesNoWrongText) {
+  const ClaimMeta m = Submit(alice_, "racing raven text");
+  Act(m, ReviewAct::kAccept, false);
+  SyncPoints::Set("search_index.before_commit", [&] {
+    SyncPoints::Clear("search_index.before_commit");
+    auto r = claims_->Review(rita_, m.artifact_id, ReviewAct::kDemote, "");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return Status::Ok();
+  });
+  const Claims::IndexReport rep = Index();
+  SyncPoints::ClearAll();
+  EXPECT_EQ(rep.dropped, 1);
+  EXPECT_EQ(rep.indexed, 0);
+  EXPECT_EQ(TextRows(m.artifact_id), 0);
+  EXPECT_EQ(Queued(m.artifact_id), 0);
+  EXPECT_TRUE(Search(bob_, "raven").empty());
+
+  const ClaimMeta n = Submit(alice_, "twice indexed ibis text");
+  Act(n, ReviewAct::kAccept, false);
+  Claims::IndexReport inner;
+  SyncPoints::Set("search_index.before_commit", [&] {
+    SyncPoints::Clear("search_index.before_commit");
+    inner = Index();  // the other indexer: reads, takes the row, commits
+    return Status::Ok();
+  });
+  const Claims::IndexReport outer = Index();
+  SyncPoints::ClearAll();
+  EXPECT_EQ(inner.indexed, 1);
+  EXPECT_EQ(outer.indexed + outer.dropped + outer.failed, 0);  // found the row taken: did nothing
+  EXPECT_EQ(TextRows(n.artifact_id), 1);
+  EXPECT_EQ(Search(bob_, "ibis"), std::vector<std::string>{n.artifact_id});
+
+  // A demotion after the index was built removes it in its own transaction (sql/0012 trigger).
+  Act(n, ReviewAct::kDemote);
+  EXPECT_EQ(TextRows(n.artifact_id), 0);
+}
+
+// A version whose text cannot be read stays queued with its error and a backoff, and is indexed
+// once it can be read.
+TEST_F(RecallTest, AVersionWhoseTextCannotBeReadStaysQueuedAndIsRetried) {
+  const ClaimMeta m = Submit(alice_, "stubborn stoat text");
+  Act(m, ReviewAct::kAccept, false);
+  SyncPoints::Set("search_index.before_commit", [] {
+    return Status(Code::kUnavailable, "the KEK is away", "kek-unavailable");
+  });
+  const Claims::IndexReport failed = Index();
+  SyncPoints::ClearAll();
+  EXPECT_EQ(failed.failed, 1);
+  auto row = su_->Query("SELECT attempts, last_error, not_before > now() FROM oml.search_queue WHERE artifact_id = $1",
+                        {db::Text(m.artifact_id)});
+  ASSERT_TRUE(row.ok() && row->size() == 1);
+  EXPECT_EQ(row->GetInt(0, 0), 1);
+  EXPECT_NE(row->Get(0, 1).find("the KEK is away"), std::string::npos) << row->Get(0, 1);
+  EXPECT_EQ(row->Get(0, 2), "t");
+  EXPECT_EQ(Index().failed + Index().indexed, 0);  // not due yet: the backoff
+  ASSERT_TRUE(su_->Query("UPDATE oml.search_queue SET not_before = now() WHERE artifact_id = $1",
+                         {db::Text(m.artifact_id)}).ok());
+  EXPECT_EQ(Index().indexed, 1);
+  EXPECT_EQ(Search(bob_, "stoat"), std::vector<std::string>{m.artifact_id});
 }
 
 // Each filter is one backward range scan of its own index, cut at the page (no Seq Scan, no

@@ -524,6 +524,9 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // every min(1 h, rejected_retention_s / 2), at least every second.
   admission::RejectedRetention retention(rt->pool.get(), &claims, std::chrono::seconds(c.rejected_retention_s));
   retention.Start(std::chrono::milliseconds(std::clamp<int64_t>(c.rejected_retention_s * 500, 1000, 3600 * 1000)));
+  // The search index of promoted claims is built after each promotion commits (sql/0028): the
+  // queue is drained at start and every 250 ms (Claims::IndexSearchQueue).
+  admission::SearchIndexer indexer(&claims, std::chrono::milliseconds(250));
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);
