@@ -596,7 +596,25 @@ Result<std::pair<ClaimMeta, journal::Receipt>> Claims::DoReview(const Caller& c,
 
 // ---- The search index, after the promotion (sql/0028_search_queue.sql) -----------------------
 
-Result<Claims::IndexReport> Claims::IndexSearchQueue(int max_items) {
+namespace {
+
+// How long a server holds a queued version it started on (not_before moves this far ahead): other
+// servers skip it meanwhile; if this one dies, the version is due again after it.
+constexpr int64_t kIndexLeaseSeconds = 300;
+
+// What last_error keeps of a failure: the code, type and message (not the database's detail,
+// which is for the log), as printable ASCII, at most 500 bytes.
+std::string IndexError(const Status& st) {
+  std::string s = std::string(CodeName(st.code())) + " " + st.type() + ": " + st.message();
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e) ch = '?';
+  if (s.size() > 500) s.resize(500);
+  return s;
+}
+
+}  // namespace
+
+Result<Claims::IndexReport> Claims::IndexSearchQueue(int max_items, const std::atomic<bool>* stop) {
   IndexReport rep;
   std::vector<std::string> tenants;
   {
@@ -604,35 +622,54 @@ Result<Claims::IndexReport> Claims::IndexSearchQueue(int max_items) {
     OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.search_queue_tenants() t"));
     for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
   }
+  // Each tenant gets a share of the round: one tenant's backlog never holds back the others.
+  const int share = tenants.empty() ? 0 : std::max<int>(1, max_items / static_cast<int>(tenants.size()));
+  auto handled = [&] { return rep.indexed + rep.dropped + rep.failed; };
   for (const std::string& t : tenants) {
-    if (rep.indexed + rep.dropped + rep.failed >= max_items) break;
+    if (handled() >= max_items) break;
     db::Rows due;
     {
       OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
-      OML_ASSIGN_OR_RETURN(due, conn->Scoped(t, {"SELECT artifact_id::text, version, attempts FROM oml.search_queue "
+      OML_ASSIGN_OR_RETURN(due, conn->Scoped(t, {"SELECT artifact_id::text, version FROM oml.search_queue "
                                                  "WHERE tenant_id = $1 AND not_before <= now() ORDER BY promoted_seq LIMIT $2",
-                                                 {db::Text(t), db::Int(max_items)},
+                                                 {db::Text(t), db::Int(share)},
                                                  "oml_search_queue_due"}));
     }
-    for (int i = 0; i < due.size() && rep.indexed + rep.dropped + rep.failed < max_items; ++i) {
+    for (int i = 0; i < due.size() && handled() < max_items; ++i) {
+      if (stop != nullptr && stop->load()) return rep;
       const std::string artifact_id = due.Get(i, 0);
       const int version = static_cast<int>(due.GetInt(i, 1));
-      const int64_t attempts = due.GetInt(i, 2);
+      // Lease it first: another server that found it due skips it instead of reading it too.
+      int64_t attempts = 0;
+      {
+        OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
+        OML_ASSIGN_OR_RETURN(db::Rows leased,
+                             conn->Scoped(t, {"UPDATE oml.search_queue SET not_before = now() + make_interval(secs => $4) "
+                                              "WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3 "
+                                              "AND not_before <= now() RETURNING attempts",
+                                              {db::Text(t), db::Text(artifact_id), db::Int(version),
+                                               db::Int(kIndexLeaseSeconds)},
+                                              "oml_search_queue_lease"}));
+        if (leased.size() == 0) continue;  // another server's now, or done
+        attempts = leased.GetInt(0, 0);
+      }
       Status st = IndexOne(t, artifact_id, version, &rep);
       if (st.ok()) continue;
-      // The text could not be read (kek-unavailable, a missing object, a database error): the
-      // row stays, tried again after a backoff of 2^attempts seconds (at most 10 minutes).
+      // The text could not be read (kek-unavailable, a database error): the row stays, tried
+      // again after a backoff of 2^attempts seconds (at most 10 minutes). If even that cannot
+      // be recorded, the round ends here (it would otherwise come round again at once).
       ++rep.failed;
       log::Warn("search index: a promoted version could not be indexed (retried later)",
                 {{"tenant", t}, {"artifact_id", artifact_id}, {"version", version}, {"error", st.ToString()}});
       const int64_t backoff = std::min<int64_t>(int64_t{1} << std::min<int64_t>(attempts, 10), 600);
       OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
-      (void)conn->Scoped(t, {"UPDATE oml.search_queue SET attempts = attempts + 1, last_error = left($4, 2000), "
-                             "not_before = now() + make_interval(secs => $5) "
-                             "WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3",
-                             {db::Text(t), db::Text(artifact_id), db::Int(version), db::Text(st.ToString()),
-                              db::Int(backoff)},
-                             "oml_search_queue_retry"});
+      OML_RETURN_IF_ERROR(conn->Scoped(t, {"UPDATE oml.search_queue SET attempts = attempts + 1, last_error = $4, "
+                                           "not_before = now() + make_interval(secs => $5) "
+                                           "WHERE tenant_id = $1 AND artifact_id = $2 AND version = $3",
+                                           {db::Text(t), db::Text(artifact_id), db::Int(version), db::Text(IndexError(st)),
+                                            db::Int(backoff)},
+                                           "oml_search_queue_retry"})
+                              .status());
     }
   }
   return rep;
@@ -657,63 +694,102 @@ Status Claims::IndexOne(const std::string& tenant, const std::string& artifact_i
   if (!drop && attachments_ != nullptr) {
     OML_ASSIGN_OR_RETURN(std::vector<Attachment> atts, attachments_->List(tenant, artifact_id, version));
     for (const Attachment& a : atts) {
-      OML_ASSIGN_OR_RETURN(std::optional<std::string> text, attachments_->SearchText(tenant, a));
-      if (!text) continue;
-      parts.push_back(SearchTextFold(tenant, artifact_id, version, *text, "attachment:" + std::to_string(a.ordinal)));
-      crypto::Wipe(&*text);
+      Result<std::optional<std::string>> text = attachments_->SearchText(tenant, a);
+      if (!text.ok()) {
+        // A file that cannot be read as it was reviewed (missing, or not its digests: the
+        // reconciler reports it) is left out of the index; the rest of the claim is indexed.
+        // Anything else (a KEK away, a store down) may pass: the version is tried again.
+        if (text.status().code() != Code::kDataLoss) return text.status();
+        log::Warn("search index: an attachment is left out (it does not read back as reviewed)",
+                  {{"tenant", tenant}, {"artifact_id", artifact_id}, {"ordinal", a.ordinal},
+                   {"error", text.status().ToString()}});
+        continue;
+      }
+      if (!*text) continue;
+      parts.push_back(SearchTextFold(tenant, artifact_id, version, **text, "attachment:" + std::to_string(a.ordinal)));
+      crypto::Wipe(&**text);
     }
   }
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("search_index.before_commit"));  // tests: a demotion commits here
 
   // One transaction: take the queue row (another indexer that took it first leaves zero rows:
-  // nothing to do), lock the artifact row against a concurrent state change and check it is
-  // still promoted, then insert the text. A demotion that committed first leaves the row taken
-  // and nothing indexed; one that comes later waits for this commit and then removes the text.
+  // nothing to do), insert the text, and last lock the artifact row FOR SHARE and check it is
+  // still promoted (rolled back otherwise). The row lock is held only from there to the commit:
+  // a demotion waiting for it holds its tenant's chain lock. A demotion that committed before
+  // that check is seen by it (a fresh snapshot after the lock); one that comes after waits for
+  // this commit, and its trigger then removes the text.
   OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool_->Acquire());
-  OML_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
   struct Rollback {
     db::Conn& c;
-    bool done = false;
+    bool open = false;
     ~Rollback() {
-      if (!done) (void)c.Exec("ROLLBACK");
+      if (open) (void)c.Exec("ROLLBACK");
     }
   } rollback{*conn};
-  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> taken,
-                       conn->Pipeline({db::ScopeTo(tenant),
-                                       {"DELETE FROM oml.search_queue WHERE tenant_id = $1 AND artifact_id = $2 "
-                                        "AND version = $3 RETURNING 1",
-                                        {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
-                                        "oml_search_queue_take"},
-                                       {"SELECT state FROM oml.artifacts WHERE tenant_id = $1 AND artifact_id = $2 "
-                                        "AND version = $3 FOR SHARE",
-                                        {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
-                                        "oml_search_queue_lock"}}));
-  if (taken[1].size() == 0) return Status::Ok();  // another indexer took it: rolled back
-  const bool promoted = taken[2].size() == 1 && taken[2].Get(0, 0) == "promoted";
-  if (drop || !promoted) {
-    ++rep->dropped;
-  } else {
-    OML_RETURN_IF_ERROR(conn->Pipeline(parts).status());
-    ++rep->indexed;
+  auto begin = [&]() -> Result<bool> {  // true: the queue row is ours
+    OML_RETURN_IF_ERROR(conn->Exec("BEGIN ISOLATION LEVEL READ COMMITTED").status());
+    rollback.open = true;
+    OML_ASSIGN_OR_RETURN(std::vector<db::Rows> taken,
+                         conn->Pipeline({db::ScopeTo(tenant),
+                                         {"DELETE FROM oml.search_queue WHERE tenant_id = $1 AND artifact_id = $2 "
+                                          "AND version = $3 RETURNING 1",
+                                          {db::Text(tenant), db::Text(artifact_id), db::Int(version)},
+                                          "oml_search_queue_take"}}));
+    return taken[1].size() == 1;
+  };
+  auto commit = [&]() -> Status {
+    OML_RETURN_IF_ERROR(conn->Exec("COMMIT").status());
+    rollback.open = false;
+    return Status::Ok();
+  };
+  auto drop_it = [&]() -> Status {  // takes the row off the queue, nothing indexed
+    OML_ASSIGN_OR_RETURN(bool ours, begin());
+    if (ours) {
+      OML_RETURN_IF_ERROR(commit());
+      ++rep->dropped;
+    }
+    return Status::Ok();
+  };
+  if (drop) return drop_it();
+  OML_ASSIGN_OR_RETURN(bool ours, begin());
+  if (!ours) return Status::Ok();  // another indexer took it: rolled back
+  Result<std::vector<db::Rows>> inserted = conn->Pipeline(parts);
+  if (!inserted.ok()) {
+    // The inserts are guarded by state = 'promoted' (22012 when not): no longer promoted.
+    if (inserted.status().type() != db::kZeroRowsGuard) return inserted.status();
+    (void)conn->Exec("ROLLBACK");
+    rollback.open = false;
+    return drop_it();
   }
-  OML_RETURN_IF_ERROR(conn->Exec("COMMIT").status());
-  rollback.done = true;
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("search_index.before_state_lock"));  // tests: a demotion commits here
+  OML_ASSIGN_OR_RETURN(db::Rows state, conn->Query("SELECT state FROM oml.artifacts WHERE tenant_id = $1 AND "
+                                                   "artifact_id = $2 AND version = $3 FOR SHARE",
+                                                   {db::Text(tenant), db::Text(artifact_id), db::Int(version)}));
+  if (state.size() != 1 || state.Get(0, 0) != "promoted") {
+    (void)conn->Exec("ROLLBACK");
+    rollback.open = false;
+    return drop_it();
+  }
+  OML_RETURN_IF_ERROR(commit());
+  ++rep->indexed;
   return Status::Ok();
 }
 
 SearchIndexer::SearchIndexer(Claims* claims, std::chrono::milliseconds interval)
     : claims_(claims), thread_(interval, [this] { IndexOnce(); }, /*run_at_start=*/true) {}
 
+SearchIndexer::~SearchIndexer() { stop_ = true; }  // then thread_ joins: the round ends at the next item
+
 void SearchIndexer::IndexOnce() {
-  // Drains what is due, in rounds of 100 versions, before the next interval.
-  for (;;) {
-    auto r = claims_->IndexSearchQueue(100);
+  // Drains what is due, in rounds of 100 versions, while rounds make progress.
+  while (!stop_) {
+    auto r = claims_->IndexSearchQueue(100, &stop_);
     if (!r.ok()) {
-      log::Warn("search index: the queue could not be read (retried next interval)", {{"error", r.status().ToString()}});
+      log::Warn("search index: the queue could not be worked (retried next interval)", {{"error", r.status().ToString()}});
       return;
     }
     if (r->indexed + r->dropped > 0) log::Debug("search index", {{"indexed", r->indexed}, {"dropped", r->dropped}});
-    if (r->indexed + r->dropped + r->failed < 100) return;
+    if (r->indexed + r->dropped == 0 || r->indexed + r->dropped + r->failed < 100) return;
   }
 }
 

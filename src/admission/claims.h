@@ -23,6 +23,7 @@
 // response back, with the receipt re-read from the journal row, instead of a second event.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -226,15 +227,17 @@ class Claims {
   Attachments* attachments() const { return attachments_; }
 
   // The search index after promotions (sql/0028_search_queue.sql): builds the claim_text rows of
-  // at most `max_items` queued versions, every tenant, oldest promotion first. Each version's
-  // text (its body as Fetch reads it, and each text attachment's kept text, Attachments::
-  // SearchText) is read outside any transaction; then one transaction takes the queue row, locks
-  // the artifact row FOR SHARE and inserts the text only if the version is still promoted (a
-  // version demoted, rejected, erased or superseded by a newer one first leaves its queue row
-  // taken and nothing indexed). Another indexer that took a row first makes this one skip it. A
-  // version whose text cannot be read stays queued: attempts + 1, last_error, retried after
-  // 2^attempts seconds (at most 600). Errors: reading the queue's.
-  Result<IndexReport> IndexSearchQueue(int max_items = 100);
+  // at most `max_items` queued versions, every tenant (each a share of the round), oldest
+  // promotion first. A version is leased first (not_before moves 5 minutes ahead: another server
+  // skips it). Its text (the body as Fetch reads it, and each text attachment's kept text,
+  // Attachments::SearchText; a file that does not read back as reviewed, kDataLoss, is left out
+  // and logged) is read outside any transaction; then one transaction takes the queue row,
+  // inserts the text, and last locks the artifact row FOR SHARE and commits only if the version
+  // is still promoted (a version demoted, rejected, erased or superseded first is taken off the
+  // queue, nothing indexed). A version whose text cannot be read stays queued: attempts + 1,
+  // last_error, retried after 2^attempts seconds (at most 600). Stops between versions once
+  // *stop is true. Errors: reading the queue's, or recording a failure's.
+  Result<IndexReport> IndexSearchQueue(int max_items = 100, const std::atomic<bool>* stop = nullptr);
 
   static bool ValidUuid(const std::string& s);
   // The claim's newest version, read in its own short transaction; kNotFound if none. No
@@ -283,10 +286,12 @@ class Claims {
 class SearchIndexer {
  public:
   SearchIndexer(Claims* claims, std::chrono::milliseconds interval);
+  ~SearchIndexer();  // ends a round in progress at its next version
 
  private:
   void IndexOnce();
   Claims* claims_;
+  std::atomic<bool> stop_{false};
   PeriodicThread thread_;  // last: runs IndexOnce
 };
 

@@ -543,20 +543,43 @@ TEST_F(RecallTest, ADemotionOrAnotherIndexerBetweenTheReadAndTheCommitLeavesNoWr
   EXPECT_EQ(Queued(m.artifact_id), 0);
   EXPECT_TRUE(Search(bob_, "raven").empty());
 
+  // Another server finds the version leased by this one and skips it; one that finds the lease
+  // expired (this server stalled past it) indexes it, and this one then finds the row taken.
   const ClaimMeta n = Submit(alice_, "twice indexed ibis text");
   Act(n, ReviewAct::kAccept, false);
-  Claims::IndexReport inner;
+  Claims::IndexReport leased, expired;
   SyncPoints::Set("search_index.before_commit", [&] {
     SyncPoints::Clear("search_index.before_commit");
-    inner = Index();  // the other indexer: reads, takes the row, commits
+    leased = Index();
+    EXPECT_TRUE(su_->Query("UPDATE oml.search_queue SET not_before = now() WHERE artifact_id = $1",
+                           {db::Text(n.artifact_id)}).ok());
+    expired = Index();  // reads, takes the row, commits
     return Status::Ok();
   });
   const Claims::IndexReport outer = Index();
   SyncPoints::ClearAll();
-  EXPECT_EQ(inner.indexed, 1);
+  EXPECT_EQ(leased.indexed + leased.dropped + leased.failed, 0);
+  EXPECT_EQ(expired.indexed, 1);
   EXPECT_EQ(outer.indexed + outer.dropped + outer.failed, 0);  // found the row taken: did nothing
   EXPECT_EQ(TextRows(n.artifact_id), 1);
   EXPECT_EQ(Search(bob_, "ibis"), std::vector<std::string>{n.artifact_id});
+
+  // A demotion that commits after the text was inserted (uncommitted) and before the indexer
+  // locks the artifact row: the indexer sees it there and rolls its text back.
+  const ClaimMeta late = Submit(alice_, "late lemur text");
+  Act(late, ReviewAct::kAccept, false);
+  SyncPoints::Set("search_index.before_state_lock", [&] {
+    SyncPoints::Clear("search_index.before_state_lock");
+    auto r = claims_->Review(rita_, late.artifact_id, ReviewAct::kDemote, "");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return Status::Ok();
+  });
+  const Claims::IndexReport rolled = Index();
+  SyncPoints::ClearAll();
+  EXPECT_EQ(rolled.dropped, 1);
+  EXPECT_EQ(rolled.indexed, 0);
+  EXPECT_EQ(TextRows(late.artifact_id), 0);
+  EXPECT_EQ(Queued(late.artifact_id), 0);
 
   // A demotion after the index was built removes it in its own transaction (sql/0012 trigger).
   Act(n, ReviewAct::kDemote);
