@@ -121,7 +121,7 @@ def test_verify_catches_a_cut_tail_and_rows_above_the_head(served):
     with d.su() as c:
         c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")
         c.execute("DELETE FROM oml.journal WHERE tenant_id = %s AND seq > %s", (d.tenant_id, last["seq"] - 2))
-        c.execute("UPDATE oml.chain_heads h SET seq = j.seq, event_hash = j.event_hash FROM oml.journal j "
+        c.execute("UPDATE oml.chain_heads h SET tree_size = NULL, tree_edge = NULL, seq = j.seq, event_hash = j.event_hash FROM oml.journal j "
                   "WHERE h.tenant_id = %s AND j.tenant_id = h.tenant_id AND j.seq = %s", (d.tenant_id, last["seq"] - 2))
         c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
     out = d.run("verify", check=False)
@@ -135,7 +135,7 @@ def test_verify_reports_rows_above_the_chain_head(served):
     last = d.submit(d.writer, body="x").json()["receipt"]
     d.stop_server()
     with d.su() as c:
-        c.execute("UPDATE oml.chain_heads h SET seq = j.seq, event_hash = j.event_hash FROM oml.journal j "
+        c.execute("UPDATE oml.chain_heads h SET tree_size = NULL, tree_edge = NULL, seq = j.seq, event_hash = j.event_hash FROM oml.journal j "
                   "WHERE h.tenant_id = %s AND j.tenant_id = h.tenant_id AND j.seq = %s", (d.tenant_id, last["seq"] - 1))
     # The published head (seq last) is ahead of chain_heads, but the rows are there: the first
     # finding is the row above the head.
@@ -184,7 +184,7 @@ def test_a_retired_key_cannot_append_a_backdated_event(deployment):
         c.execute("INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
                   "signature) VALUES (%s, %s, %s, %s, 'claim.submitted', %s, %s, %s)",
                   (quiet, seq + 1, bytes(prev), h, old_id, signed, old.sign(signed)))
-        c.execute("UPDATE oml.chain_heads SET seq = %s, event_hash = %s WHERE tenant_id = %s", (seq + 1, h, quiet))
+        c.execute("UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL, seq = %s, event_hash = %s WHERE tenant_id = %s", (seq + 1, h, quiet))
         c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
         rotation_seq = c.execute("SELECT max(seq) FROM oml.journal WHERE tenant_id = %s AND event_type = 'key.issued'",
                                  (PROVIDER,)).fetchone()[0]
@@ -227,7 +227,7 @@ def test_a_retired_key_cannot_raise_the_retired_heads_of_its_rotation(deployment
         c.execute("INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
                   "signature) VALUES (%s, %s, %s, %s, 'claim.submitted', %s, %s, %s)",
                   (quiet, head + 1, bytes(prev), planted_hash, rot["key_id"], planted, old.sign(planted)))
-        c.execute("UPDATE oml.chain_heads SET seq = %s, event_hash = %s WHERE tenant_id = %s",
+        c.execute("UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL, seq = %s, event_hash = %s WHERE tenant_id = %s",
                   (head + 1, planted_hash, quiet))
         c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
     out = d.run("verify", "--tenant", "quiet", check=False)

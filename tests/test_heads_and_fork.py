@@ -122,7 +122,7 @@ def test_heads_over_s3(deployment, s3):
     with d.su() as c:
         c.execute("ALTER TABLE oml.journal DISABLE TRIGGER USER")
         c.execute("DELETE FROM oml.journal WHERE tenant_id = %s AND seq = %s", (tenant, r["seq"]))
-        c.execute("UPDATE oml.chain_heads SET seq = seq - 1 WHERE tenant_id = %s", (tenant,))
+        c.execute("UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL, seq = seq - 1 WHERE tenant_id = %s", (tenant,))
         c.execute("ALTER TABLE oml.journal ENABLE TRIGGER USER")
     doc = d.run("doctor", check=False)
     assert doc.returncode == 3

@@ -32,6 +32,7 @@
 #include "cli/exit_codes.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/periodic.h"
 #include "common/metrics.h"
 #include "common/secret_file.h"
 #include "crypto/crypto.h"
@@ -42,6 +43,7 @@
 #include "journal/folds.h"
 #include "journal/heads.h"
 #include "journal/journal.h"
+#include "journal/merkle_edge.h"
 #include "journal/provider.h"
 #include "journal/verify.h"
 #include "lake/verify_lake.h"
@@ -527,6 +529,16 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // The search index of promoted claims is built after each promotion commits (sql/0028): the
   // queue is drained at start and every 250 ms (Claims::IndexSearchQueue).
   admission::SearchIndexer indexer(&claims, std::chrono::milliseconds(250));
+  // Chains that existed before 0029 get their Merkle edge built from the journal (journal/
+  // merkle_edge.h), at start and then hourly (an edge an append found malformed is dropped).
+  PeriodicThread tree_builder(std::chrono::hours(1), [&rt] {
+    auto r = journal::BuildMissingTrees(*rt->pool);
+    if (!r.ok()) {
+      log::Warn("Merkle trees: building a chain's edge failed (retried in an hour)", {{"error", r.status().ToString()}});
+    } else if (r->chains > 0) {
+      log::Info("Merkle trees built from the journal", {{"chains", r->chains}, {"events", r->leaves}});
+    }
+  }, /*run_at_start=*/true);
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);

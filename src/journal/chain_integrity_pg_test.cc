@@ -80,7 +80,7 @@ class ChainIntegrityTest : public ::testing::Test {
   // Cuts the chain back to `seq`: deletes the rows above and rewinds chain_heads.
   static void CutTo(const std::string& tenant, int64_t seq) {
     Tamper("DELETE FROM oml.journal WHERE tenant_id = $1 AND seq > $2", {db::Text(tenant), db::Int(seq)});
-    Tamper("UPDATE oml.chain_heads h SET seq = j.seq, event_hash = j.event_hash FROM oml.journal j "
+    Tamper("UPDATE oml.chain_heads h SET tree_size = NULL, tree_edge = NULL, seq = j.seq, event_hash = j.event_hash FROM oml.journal j "
            "WHERE h.tenant_id = $1 AND j.tenant_id = $1 AND j.seq = $2",
            {db::Text(tenant), db::Int(seq)});
   }
@@ -399,7 +399,7 @@ TEST_F(ChainIntegrityTest, VerifyReportsJournalRowsAboveTheChainHead) {
   Append(t, "a");
   Append(t, "b");
   auto su = db::Conn::Connect(db::testing::SuperuserUrl());
-  ASSERT_TRUE(su->Query("UPDATE oml.chain_heads h SET seq = 2, event_hash = j.event_hash FROM oml.journal j "
+  ASSERT_TRUE(su->Query("UPDATE oml.chain_heads h SET tree_size = NULL, tree_edge = NULL, seq = 2, event_hash = j.event_hash FROM oml.journal j "
                         "WHERE h.tenant_id = $1 AND j.tenant_id = $1 AND j.seq = 2",
                         {db::Text(t)})
                   .ok());

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/sync_point.h"
 #include "journal/bronze_row.h"
+#include "merkle/merkle.h"
 
 namespace oml::journal {
 namespace {
@@ -145,6 +147,9 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   rt1.push_back(db::ScopeTo(tenant));
   rt1.push_back({"SELECT head_seq, head_hash, head_time, key_in_force, known_hash FROM oml.lock_head($1::uuid, $2)",
                  {db::Text(tenant), db::Int(known.seq)}, "oml_lock_head"});
+  // The Merkle tree's right edge (sql/0029), read under the lock like the head.
+  rt1.push_back({"SELECT tree_size, tree_edge FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(tenant)},
+                 "oml_tree_edge"});
   open_ = true;
   auto r1 = conn_->Pipeline(rt1);
   if (!r1.ok()) {
@@ -152,7 +157,8 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     return r1.status();
   }
   Metrics::Get().LockWait(Since(t0));
-  const db::Rows& head = r1->back();
+  const db::Rows& head = (*r1)[r1->size() - 2];
+  const db::Rows& edge_row = r1->back();
   if (!head.IsNull(0, 3) && head.Get(0, 3) != j_->key_->key_id()) {
     (void)Rollback();
     return Unavailable("this server signs with " + j_->key_->key_id() + " but the key in force is " + head.Get(0, 3) +
@@ -176,6 +182,35 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
       Metrics::Get().ChainIntegrity("fork-refused");
       guard->Close(tenant, what);
       return Unavailable("writes to this chain are refused: " + what + " (run `oml doctor`)", "chain-fork");
+    }
+  }
+  // The tree goes on from the stored edge (caught up from the journal if a writer of the previous
+  // version appended without it); a new chain starts an empty one; a chain whose tree is not
+  // built yet (NULL edge) is left to BuildMissingTrees.
+  std::optional<merkle::CompactRange> tree;
+  if (head_seq == 0) {
+    tree.emplace();
+  } else if (edge_row.size() == 1 && !edge_row.IsNull(0, 0)) {
+    auto decoded = merkle::CompactRange::Decode(static_cast<uint64_t>(edge_row.GetInt(0, 0)), edge_row.GetBytes(0, 1));
+    if (decoded.ok() && decoded->size() <= static_cast<uint64_t>(head_seq)) {
+      tree.emplace(std::move(decoded).value());
+      if (tree->size() < static_cast<uint64_t>(head_seq)) {
+        auto lag = conn_->Query("SELECT signed_bytes FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 "
+                                "ORDER BY seq",
+                                {db::Text(tenant), db::Int(static_cast<int64_t>(tree->size())), db::Int(head_seq)});
+        if (!lag.ok()) {
+          (void)Rollback();
+          return lag.status();
+        }
+        if (static_cast<uint64_t>(lag->size()) != static_cast<uint64_t>(head_seq) - tree->size()) {
+          tree.reset();  // the journal has a gap: leave the tree to be rebuilt (verify names the gap)
+        } else {
+          for (int i = 0; i < lag->size(); ++i) tree->Append(merkle::HashLeaf(lag->GetBytes(i, 0)));
+        }
+      }
+    } else {
+      log::Warn("the stored Merkle edge does not fit the chain head: it is rebuilt from the journal",
+                {{"tenant", tenant}, {"head_seq", head_seq}});
     }
   }
   int64_t seq = head_seq;
@@ -223,6 +258,7 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     }
     Receipt rc = std::move(signed_rc).value();
     prev = rc.event_hash;
+    if (tree) tree->Append(merkle::HashLeaf(rc.signed_bytes));
 
     rt2.push_back({"INSERT INTO oml.journal (tenant_id, seq, prev_hash, event_hash, event_type, key_id, signed_bytes, "
                    "signature) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -245,6 +281,15 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
   rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4, $5)",
                  {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev), db::Text(prev_time)},
                  "oml_advance_head"});
+  // After advance_head (which inserts a new chain's row): the edge at the new head, or NULL.
+  if (tree) {
+    rt2.push_back({"UPDATE oml.chain_heads SET tree_size = $2, tree_edge = $3 WHERE tenant_id = $1",
+                   {db::Text(tenant), db::Int(static_cast<int64_t>(tree->size())), db::Bytes(tree->Encode())},
+                   "oml_tree_edge_advance"});
+  } else if (edge_row.size() == 1 && !edge_row.IsNull(0, 0)) {
+    rt2.push_back({"UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL WHERE tenant_id = $1",
+                   {db::Text(tenant)}, "oml_tree_edge_reset"});
+  }
   if (commit_now) rt2.push_back({"COMMIT", {}});
   auto r2 = conn_->Pipeline(rt2);
   if (!r2.ok()) {

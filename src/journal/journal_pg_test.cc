@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "common/sync_point.h"
@@ -13,6 +14,7 @@
 #include "db/conn.h"
 #include "db/test_cluster.h"
 #include "journal/journal.h"
+#include "journal/merkle_edge.h"
 #include "journal/provider.h"
 #include "journal/test_journal.h"
 #include "journal/verify.h"
@@ -61,6 +63,139 @@ TEST_F(JournalPgTest, FaultPointsLeaveNoRowAndNoSeqGap) {
   auto ok = journal_->Append(t->tenant_id, Note("after"));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->seq, 2);  // genesis is 1; the faults consumed nothing
+}
+
+// Issue 23: the commit point keeps each chain's Merkle edge (sql/0029) in the append's
+// transaction. Superuser helpers: the stored edge, and the tree the journal holds.
+class MerkleEdgeTest : public JournalPgTest {
+ protected:
+  static db::Conn Su() { return std::move(db::Conn::Connect(db::testing::SuperuserUrl())).value(); }
+  static std::optional<merkle::CompactRange> Stored(const std::string& t) {
+    auto c = pool_->Acquire();
+    auto r = StoredTree(**c, t);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::nullopt;
+  }
+  static merkle::CompactRange FromJournal(const std::string& t, int64_t upto) {
+    auto c = pool_->Acquire();
+    auto r = TreeFromJournal(**c, t, upto);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : merkle::CompactRange();
+  }
+  static int64_t Head(const std::string& t) {
+    auto r = Su().Query("SELECT seq FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(t)});
+    return r.ok() && r->size() == 1 ? r->GetInt(0, 0) : -1;
+  }
+  void Append(const std::string& t, int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(journal_->Append(t, Note("n" + std::to_string(i))).ok());
+  }
+  void ExpectEdgeMatchesJournal(const std::string& t) {
+    const int64_t head = Head(t);
+    auto stored = Stored(t);
+    ASSERT_TRUE(stored.has_value()) << "no edge for " << t;
+    EXPECT_EQ(static_cast<int64_t>(stored->size()), head);
+    EXPECT_EQ(stored->Encode(), FromJournal(t, head).Encode());
+  }
+};
+
+TEST_F(MerkleEdgeTest, EveryAppendKeepsTheEdgeOfTheChainsTree) {
+  auto t = CreateTenant(*journal_, "merkle-edge");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ExpectEdgeMatchesJournal(t->tenant_id);
+  for (int round = 0; round < 5; ++round) {
+    Append(t->tenant_id, round + 1);
+    ExpectEdgeMatchesJournal(t->tenant_id);
+  }
+  // The root is the RFC 9162 root of the events' signed_bytes in seq order.
+  auto rows = Su().Query("SELECT signed_bytes FROM oml.journal WHERE tenant_id = $1 ORDER BY seq", {db::Text(t->tenant_id)});
+  ASSERT_TRUE(rows.ok());
+  merkle::MemoryTree mem;
+  for (int i = 0; i < rows->size(); ++i) mem.Append(merkle::HashLeaf(rows->GetBytes(i, 0)));
+  EXPECT_EQ(Stored(t->tenant_id)->Root(), merkle::RootAt(mem, mem.size()).value());
+  EXPECT_EQ(mem.size(), 16u);  // tenant.created, api key..., and the 15 notes: whatever the chain holds
+}
+
+// A writer of the previous version appends without the edge (tree_size stays behind): the next
+// append catches up from the journal. A chain from before 0029 (no edge) is left alone by
+// appends until BuildMissingTrees builds it, reading without the lock up to the head it found
+// and, under the lock, what an append added meanwhile (at the sync point).
+TEST_F(MerkleEdgeTest, ALaggingEdgeCatchesUpAndAMissingOneIsBuiltFromTheJournal) {
+  auto t = CreateTenant(*journal_, "merkle-lag");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  Append(id, 6);
+  const int64_t head = Head(id);
+  const merkle::CompactRange older = FromJournal(id, head - 3);
+  ASSERT_TRUE(Su().Query("UPDATE oml.chain_heads SET tree_size = $2, tree_edge = $3 WHERE tenant_id = $1",
+                         {db::Text(id), db::Int(head - 3), db::Bytes(older.Encode())}).ok());
+  Append(id, 1);
+  ExpectEdgeMatchesJournal(id);
+
+  ASSERT_TRUE(Su().Query("UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL WHERE tenant_id = $1",
+                         {db::Text(id)}).ok());
+  Append(id, 2);
+  EXPECT_FALSE(Stored(id).has_value());  // appends do not build a tree they do not have
+  SyncPoints::Set("journal.tree_build.before_lock", [&] {
+    SyncPoints::Clear("journal.tree_build.before_lock");
+    EXPECT_TRUE(journal_->Append(id, Note("meanwhile")).ok());
+    return Status::Ok();
+  });
+  auto built = BuildMissingTrees(*pool_);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_GE(built->chains, 1);
+  ExpectEdgeMatchesJournal(id);  // the event appended meanwhile included
+  Append(id, 3);
+  ExpectEdgeMatchesJournal(id);
+  auto again = BuildMissingTrees(*pool_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->chains, 0);
+
+  // An edge that does not fit its size is dropped by the next append and rebuilt.
+  ASSERT_TRUE(Su().Query("UPDATE oml.chain_heads SET tree_edge = substr(tree_edge, 33) || tree_edge WHERE tenant_id = $1",
+                         {db::Text(id)}).ok());
+  Append(id, 1);
+  EXPECT_FALSE(Stored(id).has_value());
+  ASSERT_TRUE(BuildMissingTrees(*pool_).ok());
+  ExpectEdgeMatchesJournal(id);
+}
+
+// `oml verify` checks the stored edge against the tree of the chain it walks: a lagging but true
+// edge passes; a tampered one, or one longer than the chain, is named at its size.
+TEST_F(MerkleEdgeTest, VerifyChecksTheStoredEdge) {
+  auto t = CreateTenant(*journal_, "merkle-verify");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  Append(id, 5);
+  auto verify = [&]() {
+    VerifyOptions o;
+    o.only_tenant = id;
+    auto r = VerifyChains(*pool_, o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->problems : std::vector<VerifyProblem>{{"", "", -1, "verify failed"}};
+  };
+  EXPECT_TRUE(verify().empty());
+  const int64_t head = Head(id);
+  auto set_edge = [&](int64_t size, const std::string& edge) {
+    ASSERT_TRUE(Su().Query("UPDATE oml.chain_heads SET tree_size = $2, tree_edge = $3 WHERE tenant_id = $1",
+                           {db::Text(id), db::Int(size), db::Bytes(edge)}).ok());
+  };
+  set_edge(head - 2, FromJournal(id, head - 2).Encode());  // left behind by a previous version
+  EXPECT_TRUE(verify().empty());
+  std::string bad = FromJournal(id, head).Encode();
+  bad[5] ^= 1;
+  set_edge(head, bad);
+  auto problems = verify();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].seq, head);
+  EXPECT_EQ(problems[0].what, "the stored Merkle edge at size " + std::to_string(head) +
+                                  " is not the edge of the chain's tree (its root would not be the chain's)");
+  set_edge(head + 1, FromJournal(id, head).Encode() + std::string(32, 'x'));
+  problems = verify();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].what, "the stored Merkle edge covers " + std::to_string(head + 1) +
+                                  " events, more than the chain's " + std::to_string(head));
+  set_edge(head, FromJournal(id, head).Encode());
+  EXPECT_TRUE(verify().empty());
 }
 
 TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {

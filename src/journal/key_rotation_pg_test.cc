@@ -17,6 +17,7 @@
 #include "db/test_cluster.h"
 #include "journal/heads.h"
 #include "journal/journal.h"
+#include "journal/merkle_edge.h"
 #include "journal/provider.h"
 #include "journal/test_journal.h"
 #include "journal/verify.h"
@@ -85,6 +86,15 @@ class KeyRotationTest : public ::testing::Test {
            {db::Text(kProviderTenant), db::Int(seq), db::Bytes(bytes), db::Bytes(hash), db::Bytes(sig)});
     Tamper("UPDATE oml.chain_heads SET event_hash = $3 WHERE tenant_id = $1 AND seq = $2",
            {db::Text(kProviderTenant), db::Int(seq), db::Bytes(hash)});
+    // The attacker holds the database: the chain's Merkle edge (sql/0029) is made to fit the
+    // rewritten row too, or it alone would give the rewrite away.
+    auto su = Su();
+    auto head = su.Query("SELECT seq FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(kProviderTenant)});
+    ASSERT_TRUE(head.ok() && head->size() == 1);
+    auto tree = TreeFromJournal(su, kProviderTenant, head->GetInt(0, 0));
+    ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+    Tamper("UPDATE oml.chain_heads SET tree_size = $2, tree_edge = $3 WHERE tenant_id = $1",
+           {db::Text(kProviderTenant), db::Int(static_cast<int64_t>(tree->size())), db::Bytes(tree->Encode())});
   }
   // The attacker's next step: `key` signs a note at `tenant`'s next seq, stored as the head. Cut
   // back when the test ends.
@@ -104,7 +114,7 @@ class KeyRotationTest : public ::testing::Test {
     const std::string hash = head->GetBytes(0, 1);
     undo_.push_back([tenant, seq, hash] {
       Tamper("DELETE FROM oml.journal WHERE tenant_id = $1 AND seq > $2", {db::Text(tenant), db::Int(seq)});
-      Tamper("UPDATE oml.chain_heads SET seq = $2, event_hash = $3 WHERE tenant_id = $1",
+      Tamper("UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL, seq = $2, event_hash = $3 WHERE tenant_id = $1",
              {db::Text(tenant), db::Int(seq), db::Bytes(hash)});
     });
     return testing::PlantEvent(e, key);

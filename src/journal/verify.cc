@@ -15,6 +15,7 @@
 #include "journal/event.h"
 #include "journal/heads.h"
 #include "journal/provider.h"
+#include "merkle/merkle.h"
 
 namespace oml::journal {
 namespace {
@@ -140,7 +141,7 @@ class PgChainSource final : public ChainSource {
         auto rs, InSnapshot(tenant, {
                               {"SELECT (SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2)",
                                {db::Text(tenant), db::Int(hash_seq)}, "verify_hash_at", true},
-                              {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1",
+                              {"SELECT seq, event_hash, tree_size, tree_edge FROM oml.chain_heads WHERE tenant_id = $1",
                                {db::Text(tenant)}, "verify_head", true},
                               {"SELECT " OML_VERIFY_ROW_COLUMNS " "
                                "FROM oml.journal WHERE tenant_id = $1 AND seq <= "
@@ -151,7 +152,14 @@ class PgChainSource final : public ChainSource {
                                "coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0)",
                                {db::Text(tenant)}, "verify_above_head", true}}));
     ChainHead head;
-    if (rs[1].size() > 0) head = {rs[1].GetInt(0, 0), rs[1].GetBytes(0, 1)};
+    if (rs[1].size() > 0) {
+      head.seq = rs[1].GetInt(0, 0);
+      head.event_hash = rs[1].GetBytes(0, 1);
+      if (!rs[1].IsNull(0, 2)) {
+        head.tree_size = rs[1].GetInt(0, 2);
+        head.tree_edge = rs[1].GetBytes(0, 3);
+      }
+    }
     FirstPage out;
     out.hash_at = rs[0].IsNull(0, 0) ? std::string() : rs[0].GetBytes(0, 0);
     out.head = head;
@@ -398,16 +406,26 @@ class Verifier {
     int64_t expect = 1;
     std::string prev = kZeroHash;
     std::string prev_time;
+    // The chain's Merkle tree as the walk links it, and its edge at the size the stored one
+    // covers (a writer of the previous version may have left it behind the head).
+    merkle::CompactRange tree;
+    std::optional<std::string> edge_at_stored_size;
+    auto note_edge = [&] {
+      if (head.tree_size && static_cast<int64_t>(tree.size()) == *head.tree_size) edge_at_stored_size = tree.Encode();
+    };
+    note_edge();
     std::vector<Row> rows = std::move(first.rows);
     while (!rows.empty()) {
       // Queue this page's row checks, fetch the next page meanwhile, then link this page.
       std::vector<Status> st(rows.size());
       std::vector<Envelope> env(rows.size());
+      std::vector<std::string> leaf(rows.size());  // RFC 9162 leaf hashes, computed with the checks
       WorkPool::Group group(*checks_);  // declared after what its tasks touch: destroyed (waited) first
       for (size_t begin = 0; begin < rows.size(); begin += kChunk) {
         group.Add([&, begin] {
           for (size_t i = begin; i < std::min(begin + kChunk, rows.size()); ++i) {
             if (!rows[i].defect.empty()) continue;  // reported as it is
+            leaf[i] = merkle::HashLeaf(rows[i].signed_bytes);
             st[i] = CheckRow(t.tenant_id, rows[i], &env[i]);
             if (st[i].ok()) st[i] = src_.CheckRow(t.tenant_id, rows[i], env[i]);
             if (st[i].ok()) st[i] = check_sig(rows[i], env[i]);
@@ -464,6 +482,8 @@ class Verifier {
           }
         }
         prev = r.event_hash;
+        tree.Append(leaf[i]);
+        note_edge();
         ++expect;
       }
       Progress(static_cast<int64_t>(rows.size()), 0);
@@ -483,6 +503,20 @@ class Verifier {
       Problem(t, first.above_head, "journal row at seq " + std::to_string(first.above_head) +
                                        " is above the chain head (seq " + std::to_string(head.seq) + ")");
       return false;
+    }
+    if (head.tree_size) {
+      // The stored edge must be the edge of this chain's tree at its size: a tampered or stale
+      // edge would make every checkpoint and proof built on it wrong.
+      if (*head.tree_size > head.seq) {
+        Problem(t, head.seq, "the stored Merkle edge covers " + std::to_string(*head.tree_size) +
+                                 " events, more than the chain's " + std::to_string(head.seq));
+        return false;
+      }
+      if (!edge_at_stored_size || *edge_at_stored_size != head.tree_edge) {
+        Problem(t, *head.tree_size, "the stored Merkle edge at size " + std::to_string(*head.tree_size) +
+                                        " is not the edge of the chain's tree (its root would not be the chain's)");
+        return false;
+      }
     }
     // Decoded only now: the provider chain's walk is what completes keys_.
     if (!published_doc.parse.ok()) {

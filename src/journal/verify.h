@@ -39,6 +39,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,11 @@ class ChainSource {
   struct ChainHead {
     int64_t seq = 0;         // 0: the chain has no head
     std::string event_hash;  // raw
+    // The Merkle edge the commit point keeps with the head (sql/0029; journal/merkle_edge.h):
+    // the size it covers and its hashes. nullopt: none kept (not built yet, or a source without
+    // one, the lake). The walk checks it against the chain's own tree.
+    std::optional<int64_t> tree_size;
+    std::string tree_edge;
   };
   struct FirstPage {
     ChainHead head;
