@@ -278,15 +278,14 @@ Result<std::vector<Receipt>> Journal::Txn::AppendMany(const std::string& tenant,
     if (Status st = OML_SYNC_POINT("journal.after_outbox_insert"); !st.ok()) return fail_at(st);
     out.push_back(std::move(rc));
   }
-  rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4, $5)",
-                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev), db::Text(prev_time)},
+  // The head and, in the same UPDATE, the tree's edge at the new head (sql/0029); a NULL edge
+  // leaves the tree columns as they are.
+  rt2.push_back({"SELECT oml.advance_head($1, $2, $3, $4, $5, $6, $7)",
+                 {db::Text(tenant), db::Int(head_seq), db::Int(seq), db::Bytes(prev), db::Text(prev_time),
+                  tree ? db::Int(static_cast<int64_t>(tree->size())) : db::Null(),
+                  tree ? db::Bytes(tree->Encode()) : db::Null()},
                  "oml_advance_head"});
-  // After advance_head (which inserts a new chain's row): the edge at the new head, or NULL.
-  if (tree) {
-    rt2.push_back({"UPDATE oml.chain_heads SET tree_size = $2, tree_edge = $3 WHERE tenant_id = $1",
-                   {db::Text(tenant), db::Int(static_cast<int64_t>(tree->size())), db::Bytes(tree->Encode())},
-                   "oml_tree_edge_advance"});
-  } else if (edge_row.size() == 1 && !edge_row.IsNull(0, 0)) {
+  if (!tree && edge_row.size() == 1 && !edge_row.IsNull(0, 0)) {  // an edge that did not fit: dropped
     rt2.push_back({"UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL WHERE tenant_id = $1",
                    {db::Text(tenant)}, "oml_tree_edge_reset"});
   }
