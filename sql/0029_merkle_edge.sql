@@ -29,6 +29,10 @@ BEGIN
   IF p_to <= p_from THEN
     RAISE EXCEPTION 'head must move forward (% -> %)', p_from, p_to USING ERRCODE = 'data_exception';
   END IF;
+  IF p_tree_edge IS NOT NULL AND p_tree_size IS DISTINCT FROM p_to THEN
+    RAISE EXCEPTION 'the Merkle edge must cover the new head (% leaves, head %)', p_tree_size, p_to
+      USING ERRCODE = 'data_exception';
+  END IF;
   IF p_from = 0 THEN
     INSERT INTO oml.chain_heads (tenant_id, seq, event_hash, event_time, tree_size, tree_edge)
       VALUES (p_tenant, p_to, p_hash, p_time, p_tree_size, p_tree_edge);

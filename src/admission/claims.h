@@ -153,7 +153,6 @@ class Claims {
     int failed = 0;   // versions whose text could not be read: still queued, tried again later
   };
 
- public:
   Claims(journal::Journal* journal, db::Pool* pool, const crypto::KekProvider* kek, uint64_t max_body_bytes)
       : journal_(journal), pool_(pool), kek_(kek), max_body_(max_body_bytes) {}
 

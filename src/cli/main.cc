@@ -531,14 +531,7 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   admission::SearchIndexer indexer(&claims, std::chrono::milliseconds(250));
   // Chains that existed before 0029 get their Merkle edge built from the journal (journal/
   // merkle_edge.h), at start and then hourly (an edge an append found malformed is dropped).
-  PeriodicThread tree_builder(std::chrono::hours(1), [&rt] {
-    auto r = journal::BuildMissingTrees(*rt->pool);
-    if (!r.ok()) {
-      log::Warn("Merkle trees: building a chain's edge failed (retried in an hour)", {{"error", r.status().ToString()}});
-    } else if (r->chains > 0) {
-      log::Info("Merkle trees built from the journal", {{"chains", r->chains}, {"events", r->leaves}});
-    }
-  }, /*run_at_start=*/true);
+  journal::TreeBuilder tree_builder(rt->pool.get(), std::chrono::hours(1));
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);

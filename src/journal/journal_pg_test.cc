@@ -159,6 +159,36 @@ TEST_F(MerkleEdgeTest, ALaggingEdgeCatchesUpAndAMissingOneIsBuiltFromTheJournal)
   ExpectEdgeMatchesJournal(id);
 }
 
+// One chain that cannot be built does not stop the others; a stop request stops the build.
+TEST_F(MerkleEdgeTest, OneChainFailingLeavesTheOthersBuiltAndAStopStopsTheBuild) {
+  auto a = CreateTenant(*journal_, "merkle-fail-a"), b = CreateTenant(*journal_, "merkle-fail-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (const auto& id : {a->tenant_id, b->tenant_id}) {
+    Append(id, 2);
+    ASSERT_TRUE(Su().Query("UPDATE oml.chain_heads SET tree_size = NULL, tree_edge = NULL WHERE tenant_id = $1",
+                           {db::Text(id)}).ok());
+  }
+  std::atomic<bool> stop{true};
+  auto stopped = BuildMissingTrees(*pool_, &stop);
+  ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
+  EXPECT_EQ(stopped->chains, 0);
+  EXPECT_FALSE(Stored(a->tenant_id).has_value());
+
+  SyncPoints::Set("journal.tree_build.before_lock", [] {
+    SyncPoints::Clear("journal.tree_build.before_lock");  // the first chain built fails, once
+    return Status(Code::kUnavailable, "the database went away", "database-unavailable");
+  });
+  auto failed = BuildMissingTrees(*pool_);
+  SyncPoints::ClearAll();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().type(), "database-unavailable");
+  EXPECT_NE(failed.status().message().find("1 chain(s) without an edge"), std::string::npos) << failed.status().message();
+  EXPECT_EQ(Stored(a->tenant_id).has_value() + Stored(b->tenant_id).has_value(), 1);  // the other one was built
+  ASSERT_TRUE(BuildMissingTrees(*pool_).ok());
+  ExpectEdgeMatchesJournal(a->tenant_id);
+  ExpectEdgeMatchesJournal(b->tenant_id);
+}
+
 // `oml verify` checks the stored edge against the tree of the chain it walks: a lagging but true
 // edge passes; a tampered one, or one longer than the chain, is named at its size.
 TEST_F(MerkleEdgeTest, VerifyChecksTheStoredEdge) {

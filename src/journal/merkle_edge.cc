@@ -12,10 +12,11 @@ namespace {
 
 constexpr int64_t kBatch = 10000;  // journal rows per read
 
-// Appends the chain's events (from, upto] to `tree`, whose size must be `from`.
+// Appends the chain's events (tree->size(), upto] to `tree`. Stops early (kAborted) once *stop.
 Status AppendFromJournal(db::Conn& conn, const std::string& tenant, int64_t upto_seq, merkle::CompactRange* tree,
-                         bool scoped) {
+                         bool scoped, const std::atomic<bool>* stop = nullptr) {
   while (static_cast<int64_t>(tree->size()) < upto_seq) {
+    if (stop != nullptr && stop->load()) return Status(Code::kAborted, "stopping", "stopping");
     const int64_t from = static_cast<int64_t>(tree->size());
     db::Stmt q{"SELECT seq, signed_bytes FROM oml.journal WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 "
                "ORDER BY seq LIMIT $4",
@@ -36,14 +37,14 @@ Status AppendFromJournal(db::Conn& conn, const std::string& tenant, int64_t upto
 }
 
 // Builds one chain's edge: the leaves it covers, or 0 if the chain had one meanwhile (or has none).
-Result<int64_t> BuildTree(db::Pool& pool, const std::string& tenant) {
+Result<int64_t> BuildTree(db::Pool& pool, const std::string& tenant, const std::atomic<bool>* stop) {
   OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool.Acquire());
   OML_ASSIGN_OR_RETURN(db::Rows head, conn->Scoped(tenant, {"SELECT seq FROM oml.chain_heads WHERE tenant_id = $1",
                                                             {db::Text(tenant)}}));
   if (head.size() == 0) return int64_t{0};
   // Without the lock: the events up to the head seen now (they never change).
   merkle::CompactRange tree;
-  OML_RETURN_IF_ERROR(AppendFromJournal(*conn, tenant, head.GetInt(0, 0), &tree, /*scoped=*/true));
+  OML_RETURN_IF_ERROR(AppendFromJournal(*conn, tenant, head.GetInt(0, 0), &tree, /*scoped=*/true, stop));
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("journal.tree_build.before_lock"));  // tests: an append lands here
   // Under the chain's lock (as an append takes it): what was appended meanwhile, then the edge.
   OML_RETURN_IF_ERROR(conn->Exec("BEGIN ISOLATION LEVEL READ COMMITTED").status());
@@ -60,6 +61,8 @@ Result<int64_t> BuildTree(db::Pool& pool, const std::string& tenant) {
                                        {"SELECT tree_edge IS NULL FROM oml.chain_heads WHERE tenant_id = $1",
                                         {db::Text(tenant)}}}));
   if (locked[2].size() == 0 || locked[2].Get(0, 0) != "t") return int64_t{0};  // built meanwhile
+  // A head behind what was read (a restore or a cut tail meanwhile): no edge from this read.
+  if (locked[1].GetInt(0, 0) < static_cast<int64_t>(tree.size())) return int64_t{0};
   OML_RETURN_IF_ERROR(AppendFromJournal(*conn, tenant, locked[1].GetInt(0, 0), &tree, /*scoped=*/false));
   OML_RETURN_IF_ERROR(conn->Query("UPDATE oml.chain_heads SET tree_size = $2, tree_edge = $3 WHERE tenant_id = $1",
                                   {db::Text(tenant), db::Int(static_cast<int64_t>(tree.size())),
@@ -90,7 +93,7 @@ Result<std::optional<merkle::CompactRange>> StoredTree(db::Conn& conn, const std
   return std::optional<merkle::CompactRange>(std::move(tree).value());
 }
 
-Result<TreeBuildReport> BuildMissingTrees(db::Pool& pool) {
+Result<TreeBuildReport> BuildMissingTrees(db::Pool& pool, const std::atomic<bool>* stop) {
   std::vector<std::string> tenants;
   {
     OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool.Acquire());
@@ -100,7 +103,9 @@ Result<TreeBuildReport> BuildMissingTrees(db::Pool& pool) {
     for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
   }
   TreeBuildReport rep;
+  Status first_error;
   for (const std::string& t : tenants) {
+    if (stop != nullptr && stop->load()) break;
     bool missing = false;
     {
       OML_ASSIGN_OR_RETURN(db::Pool::Handle conn, pool.Acquire());
@@ -110,13 +115,39 @@ Result<TreeBuildReport> BuildMissingTrees(db::Pool& pool) {
       missing = r.size() > 0;
     }
     if (!missing) continue;
-    OML_ASSIGN_OR_RETURN(int64_t leaves, BuildTree(pool, t));
-    if (leaves > 0) {
+    // One chain's failure (a gap in its seqs, a database error) is logged and counted; the
+    // chains after it are still built.
+    Result<int64_t> leaves = BuildTree(pool, t, stop);
+    if (!leaves.ok()) {
+      if (leaves.status().type() == "stopping") break;
+      ++rep.failed;
+      log::Warn("Merkle trees: a chain's edge could not be built", {{"tenant", t}, {"error", leaves.status().ToString()}});
+      if (first_error.ok()) first_error = leaves.status();
+      continue;
+    }
+    if (*leaves > 0) {
       ++rep.chains;
-      rep.leaves += leaves;
+      rep.leaves += *leaves;
     }
   }
+  if (!first_error.ok())
+    return Status(first_error.code(), std::to_string(rep.failed) + " chain(s) without an edge; the first: " +
+                                          first_error.message(), first_error.type());
   return rep;
+}
+
+TreeBuilder::TreeBuilder(db::Pool* pool, std::chrono::milliseconds interval)
+    : pool_(pool), thread_(interval, [this] { BuildOnce(); }, /*run_at_start=*/true) {}
+
+TreeBuilder::~TreeBuilder() { stop_ = true; }  // then thread_ joins: a build stops at its next batch
+
+void TreeBuilder::BuildOnce() {
+  auto r = BuildMissingTrees(*pool_, &stop_);
+  if (!r.ok()) {
+    log::Warn("Merkle trees: some chains have no edge yet (retried next interval)", {{"error", r.status().ToString()}});
+  } else if (r->chains > 0) {
+    log::Info("Merkle trees built from the journal", {{"chains", r->chains}, {"events", r->leaves}});
+  }
 }
 
 }  // namespace oml::journal

@@ -504,20 +504,6 @@ class Verifier {
                                        " is above the chain head (seq " + std::to_string(head.seq) + ")");
       return false;
     }
-    if (head.tree_size) {
-      // The stored edge must be the edge of this chain's tree at its size: a tampered or stale
-      // edge would make every checkpoint and proof built on it wrong.
-      if (*head.tree_size > head.seq) {
-        Problem(t, head.seq, "the stored Merkle edge covers " + std::to_string(*head.tree_size) +
-                                 " events, more than the chain's " + std::to_string(head.seq));
-        return false;
-      }
-      if (!edge_at_stored_size || *edge_at_stored_size != head.tree_edge) {
-        Problem(t, *head.tree_size, "the stored Merkle edge at size " + std::to_string(*head.tree_size) +
-                                        " is not the edge of the chain's tree (its root would not be the chain's)");
-        return false;
-      }
-    }
     // Decoded only now: the provider chain's walk is what completes keys_.
     if (!published_doc.parse.ok()) {
       Problem(t, 0, "the published head does not verify: " + published_doc.parse.message());
@@ -554,6 +540,22 @@ class Verifier {
         } else {
           Problem(t, at, what);
         }
+        return false;
+      }
+    }
+    // After the published-head check: a chain that lost its tail is named as such, not by its
+    // edge (which then covers more than the chain).
+    if (head.tree_size) {
+      // The stored edge must be the edge of this chain's tree at its size: a tampered or stale
+      // edge would make every checkpoint and proof built on it wrong.
+      if (*head.tree_size > head.seq) {
+        Problem(t, head.seq, "the stored Merkle edge covers " + std::to_string(*head.tree_size) +
+                                 " events, more than the chain's " + std::to_string(head.seq));
+        return false;
+      }
+      if (!edge_at_stored_size || *edge_at_stored_size != head.tree_edge) {
+        Problem(t, *head.tree_size, "the stored Merkle edge at size " + std::to_string(*head.tree_size) +
+                                        " is not the edge of the chain's tree (its root would not be the chain's)");
         return false;
       }
     }
