@@ -101,6 +101,10 @@ class Node:
                 # server. After a real crash no process is left: neither is the file.
                 with contextlib.suppress(FileNotFoundError):
                     (self.data / "postmaster.pid").unlink()
+                # The unix socket's lock file names the same pid: a zombie postmaster made the
+                # restart fail with "lock file .s.PGSQL.<port>.lock already exists" (seen once).
+                with contextlib.suppress(FileNotFoundError):
+                    (self.cluster.base / f".s.PGSQL.{self.port}.lock").unlink()
                 return
             time.sleep(0.05)
         raise AssertionError(f"{self.name}: processes survived SIGKILL: {alive}")

@@ -27,8 +27,10 @@ struct Detected {
 // given libmagic and magic database (libmagic-mgc) version. kInternal when libmagic cannot be
 // loaded (the magic database is missing: install libmagic-mgc).
 Result<Detected> DetectMediaType(std::string_view bytes);
-// libmagic's bytes_max: DetectMediaType on the first MediaTypeBytesMax() bytes of an item answers
-// exactly what it answers on the whole item (so a streaming review detects from a prefix).
+// libmagic's bytes_max: the most of an item libmagic reads for most types, so a streaming review
+// detects from exactly that prefix. Not for JSON: libmagic parses the buffer it is given, and a
+// JSON item longer than the prefix is text/plain there (review.cc then tries it as JSON when it
+// opens with '{' or '[').
 Result<size_t> MediaTypeBytesMax();
 
 // "Text/Markdown; charset=UTF-8 " -> "text/markdown": lowercased, parameters and surrounding

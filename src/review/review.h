@@ -4,7 +4,7 @@
 // ReviewContent is a pure function of (options, declared media type, bytes) apart from the
 // optional clamd call: no database, no object store, no clock. ReviewStream is the same review
 // over bytes read in pieces, in bounded memory whatever the size (issue 22): the type is
-// detected from the first MediaTypeBytesMax() bytes (all libmagic reads of any item), then every
+// detected from exactly the first MediaTypeBytesMax() bytes (libmagic's bytes_max), then every
 // piece goes through the extractor, the SHA-256 and clamd as it is read, and the extracted text
 // through the deny-list in windows (deny_list.h DenyScanner). Both give the same Review for the
 // same bytes. admission/ calls it for every
