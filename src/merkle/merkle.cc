@@ -58,6 +58,15 @@ Status SubProof(NodeReader& nodes, uint64_t m, uint64_t b, uint64_t e, bool star
 
 std::string Short(std::string_view h) { return crypto::Hex(h).substr(0, 16); }
 
+// RFC 9162 2.1.3.2 / 2.1.4.2: "if LSB(fn) is not set, right-shift both fn and sn equally until
+// either LSB(fn) is set or fn is 0" (the two verifiers share this step).
+void ShiftToOddOrZero(uint64_t* fn, uint64_t* sn) {
+  while (*fn != 0 && !(*fn & 1)) {
+    *fn >>= 1;
+    *sn >>= 1;
+  }
+}
+
 }  // namespace
 
 std::string HashLeaf(std::string_view entry) {
@@ -165,11 +174,7 @@ Result<std::string> RootFromInclusion(uint64_t index, uint64_t size, std::string
     if (sn == 0) return BadProof("the proof has " + std::to_string(proof.size()) + " hashes, more than the tree needs");
     if ((fn & 1) || fn == sn) {
       r = HashChildren(proof[i], r);
-      if (!(fn & 1))
-        while (fn != 0 && !(fn & 1)) {
-          fn >>= 1;
-          sn >>= 1;
-        }
+      ShiftToOddOrZero(&fn, &sn);
     } else {
       r = HashChildren(r, proof[i]);
     }
@@ -222,11 +227,7 @@ Status VerifyConsistency(uint64_t m, uint64_t n, const std::vector<std::string>&
     if ((fn & 1) || fn == sn) {
       fr = HashChildren(path[i], fr);
       sr = HashChildren(path[i], sr);
-      if (!(fn & 1))
-        while (fn != 0 && !(fn & 1)) {
-          fn >>= 1;
-          sn >>= 1;
-        }
+      ShiftToOddOrZero(&fn, &sn);
     } else {
       sr = HashChildren(sr, path[i]);
     }
