@@ -160,6 +160,12 @@ def _alive(pid):
         return False
 
 
+def _lsn(text):
+    """A pg_lsn's text ('16/B374D848') as an int, for comparison."""
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
 def _append(path, text):
     with open(path, "a") as f:
         f.write(text)
@@ -273,9 +279,37 @@ class ReplicatedCluster:
                 time.sleep(0.05)
 
     # --- failover -------------------------------------------------------------------------
-    def failover(self, to, old_primary_down=True):
-        """Promotes standby `to`; every other running standby follows it. Returns the new primary."""
-        node = self.nodes[to]
+    def received_lsn(self, name, settle=1.0):
+        """The end of the WAL standby `name` holds: what its walreceiver wrote, or (after a restart,
+        before it streams again) what it replayed from its own pg_wal; polled until it stops moving
+        for `settle` seconds (a walreceiver still writing what the dead primary sent)."""
+        q = ("SELECT greatest(coalesce(w.written_lsn, '0/0'::pg_lsn), coalesce(pg_last_wal_receive_lsn(), '0/0'), "
+             "coalesce(pg_last_wal_replay_lsn(), '0/0'))::text FROM (SELECT 1) x "
+             "LEFT JOIN pg_stat_wal_receiver w ON true")
+        last, since = None, time.time()
+        while True:
+            with self.nodes[name].conn(dbname="postgres") as c:
+                got = c.execute(q).fetchone()[0]
+            if got != last:
+                last, since = got, time.time()
+            elif time.time() - since >= settle:
+                return _lsn(got)
+            time.sleep(0.1)
+
+    def most_advanced(self, names=None):
+        """Of the running synchronous standbys (or `names`), the one holding the most WAL.
+
+        With `ANY k (...)`, each acknowledged commit is on k of them, not on every one: only the
+        most advanced holds all of them (WAL is one stream: the longest holds every shorter), and
+        the others can follow it once it is promoted (a standby AHEAD of the new primary cannot:
+        its timeline forked off before its own end, and the quorum then waits for it forever)."""
+        names = [n for n in (names or self.sync_names) if self.nodes[n].running()]
+        return max(names, key=lambda n: (self.received_lsn(n), n))
+
+    def failover(self, to=None, old_primary_down=True):
+        """Promotes standby `to` (default: the most advanced synchronous standby, as the operator
+        must); every other running standby follows it. Returns the new primary."""
+        node = self.nodes[to or self.most_advanced()]
         node.promote()
         old = self.primary
         self.primary = node

@@ -3,8 +3,8 @@ standbys (`ANY 1 (s1, s2)`) and an asynchronous one (tests/pgcluster.py), with `
 `oml lakewriter` on libpq multi-host URLs in the production profile (durability enforced).
 
 What the seed promises: a COMMIT is acknowledged only once a quorum of synchronous standbys holds
-it, so promoting a synchronous standby loses no acknowledged event; a failover onto a node that
-lost the tail is caught by the fork check and nothing is signed onto the fork.
+it, so promoting the most advanced synchronous standby loses no acknowledged event; a failover
+onto a node that lost the tail is caught by the fork check and nothing is signed onto the fork.
 """
 import base64
 import json
@@ -258,7 +258,7 @@ def test_kill_9_of_the_primary_under_load_then_promote_a_synchronous_standby_los
         wait_for(lambda: len(load.receipts) >= 30, "30 receipts before the crash")
         cluster.primary.kill9()
         at_crash = len(load.receipts)
-        new = cluster.failover("s1")  # s2 and a1 follow s1
+        new = cluster.failover()  # the most advanced synchronous standby; the others follow it
         wait_for(lambda: len(load.receipts) >= at_crash + 30, "30 receipts after the failover", timeout=60)
     receipts = load.receipts
     seqs = [(t, s) for t, s, _, _ in receipts.values()]
@@ -275,6 +275,44 @@ def test_kill_9_of_the_primary_under_load_then_promote_a_synchronous_standby_los
 
 
 # --- the asynchronous standby that lost the tail -------------------------------------------
+
+def test_only_the_most_advanced_synchronous_standby_holds_every_receipt_and_is_the_one_promoted(rc):
+    """`ANY 1 (s1, s2)` puts each acknowledged commit on s1 OR s2, not on both. s1 stops receiving
+    while s2 acknowledges alone; after the primary's kill -9, s1 lacks the last receipts. The
+    documented failover promotes the synchronous standby holding the most WAL (s2); s1, behind
+    it, then follows it, and the quorum is whole again. (Promoting s1 instead would lose the
+    receipts, and s2, ahead of s1's new timeline, could never follow it: every commit would wait
+    for a quorum that never comes. A race of the two standbys did that to this file's other tests
+    when they promoted s1 by name.)"""
+    d, cluster = rc, rc.cluster
+    d.serve(env=ENFORCED)
+    nodes = cluster.nodes
+    receipts = [receipt_of(post_claim(d, i)) for i in range(3)]
+    cluster.wait_replayed(["s1", "s2"])
+    with nodes["s1"].conn(dbname="postgres") as c:  # s1's walreceiver stops: s2 acknowledges alone
+        c.execute("ALTER SYSTEM SET primary_conninfo = ''")
+        c.execute("SELECT pg_reload_conf()")
+    wait_for(lambda: "s1" not in cluster.streaming(), "s1 no longer streaming")
+    for i in range(3, 8):
+        r = post_claim(d, i)
+        assert r.status_code == 201, r.text
+        receipts.append(receipt_of(r))
+    cluster.primary.kill9()
+    tenant, last = receipts[-1][0], receipts[-1][1]
+    assert journal_row(nodes["s1"], tenant, last) is None  # s1 is a synchronous standby, and lacks them
+    assert journal_row(nodes["s1"], *receipts[2][:2]) == receipts[2][2:]
+    assert cluster.received_lsn("s1") < cluster.received_lsn("s2")
+    assert cluster.most_advanced() == "s2"
+    new = cluster.failover()
+    assert new is nodes["s2"]
+    cluster.wait_streaming(["s1"])  # behind s2's new timeline: s1 follows it
+    for t, seq, event_hash, signature in receipts:
+        assert journal_row(new, t, seq) == (event_hash, signature), seq
+    r = wait_for(lambda: [x for x in [post_claim(d, 100)] if x.status_code == 201],
+                 "a write through the server on s2", timeout=60)[0]
+    assert receipt_of(r)[1] == last + 1
+    assert d.run("verify").returncode == 0
+
 
 def test_promoting_the_asynchronous_standby_that_lost_the_tail_is_a_fork_and_the_documented_recovery_loses_nothing(rc):
     d, cluster = rc, rc.cluster
@@ -334,10 +372,10 @@ def test_promoting_the_asynchronous_standby_that_lost_the_tail_is_a_fork_and_the
     nodes["a1"].stop()
     nodes["s1"].start()
     nodes["s2"].start()
-    new = cluster.failover("s1")
+    new = cluster.failover()  # the most advanced of s1 and s2
     cluster.rewind("p")   # the old primary: pg_rewind onto the new timeline
     cluster.reclone("a1")  # the forked node: its timeline ID collides with s1's, so a fresh copy
-    cluster.wait_streaming(["s2", "p", "a1"])
+    cluster.wait_streaming([n for n in ("s1", "s2", "p", "a1") if n != new.name])
     d.serve(env=ENFORCED)
     for tenant, seq, event_hash, signature in receipts:
         assert journal_row(new, tenant, seq) == (event_hash, signature), seq
@@ -375,8 +413,8 @@ def test_the_lake_writer_follows_a_failover_and_a_kill_9_and_the_lake_holds_each
             wait_for(lambda: lake_frontier(cluster) > 0 and len(load.receipts) >= 20, "the writer drains")
             promote(5)
             cluster.primary.kill9()  # mid-drain: the writer's session and lease die with it
-            cluster.failover("s1")
-            # The same process reconnects to s1 and takes the lease there (epoch 2).
+            cluster.failover()
+            # The same process reconnects to the new primary and takes the lease there (epoch 2).
             wait_for(lambda: lease_epoch(cluster) == 2, "the lease re-taken on the new primary", timeout=60)
             drained = lake_frontier(cluster)
             wait_for(lambda: lake_frontier(cluster) > drained and len(load.receipts) >= 50,

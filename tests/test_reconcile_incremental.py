@@ -181,9 +181,11 @@ def test_since_compares_only_what_the_events_since_then_left(served):
     assert brief(rep) == want
     _, rep = reconcile(d, "--full", code=3)
     assert brief(rep) == want
-    # Since tomorrow: no event is in the window, and nothing before it is judged.
-    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _, rep = reconcile(d, "--since", tomorrow, code=0)
+    # Since the day after tomorrow: no event is in the window, and nothing before it is judged.
+    # (The window opens an hour before the start of --since's UTC day, so "tomorrow" would still
+    # hold this hour's events when the test runs between 23:00 and midnight UTC.)
+    later = (datetime.now(timezone.utc) + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, rep = reconcile(d, "--since", later, code=0)
     assert (rep["summary"]["mode"], rep["summary"]["events"]) == ("since", 0)
     # Usage errors: exit 4, nothing recorded.
     n = len(runs(d))
