@@ -915,6 +915,15 @@ Result<SigningKey> SigningKey::Generate() {
   return Impl::Make(PkeyPtr(raw));
 }
 
+Result<SigningKey> SigningKey::FromSeed(std::string_view seed) {
+  if (seed.size() != 32) return InvalidArgument("an Ed25519 seed is 32 bytes, not " + std::to_string(seed.size()));
+  NoteKeyMaterialUse();
+  PkeyPtr pkey(EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(seed.data()),
+                                            seed.size()));
+  if (!pkey) return OpenSslFailure("EVP_PKEY_new_raw_private_key");
+  return Impl::Make(std::move(pkey));
+}
+
 Result<SigningKey> SigningKey::LoadFile(const std::string& path, bool allow_insecure_file) {
   NoteKeyMaterialUse();
   OML_RETURN_IF_ERROR(CheckKeyFilePermissions(path, allow_insecure_file));

@@ -150,6 +150,9 @@ std::string KeyIdFor(std::string_view public_key_raw);
 class SigningKey {
  public:
   static Result<SigningKey> Generate();
+  // The key whose RFC 8032 private key (seed) is these 32 raw bytes (a C2SP note key's, a test
+  // vector's). kInvalidArgument for another length.
+  static Result<SigningKey> FromSeed(std::string_view seed);
   // Loads a PKCS#8 PEM private key. kNotFound if the file is missing, kInvalidArgument if it is
   // not an Ed25519 key. kFailedPrecondition if the file is not owned by the effective uid or
   // gives group/other any permission (oml::CheckKeyFilePermissions, common/secret_file.h);

@@ -1,0 +1,106 @@
+#include "tlog/checkpoint.h"
+
+#include <charconv>
+
+#include "crypto/crypto.h"
+
+namespace oml::tlog {
+namespace {
+
+// Strict unsigned decimal: digits only, no sign, no leading zero (but "0"), fits 64 bits.
+std::optional<uint64_t> ParseDecimal(std::string_view s) {
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return std::nullopt;
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Splits `text` into lines; false unless it ends with "\n".
+bool Lines(std::string_view text, std::vector<std::string_view>* out) {
+  if (text.empty() || text.back() != '\n') return false;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    out->push_back(text.substr(0, nl));
+    text.remove_prefix(nl + 1);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeCheckpoint(const Checkpoint& c) {
+  std::string out = c.origin + "\n" + std::to_string(c.size) + "\n" + crypto::Base64(c.root) + "\n";
+  for (const auto& e : c.extensions) out.append(e).append(1, '\n');
+  return out;
+}
+
+Result<Checkpoint> ParseCheckpoint(std::string_view text) {
+  const auto bad = [](const std::string& why) {
+    return InvalidArgument("malformed checkpoint: " + why, "malformed-checkpoint");
+  };
+  std::vector<std::string_view> lines;
+  if (!Lines(text, &lines)) return bad("it does not end with a newline");
+  if (lines.size() < 3) return bad("fewer than three lines (origin, size, root hash)");
+  Checkpoint c;
+  if (lines[0].empty()) return bad("the origin line is empty");
+  c.origin = std::string(lines[0]);
+  auto size = ParseDecimal(lines[1]);
+  if (!size) return bad("the tree size \"" + std::string(lines[1].substr(0, 32)) + "\" is not a decimal integer");
+  c.size = *size;
+  auto root = crypto::FromBase64(lines[2]);
+  if (!root.ok() || root->size() != 32) return bad("the root hash is not the base64 of 32 bytes");
+  c.root = std::move(*root);
+  for (size_t i = 3; i < lines.size(); ++i) {
+    if (lines[i].empty()) return bad("extension line " + std::to_string(i - 2) + " is empty");
+    c.extensions.emplace_back(lines[i]);
+  }
+  return c;
+}
+
+std::string EncodeTlogProof(const TlogProof& p) {
+  std::string out(kTlogProofHeader);
+  out.append(1, '\n');
+  if (p.extra) out.append("extra ").append(crypto::Base64(*p.extra)).append(1, '\n');
+  out.append("index ").append(std::to_string(p.index)).append(1, '\n');
+  for (const auto& h : p.hashes) out.append(crypto::Base64(h)).append(1, '\n');
+  out.append(1, '\n').append(p.checkpoint);
+  return out;
+}
+
+Result<TlogProof> ParseTlogProof(std::string_view text) {
+  const auto bad = [](const std::string& why) { return InvalidArgument("malformed tlog-proof: " + why, "malformed-proof"); };
+  const auto next = [&](std::string_view* line) {
+    const size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) return false;
+    *line = text.substr(0, nl);
+    text.remove_prefix(nl + 1);
+    return true;
+  };
+  std::string_view line;
+  if (!next(&line) || line != kTlogProofHeader) return bad("the first line is not " + std::string(kTlogProofHeader));
+  TlogProof p;
+  if (!next(&line)) return bad("no index line");
+  if (line.substr(0, 6) == "extra ") {
+    auto e = crypto::FromBase64(line.substr(6));
+    if (!e.ok()) return bad("the extra data is not base64");
+    p.extra = std::move(*e);
+    if (!next(&line)) return bad("no index line");
+  }
+  if (line.substr(0, 6) != "index ") return bad("no index line");
+  auto index = ParseDecimal(line.substr(6));
+  if (!index) return bad("the index is not a decimal integer");
+  p.index = *index;
+  for (;;) {
+    if (!next(&line)) return bad("no blank line before the checkpoint");
+    if (line.empty()) break;
+    auto h = crypto::FromBase64(line);
+    if (!h.ok() || h->size() != 32) return bad("hash " + std::to_string(p.hashes.size()) + " is not the base64 of 32 bytes");
+    p.hashes.push_back(std::move(*h));
+  }
+  if (text.empty()) return bad("no checkpoint");
+  p.checkpoint = std::string(text);
+  return p;
+}
+
+}  // namespace oml::tlog

@@ -1,0 +1,57 @@
+// C2SP tlog-checkpoint (https://c2sp.org/tlog-checkpoint) bodies and C2SP tlog-proof
+// (https://c2sp.org/tlog-proof) documents: how each chain's tree head is published and how an
+// inclusion proof travels with it (issue 23).
+//
+// A checkpoint body is the text of a signed note (tlog/note.h):
+//
+//   <origin>\n                       non-empty; oml writes "<deployment origin>/<tenant uuid>"
+//   <tree size>\n                    ASCII decimal, no leading zero
+//   <base64 of the 32-byte root>\n
+//   [<extension line>\n ...]          each non-empty
+//
+// A tlog-proof is
+//
+//   c2sp.org/tlog-proof@v1\n
+//   [extra <base64>\n]
+//   index <leaf index>\n
+//   <base64 hash>\n ...               the inclusion path, leaf side first
+//   \n
+//   <the signed checkpoint note>
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace oml::tlog {
+
+struct Checkpoint {
+  std::string origin;
+  uint64_t size = 0;
+  std::string root;  // 32 raw bytes
+  std::vector<std::string> extensions;
+};
+
+// The body. REQUIRES: the origin and extensions hold no newline and are non-empty; root is 32 bytes.
+std::string EncodeCheckpoint(const Checkpoint& c);
+// Parses a body (a note's text). kInvalidArgument "malformed-checkpoint" saying which line.
+Result<Checkpoint> ParseCheckpoint(std::string_view text);
+
+inline constexpr std::string_view kTlogProofHeader = "c2sp.org/tlog-proof@v1";
+
+struct TlogProof {
+  uint64_t index = 0;
+  std::vector<std::string> hashes;  // 32 raw bytes each
+  std::string checkpoint;           // the signed note, as published
+  std::optional<std::string> extra;
+};
+
+std::string EncodeTlogProof(const TlogProof& p);
+// kInvalidArgument "malformed-proof" saying which line.
+Result<TlogProof> ParseTlogProof(std::string_view text);
+
+}  // namespace oml::tlog
