@@ -17,6 +17,9 @@
 #include "journal/merkle_edge.h"
 #include "journal/provider.h"
 #include "journal/test_journal.h"
+#include "journal/tlog_store.h"
+#include "tlog/checkpoint.h"
+#include "tlog/note.h"
 #include "journal/verify.h"
 
 namespace oml::journal {
@@ -226,6 +229,163 @@ TEST_F(MerkleEdgeTest, VerifyChecksTheStoredEdge) {
                                   " events, more than the chain's " + std::to_string(head));
   set_edge(head, FromJournal(id, head).Encode());
   EXPECT_TRUE(verify().empty());
+}
+
+// The tiles (sql/0030) give the journal's tree: every root, inclusion and consistency proof read
+// from them equals the one from all leaf hashes in memory, after extensions of every step size
+// (partial tiles rewritten, a level-0 tile completing a level-1 entry, 600+ leaves).
+class TlogStoreTest : public MerkleEdgeTest {
+ protected:
+  static merkle::MemoryTree Memory(const std::string& t) {
+    auto rows = Su().Query("SELECT signed_bytes FROM oml.journal WHERE tenant_id = $1 ORDER BY seq", {db::Text(t)});
+    EXPECT_TRUE(rows.ok());
+    merkle::MemoryTree mem;
+    for (int i = 0; rows.ok() && i < rows->size(); ++i) mem.Append(merkle::HashLeaf(rows->GetBytes(i, 0)));
+    return mem;
+  }
+  static int64_t Tiled(const std::string& t) {
+    auto c = pool_->Acquire();
+    auto s = ReadTlogState(**c, t);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? s->tiled_size : -1;
+  }
+  void AppendMany(const std::string& t, int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(journal_->Append(t, Note(std::to_string(i))).ok());
+  }
+};
+
+TEST_F(TlogStoreTest, TilesGiveTheJournalsTreeAfterExtensionsOfEveryStep) {
+  auto t = CreateTenant(*journal_, "tlog-tiles");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  AppendMany(id, 620);
+  merkle::MemoryTree mem = Memory(id);
+  const uint64_t n = mem.size();
+  ASSERT_GT(n, 600u);
+  uint64_t step = 1;
+  for (int64_t from = 0; from < static_cast<int64_t>(n);) {
+    auto e = ExtendTiles(*pool_, id, static_cast<int64_t>(step));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(e->from, from);
+    EXPECT_EQ(e->to, std::min<int64_t>(static_cast<int64_t>(n), from + static_cast<int64_t>(step)));
+    from = e->to;
+    EXPECT_EQ(e->verified, from == static_cast<int64_t>(n));  // the commit point's edge is at n
+    EXPECT_EQ(Tiled(id), from);
+    auto c = pool_->Acquire();
+    TileReader tiles(&**c, id);
+    const uint64_t size = static_cast<uint64_t>(from);
+    for (uint64_t m : {uint64_t{1}, size / 3 + 1, size / 2 + 1, size - 1, size}) {
+      if (m == 0 || m > size) continue;
+      EXPECT_EQ(merkle::RootAt(tiles, m).value(), merkle::RootAt(mem, m).value()) << m;
+      for (uint64_t i : {uint64_t{0}, m / 2, m - 1}) {
+        auto got = merkle::InclusionProof(tiles, i, m);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_EQ(*got, merkle::InclusionProof(mem, i, m).value()) << i << " of " << m;
+      }
+      EXPECT_EQ(merkle::ConsistencyProof(tiles, m, size).value(), merkle::ConsistencyProof(mem, m, size).value());
+    }
+    // 0, 1, 8, 256, 512, 515, then 256 at a time: two starts at a nonzero multiple of 256 (the
+    // last full level-0 tile read for the check), a level-1 entry completed by each full tile.
+    step = step == 1 ? 7 : step == 7 ? 248 : step == 248 ? 256 : step == 256 && from == 512 ? 3 : 256;
+  }
+  // Nothing past the tiles: a node the tiles do not hold yet is "no-node".
+  AppendMany(id, 1);
+  auto c = pool_->Acquire();
+  TileReader tiles(&**c, id);
+  EXPECT_EQ(tiles.Node(0, n).status().type(), "no-node");
+  auto again = ExtendTiles(*pool_, id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->to, static_cast<int64_t>(n + 1));
+  EXPECT_EQ(again->tiles_written, 1);  // the partial level-0 tile only
+}
+
+TEST_F(TlogStoreTest, CheckpointsAreSignedNotesOverTheTilesAndAForkIsRefused) {
+  auto t = CreateTenant(*journal_, "tlog-checkpoint");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  auto key = crypto::SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  AppendMany(id, 10);
+  ASSERT_TRUE(ExtendTiles(*pool_, id).ok());
+  auto note = SignCheckpoint(*pool_, id, "oml.test", *key);
+  ASSERT_TRUE(note.ok()) << note.status().ToString();
+  const std::string origin = "oml.test/" + id;
+  auto opened = tlog::OpenNote(*note, {tlog::MakeNoteKey(origin, key->public_key())});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto body = tlog::ParseCheckpoint(opened->text);
+  ASSERT_TRUE(body.ok());
+  merkle::MemoryTree mem = Memory(id);
+  EXPECT_EQ(body->origin, origin);
+  EXPECT_EQ(body->size, mem.size());
+  EXPECT_EQ(body->root, merkle::RootAt(mem, mem.size()).value());
+  EXPECT_EQ(SignCheckpoint(*pool_, id, "oml.test", *key).value(), *note);  // nothing new: the same note
+  // Grown: a new checkpoint, consistent with the first by a proof from the tiles.
+  AppendMany(id, 5);
+  ASSERT_TRUE(ExtendTiles(*pool_, id).ok());
+  auto second = SignCheckpoint(*pool_, id, "oml.test", *key);
+  ASSERT_TRUE(second.ok());
+  auto body2 = tlog::ParseCheckpoint(tlog::OpenNote(*second, {tlog::MakeNoteKey(origin, key->public_key())})->text);
+  ASSERT_TRUE(body2.ok());
+  EXPECT_EQ(body2->size, body->size + 5);
+  {
+    auto c = pool_->Acquire();
+    TileReader tiles(&**c, id);
+    auto proof = merkle::ConsistencyProof(tiles, body->size, body2->size);
+    ASSERT_TRUE(proof.ok());
+    EXPECT_TRUE(merkle::VerifyConsistency(body->size, body2->size, *proof, body->root, body2->root).ok());
+  }
+  // Another key (a rotation) at the same size: a note under the new key, not the old note.
+  auto key2 = crypto::SigningKey::Generate();
+  ASSERT_TRUE(key2.ok());
+  auto rotated = SignCheckpoint(*pool_, id, "oml.test", *key2);
+  ASSERT_TRUE(rotated.ok());
+  EXPECT_TRUE(tlog::OpenNote(*rotated, {tlog::MakeNoteKey(origin, key2->public_key())}).ok());
+  // Flips one bit of byte `at` (0-based) of the level-0 tile 0.
+  auto flip = [&](int64_t at) {
+    ASSERT_TRUE(Su().Query("UPDATE oml.merkle_tiles SET hashes = set_byte(hashes, $2::int, get_byte(hashes, $2::int) # 1) "
+                           "WHERE tenant_id = $1 AND level = 0 AND idx = 0",
+                           {db::Text(id), db::Int(at)}).ok());
+  };
+  // A tile changed under the checkpoint: signing is refused, and so is an extension (the
+  // partial tile is folded into the root compared with the commit point's edge).
+  flip(40);
+  auto refused = SignCheckpoint(*pool_, id, "oml.test", *key2);
+  EXPECT_EQ(refused.status().type(), "tlog-fork");
+  EXPECT_EQ(refused.status().message(),
+            "chain " + id + ": the tiles no longer give the root of the checkpoint at size " + std::to_string(body2->size));
+  AppendMany(id, 1);
+  auto ext = ExtendTiles(*pool_, id);
+  EXPECT_EQ(ext.status().type(), "tlog-fork");
+  EXPECT_EQ(ext.status().message(), "chain " + id + ": the tree at size " + std::to_string(body2->size + 1) +
+                                        " folded from the tiles and the journal is not the commit point's (its root differs)");
+  {
+    auto c = pool_->Acquire();
+    auto st = ReadTlogState(**c, id);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->checkpoint, *rotated);  // still the last good one
+    EXPECT_EQ(st->tiled_size, static_cast<int64_t>(body2->size));
+  }
+  flip(40);  // repaired
+  auto ok = ExtendTiles(*pool_, id);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->verified);
+  // The journal's last tiled leaf differs from the tiles' (a chain rewritten under them).
+  const int64_t tiled = Tiled(id);
+  flip((tiled - 1) * 32 + 3);
+  AppendMany(id, 1);
+  auto bad = ExtendTiles(*pool_, id);
+  EXPECT_EQ(bad.status().type(), "tlog-fork");
+  EXPECT_EQ(bad.status().message(),
+            "chain " + id + ": the event at seq " + std::to_string(tiled) + " is not the leaf the tiles hold there");
+  EXPECT_EQ(Tiled(id), tiled);
+  EXPECT_EQ(ExtendTiles(*pool_, crypto::NewUuidV4()).status().type(), "unknown-chain");
+  // A chain restored behind its tiles.
+  ASSERT_TRUE(Su().Query("UPDATE oml.tlog_state SET tiled_size = tiled_size + 100 WHERE tenant_id = $1", {db::Text(id)}).ok());
+  auto behind = ExtendTiles(*pool_, id);
+  EXPECT_EQ(behind.status().type(), "tlog-fork");
+  EXPECT_EQ(behind.status().message(), "chain " + id + ": the tiles cover " + std::to_string(tiled + 100) +
+                                           " events, the chain holds " + std::to_string(Head(id)) +
+                                           " (restored behind its published tree)");
 }
 
 TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {

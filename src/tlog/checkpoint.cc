@@ -94,6 +94,7 @@ Result<TlogProof> ParseTlogProof(std::string_view text) {
   for (;;) {
     if (!next(&line)) return bad("no blank line before the checkpoint");
     if (line.empty()) break;
+    if (p.hashes.size() == 64) return bad("more than 64 hashes (no tree of 2^64 leaves needs more)");
     auto h = crypto::FromBase64(line);
     if (!h.ok() || h->size() != 32) return bad("hash " + std::to_string(p.hashes.size()) + " is not the base64 of 32 bytes");
     p.hashes.push_back(std::move(*h));

@@ -1,7 +1,9 @@
 #include "tlog/note.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <cctype>
 #include <utility>
 
 namespace oml::tlog {
@@ -9,6 +11,25 @@ namespace {
 
 constexpr std::string_view kSigPrefix = "\xE2\x80\x94 ";  // "— "
 constexpr std::string_view kCosigHeader = "cosignature/v1\n";
+
+// Go's base64.StdEncoding.DecodeString, which (not strict) accepts padding bits that are not
+// zero: the same bytes as the canonical form with those bits cleared.
+Result<std::string> GoBase64(std::string_view b64) {
+  auto strict = crypto::FromBase64(b64);
+  if (strict.ok() || b64.size() % 4 != 0 || b64.empty()) return strict;
+  std::string canon(b64);
+  const size_t pad = canon.back() != '=' ? 0 : canon[canon.size() - 2] == '=' ? 2 : 1;
+  if (pad == 0) return strict;
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  char& last = canon[canon.size() - pad - 1];
+  const size_t v = kAlphabet.find(last);
+  if (v == std::string_view::npos) return strict;
+  last = kAlphabet[v & (pad == 1 ? ~size_t{0x03} : ~size_t{0x0f})];
+  return crypto::FromBase64(canon);
+}
+
+// formats' formatEd25519CosignatureV1: a cosigned text has at least three lines.
+bool CosignableText(std::string_view text) { return std::count(text.begin(), text.end(), '\n') >= 2; }
 
 Status Malformed(std::string why) { return InvalidArgument("malformed note: " + std::move(why), "malformed-note"); }
 
@@ -80,7 +101,7 @@ std::string U64Bytes(uint64_t v) {
 bool VerifyBy(const NoteKey& key, std::string_view text, std::string_view sig, uint64_t* cosigned_at) {
   if (key.alg == kAlgEd25519) return sig.size() == 64 && crypto::Ed25519Verify(key.public_key, text, sig);
   if (key.alg == kAlgCosignatureV1) {
-    if (sig.size() != 8 + 64) return false;
+    if (sig.size() != 8 + 64 || !CosignableText(text)) return false;
     uint64_t t = 0;
     for (size_t k = 0; k < 8; ++k) t = (t << 8) | static_cast<uint8_t>(sig[k]);
     if (!crypto::Ed25519Verify(key.public_key, CosignedMessage(text, t), sig.substr(8))) return false;
@@ -127,15 +148,17 @@ Result<NoteKey> ParseVerifierKey(std::string_view vkey) {
   if (p2 == std::string_view::npos) return bad("want <name>+<hash>+<key>");
   const std::string_view name = vkey.substr(0, p1), hash16 = vkey.substr(p1 + 1, p2 - p1 - 1), key64 = vkey.substr(p2 + 1);
   if (!IsValidKeyName(name)) return bad("the name is empty, holds white space or '+', or is not UTF-8");
-  if (hash16.size() != 8 || hash16.find_first_not_of("0123456789abcdef") != std::string_view::npos)
-    return bad("the key hash is not 8 lowercase hex digits");
-  auto raw = crypto::FromBase64(key64);
+  if (hash16.size() != 8 || hash16.find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos)
+    return bad("the key hash is not 8 hex digits");
+  auto raw = GoBase64(key64);
   if (!raw.ok() || raw->empty()) return bad("the key is not base64");
   const auto alg = static_cast<uint8_t>((*raw)[0]);
   if (alg != kAlgEd25519 && alg != kAlgCosignatureV1) return bad("unknown key type " + std::to_string(alg));
   if (raw->size() != 33) return bad("an Ed25519 key is 32 bytes");
   NoteKey k = MakeNoteKey(name, std::string_view(*raw).substr(1), alg);
-  if (Hex8(k.hash) != hash16) return bad("the key hash " + std::string(hash16) + " is not the key's (" + Hex8(k.hash) + ")");
+  std::string lower(hash16);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (Hex8(k.hash) != lower) return bad("the key hash " + std::string(hash16) + " is not the key's (" + Hex8(k.hash) + ")");
   return k;
 }
 
@@ -162,6 +185,7 @@ std::string CosignedMessage(std::string_view text, uint64_t timestamp) {
 Result<std::string> CosignatureLine(std::string_view text, std::string_view name, const crypto::SigningKey& key,
                                     uint64_t timestamp) {
   if (text.empty() || text.back() != '\n') return Malformed("the text does not end with a newline");
+  if (!CosignableText(text)) return Malformed("a cosigned text has at least three lines (origin, size, root)");
   if (!IsValidKeyName(name)) return InvalidArgument("invalid key name", "invalid-key-name");
   const std::string sig = U64Bytes(timestamp) + key.Sign(CosignedMessage(text, timestamp));
   return SignatureLine(name, KeyHash(name, kAlgCosignatureV1, key.public_key()), sig);
@@ -199,7 +223,7 @@ Result<Note> OpenNote(std::string_view msg, const std::vector<NoteKey>& keys) {
     const size_t sp = body.find(' ');
     const std::string_view name = body.substr(0, sp);
     const std::string_view b64 = sp == std::string_view::npos ? std::string_view() : body.substr(sp + 1);
-    auto raw = crypto::FromBase64(b64);
+    auto raw = GoBase64(b64);
     if (!IsValidKeyName(name) || b64.empty() || !raw.ok() || raw->size() < 5)
       return Malformed("a signature line is not \"— <name> <base64>\"");
     if (++count > kMaxNoteSignatures) return Malformed("more than " + std::to_string(kMaxNoteSignatures) + " signatures");

@@ -84,7 +84,7 @@ Result<std::string> CosignatureLine(std::string_view text, std::string_view name
 std::string CosignedMessage(std::string_view text, uint64_t timestamp);
 
 // Opens `msg` as above. Errors, all kInvalidArgument, by type: "malformed-note" (syntax, control
-// characters, invalid UTF-8, too long, too many signatures, base64 that is not canonical),
+// characters, invalid UTF-8, too long, too many signatures; base64 is read as Go reads it),
 // "ambiguous-key" (two given keys with the name and hash of a signature), "invalid-signature" (a
 // known key's signature does not verify; names the key), "unverified-note" (no signature by a
 // known key).

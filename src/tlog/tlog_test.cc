@@ -152,6 +152,15 @@ TEST(NoteTest, OpenFollowsXModsOpen) {
     EXPECT_EQ(r.status().type(), "malformed-note") << bad;
   }
   EXPECT_EQ(OpenNote(std::string(kMaxNoteBytes + 1, 'a'), {peter}).status().type(), "malformed-note");
+  // Base64 as Go reads it (not strict): padding bits that are not zero give the same bytes, so
+  // x/mod verifies "...nAN=" as it does "...nAM=", and so does OpenNote.
+  std::string loose = kPeterSig;
+  loose.replace(loose.find("nAM="), 4, "nAN=");
+  n = OpenNote(kText + "\n" + loose, {peter});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->verified.size(), 1u);
+  // Go parses the key hash with ParseUint(.., 16, ..): upper case is the same key.
+  EXPECT_TRUE(ParseVerifierKey("PeterNeumann+C74F20A3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW").ok());
 }
 
 TEST(NoteTest, CosignaturesVerifyOnlyAsCosignaturesAndCarryTheirTime) {
@@ -176,6 +185,13 @@ TEST(NoteTest, CosignaturesVerifyOnlyAsCosignaturesAndCarryTheirTime) {
   EXPECT_EQ(OpenNote(body + "\n" + SignatureLine("witness.example", cosig.hash, moved.substr(4)), {cosig}).status().type(),
             "invalid-signature");
   EXPECT_EQ(CosignedMessage(body, 1700000000), "cosignature/v1\ntime 1700000000\n" + body);
+  // formats' rule: a cosigned text has at least three lines; fewer is neither signed nor accepted.
+  EXPECT_EQ(CosignatureLine("a\nb", "witness.example", *signer, 1).status().type(), "malformed-note");
+  EXPECT_EQ(CosignatureLine("a\n", "witness.example", *signer, 1).status().type(), "malformed-note");
+  const std::string two = "a\n";
+  const std::string forged = std::string(8, '\0') + signer->Sign(CosignedMessage(two, 0));
+  EXPECT_EQ(OpenNote(two + "\n" + SignatureLine("witness.example", cosig.hash, forged), {cosig}).status().type(),
+            "invalid-signature");
 }
 
 TEST(CheckpointTest, BodiesRoundTripAndMalformedOnesAreNamed) {

@@ -1,0 +1,45 @@
+-- 0030: each chain as a transparency log (issue 23): the tree's nodes in C2SP tlog-tiles form,
+-- and the newest signed checkpoint, so that inclusion and consistency proofs are O(log n) reads
+-- rather than a rescan of the journal (journal/tlog_store.h).
+--
+-- merkle_tiles: tile (level, idx) holds the hashes of tree level 8 * level, nodes
+--   [256 * idx, 256 * idx + width), 32 bytes each, width = length(hashes) / 32 (1..256). A tile
+--   of width 256 is final; a partial one (the right edge) grows as the chain does. Level-0
+--   tiles hold the leaf hashes (SHA-256(0x00 || signed_bytes)).
+-- tlog_state: per chain, tiled_size (the leaves the tiles cover, seqs 1..tiled_size),
+--   verified_size (the largest size whose root, folded from the tiles, was found equal to the
+--   commit point's edge in chain_heads: only such a size is signed) and the newest checkpoint
+--   signed over them (a C2SP signed note; checkpoint_size its tree size).
+-- Both are derived data: built from the journal by `oml serve`'s tlog publisher, never by the
+-- commit point. A root is signed only once the tiles' root at that size equals the commit
+-- point's edge (tree_edge), and each new checkpoint is checked against the last one signed; a
+-- hash changed in a full tile afterwards only makes proofs through it fail against the
+-- signed checkpoint.
+
+SET LOCAL search_path = oml, pg_catalog, pg_temp;
+
+CREATE TABLE merkle_tiles (
+  tenant_id  uuid     NOT NULL REFERENCES chain_heads(tenant_id),
+  level      smallint NOT NULL CHECK (level BETWEEN 0 AND 7),
+  idx        bigint   NOT NULL CHECK (idx >= 0),
+  hashes     bytea    NOT NULL CHECK (length(hashes) % 32 = 0 AND length(hashes) BETWEEN 32 AND 256 * 32),
+  PRIMARY KEY (tenant_id, level, idx)
+);
+
+CREATE TABLE tlog_state (
+  tenant_id        uuid        PRIMARY KEY REFERENCES chain_heads(tenant_id),
+  tiled_size       bigint      NOT NULL CHECK (tiled_size >= 0),
+  verified_size    bigint      NOT NULL DEFAULT 0 CHECK (verified_size >= 0 AND verified_size <= tiled_size),
+  checkpoint_size  bigint      CHECK (checkpoint_size >= 0 AND checkpoint_size <= verified_size),
+  checkpoint       text        CHECK (octet_length(checkpoint) <= 65536),
+  updated_at       timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT tlog_state_checkpoint_both CHECK ((checkpoint IS NULL) = (checkpoint_size IS NULL))
+);
+
+ALTER TABLE merkle_tiles ENABLE ROW LEVEL SECURITY;
+CREATE POLICY merkle_tiles_scope ON merkle_tiles
+  USING (tenant_id = current_tenant()) WITH CHECK (tenant_id = current_tenant());
+ALTER TABLE tlog_state ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tlog_state_scope ON tlog_state
+  USING (tenant_id = current_tenant()) WITH CHECK (tenant_id = current_tenant());
+GRANT SELECT, INSERT, UPDATE ON merkle_tiles, tlog_state TO oml_app;

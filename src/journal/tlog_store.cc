@@ -1,0 +1,290 @@
+#include "journal/tlog_store.h"
+
+#include <vector>
+
+#include "tlog/checkpoint.h"
+#include "tlog/note.h"
+
+namespace oml::journal {
+namespace {
+
+using merkle::kHashSize;
+
+// The root of the perfect tree over `count` (a power of two) hashes at hashes[first...].
+std::string PerfectRoot(std::string_view hashes, uint64_t first, uint64_t count) {
+  std::vector<std::string> level;
+  level.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) level.emplace_back(hashes.substr((first + i) * kHashSize, kHashSize));
+  while (level.size() > 1) {
+    std::vector<std::string> up;
+    up.reserve(level.size() / 2);
+    for (size_t i = 0; i + 1 < level.size(); i += 2) up.push_back(merkle::HashChildren(level[i], level[i + 1]));
+    level = std::move(up);
+  }
+  return level.front();
+}
+
+Status Fork(const std::string& tenant, const std::string& what) {
+  return Status(Code::kDataLoss, "chain " + tenant + ": " + what, "tlog-fork");
+}
+
+// Tiles being extended: the partial tile of each level as stored, and what is appended.
+class TileBuilder {
+ public:
+  explicit TileBuilder(uint64_t size) {
+    for (int k = 0; k < 8; ++k) count_[k] = size >> (kTileHeight * k);
+  }
+  // The tiles that must be loaded before appending: the partial tile of each level.
+  std::vector<std::pair<int, uint64_t>> Partials() const {
+    std::vector<std::pair<int, uint64_t>> out;
+    for (int k = 0; k < 8; ++k)
+      if (count_[k] % kTileWidth != 0) out.push_back({k, count_[k] / kTileWidth});
+    return out;
+  }
+  void Load(int level, uint64_t idx, std::string hashes) { tiles_[{level, idx}] = std::move(hashes); }
+  bool Loaded(int level, uint64_t idx) const { return tiles_.count({level, idx}) != 0; }
+  const std::string* Find(int level, uint64_t idx) const {
+    auto it = tiles_.find({level, idx});
+    return it == tiles_.end() ? nullptr : &it->second;
+  }
+  void Add(int level, std::string hash) {
+    const uint64_t idx = count_[level] / kTileWidth;
+    std::string& tile = tiles_[{level, idx}];
+    tile += hash;
+    touched_[{level, idx}] = true;
+    ++count_[level];
+    if (count_[level] % kTileWidth == 0 && level + 1 < 8) Add(level + 1, PerfectRoot(tile, 0, kTileWidth));
+  }
+  const std::map<std::pair<int, uint64_t>, bool>& touched() const { return touched_; }
+  uint64_t count(int level) const { return count_[level]; }
+
+ private:
+  uint64_t count_[8];
+  std::map<std::pair<int, uint64_t>, std::string> tiles_;
+  std::map<std::pair<int, uint64_t>, bool> touched_;
+};
+
+// Nodes from the tiles a TileBuilder holds (the partial tile of each level, loaded or built):
+// enough for the root at the builder's size, which is folded from exactly those.
+class BuilderNodes : public merkle::NodeReader {
+ public:
+  explicit BuilderNodes(const TileBuilder& b) : b_(b) {}
+  Result<std::string> Node(int level, uint64_t index) override {
+    const int k = level / kTileHeight, s = level % kTileHeight;
+    const uint64_t first = index << s, count = uint64_t{1} << s;
+    const std::string* tile = b_.Find(k, first / kTileWidth);
+    if (tile == nullptr || (first % kTileWidth + count) * kHashSize > tile->size())
+      return NotFound("node " + std::to_string(level) + "/" + std::to_string(index) + " is not held", "no-node");
+    return PerfectRoot(*tile, first % kTileWidth, count);
+  }
+
+ private:
+  const TileBuilder& b_;
+};
+
+// Rolls the open transaction back on every early return, unless `done` (committed).
+struct RollbackUnlessDone {
+  db::Conn& c;
+  bool& done;
+  ~RollbackUnlessDone() {
+    if (!done) (void)c.Exec("ROLLBACK");
+  }
+};
+
+}  // namespace
+
+Result<const std::string*> TileReader::Tile(int level, uint64_t idx) {
+  auto it = cache_.find({level, idx});
+  if (it != cache_.end()) return &it->second;
+  db::Stmt q{"SELECT hashes FROM oml.merkle_tiles WHERE tenant_id = $1 AND level = $2 AND idx = $3",
+             {db::Text(tenant_), db::Int(level), db::Int(static_cast<int64_t>(idx))}, "oml_tile_read"};
+  OML_ASSIGN_OR_RETURN(db::Rows r, in_transaction_ ? conn_->Query(q.sql, q.params) : conn_->Scoped(tenant_, q));
+  ++tiles_read_;
+  std::string hashes = r.size() == 1 ? r.GetBytes(0, 0) : std::string();
+  if (hashes.size() % kHashSize != 0)
+    return Status(Code::kDataLoss, "chain " + tenant_ + ": tile " + std::to_string(level) + "/" + std::to_string(idx) +
+                                       " is malformed", "integrity");
+  return &cache_.emplace(std::pair{level, idx}, std::move(hashes)).first->second;
+}
+
+Result<std::string> TileReader::Node(int level, uint64_t index) {
+  const int k = level / kTileHeight, s = level % kTileHeight;
+  const uint64_t first = index << s, count = uint64_t{1} << s;
+  OML_ASSIGN_OR_RETURN(const std::string* tile, Tile(k, first / kTileWidth));
+  const uint64_t offset = first % kTileWidth;
+  if ((offset + count) * kHashSize > tile->size())
+    return NotFound("node " + std::to_string(level) + "/" + std::to_string(index) + " is not in the tiles", "no-node");
+  return PerfectRoot(*tile, offset, count);
+}
+
+Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn.Scoped(tenant, {"SELECT tiled_size, checkpoint_size, checkpoint FROM "
+                                                        "oml.tlog_state WHERE tenant_id = $1",
+                                                        {db::Text(tenant)}}));
+  TlogState s;
+  if (r.size() == 1) {
+    s.tiled_size = r.GetInt(0, 0);
+    if (!r.IsNull(0, 1)) {
+      s.checkpoint_size = r.GetInt(0, 1);
+      s.checkpoint = r.Get(0, 2);
+    }
+  }
+  return s;
+}
+
+Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int64_t max_leaves) {
+  OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+  db::Conn& c = *conn;
+  OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED").status());
+  bool done = false;
+  RollbackUnlessDone rollback{c, done};
+  // The state row, created if missing and locked: extenders of one chain take turns. The head
+  // and the commit point's edge are read in the same statement (one snapshot): the tiles are
+  // extended up to the edge's size, and their root there must be the edge's.
+  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> st,
+                       c.Pipeline({db::ScopeTo(tenant),
+                                   {"INSERT INTO oml.tlog_state (tenant_id, tiled_size) SELECT $1, 0 WHERE EXISTS "
+                                    "(SELECT 1 FROM oml.chain_heads WHERE tenant_id = $1) ON CONFLICT (tenant_id) DO NOTHING",
+                                    {db::Text(tenant)}},
+                                   {"SELECT s.tiled_size, h.seq, h.tree_size, h.tree_edge FROM oml.tlog_state s JOIN "
+                                    "oml.chain_heads h USING (tenant_id) WHERE s.tenant_id = $1 FOR UPDATE OF s",
+                                    {db::Text(tenant)}}}));
+  if (st[2].size() != 1) return NotFound("chain " + tenant + " has no head", "unknown-chain");
+  const int64_t from = st[2].GetInt(0, 0), head = st[2].GetInt(0, 1);
+  ExtendReport report{from, from, 0};
+  if (head < from) return Fork(tenant, "the tiles cover " + std::to_string(from) + " events, the chain holds " +
+                                          std::to_string(head) + " (restored behind its published tree)");
+  // No edge yet (a chain from before 0029, until BuildMissingTrees): nothing to check against.
+  if (st[2].IsNull(0, 2)) return report;
+  const int64_t edge_size = st[2].GetInt(0, 2);
+  auto edge = merkle::CompactRange::Decode(static_cast<uint64_t>(edge_size), st[2].GetBytes(0, 3));
+  if (!edge.ok()) return Status(Code::kDataLoss, "chain " + tenant + ": the stored Merkle edge is malformed", "integrity");
+  if (edge_size < from) return Fork(tenant, "the tiles cover " + std::to_string(from) + " events, the commit point's tree " +
+                                               std::to_string(edge_size) + " (restored behind its published tree)");
+  const int64_t to = edge_size - from > std::max<int64_t>(1, max_leaves) ? from + std::max<int64_t>(1, max_leaves) : edge_size;
+  TileBuilder b(static_cast<uint64_t>(from));
+  // The partial tiles, and the level-0 tile holding leaf `from` - 1 (checked against the journal).
+  std::vector<std::pair<int, uint64_t>> want = b.Partials();
+  if (from > 0 && (from % static_cast<int64_t>(kTileWidth)) == 0) want.push_back({0, static_cast<uint64_t>(from - 1) / kTileWidth});
+  for (const auto& [level, idx] : want) {
+    OML_ASSIGN_OR_RETURN(db::Rows t, c.Query("SELECT hashes FROM oml.merkle_tiles WHERE tenant_id = $1 AND level = $2 "
+                                             "AND idx = $3",
+                                             {db::Text(tenant), db::Int(level), db::Int(static_cast<int64_t>(idx))}));
+    if (t.size() != 1) return Fork(tenant, "tile " + std::to_string(level) + "/" + std::to_string(idx) + " is missing");
+    std::string hashes = t.GetBytes(0, 0);
+    const uint64_t want_width = b.count(level) % kTileWidth == 0 ? kTileWidth : b.count(level) % kTileWidth;
+    if (hashes.size() != want_width * kHashSize)
+      return Fork(tenant, "tile " + std::to_string(level) + "/" + std::to_string(idx) + " holds " +
+                              std::to_string(hashes.size() / kHashSize) + " hashes, not the " + std::to_string(want_width) +
+                              " its size implies");
+    b.Load(level, idx, std::move(hashes));
+  }
+  // The last tiled leaf must still be the journal's event there.
+  const int64_t check_from = from > 0 ? from - 1 : 0;
+  int64_t next = check_from;
+  constexpr int64_t kBatch = 2000;
+  while (next < to) {
+    OML_ASSIGN_OR_RETURN(db::Rows r, c.Query("SELECT seq, signed_bytes FROM oml.journal WHERE tenant_id = $1 AND seq > $2 "
+                                             "AND seq <= $3 ORDER BY seq LIMIT $4",
+                                             {db::Text(tenant), db::Int(next), db::Int(to), db::Int(kBatch)}));
+    if (r.size() == 0) return Status(Code::kDataLoss, "chain " + tenant + " has no event at seq " + std::to_string(next + 1), "integrity");
+    for (int i = 0; i < r.size(); ++i) {
+      const int64_t seq = r.GetInt(i, 0);
+      if (seq != next + 1)
+        return Status(Code::kDataLoss, "chain " + tenant + " has no event at seq " + std::to_string(next + 1), "integrity");
+      std::string leaf = merkle::HashLeaf(r.GetBytes(i, 1));
+      if (seq <= from) {  // the check of the last tiled leaf
+        const uint64_t li = static_cast<uint64_t>(seq - 1);
+        const std::string* tile = b.Find(0, li / kTileWidth);
+        if (tile == nullptr || tile->size() < (li % kTileWidth + 1) * kHashSize ||
+            tile->compare((li % kTileWidth) * kHashSize, kHashSize, leaf) != 0)
+          return Fork(tenant, "the event at seq " + std::to_string(seq) + " is not the leaf the tiles hold there");
+      } else {
+        b.Add(0, std::move(leaf));
+      }
+      next = seq;
+    }
+  }
+  // The root at the edge's size must be the commit point's: it covers every leaf and every
+  // entry above (a partial tile changed since, a journal that differs), so only a verified size
+  // is ever signed (SignCheckpoint).
+  const bool verified = to == edge_size;
+  if (verified) {
+    BuilderNodes nodes(b);
+    OML_ASSIGN_OR_RETURN(std::string root, merkle::RootAt(nodes, static_cast<uint64_t>(to)));
+    if (root != edge->Root())
+      return Fork(tenant, "the tree at size " + std::to_string(to) +
+                              " folded from the tiles and the journal is not the commit point's (its root differs)");
+  }
+  for (const auto& [key, unused] : b.touched()) {
+    const std::string* hashes = b.Find(key.first, key.second);
+    OML_RETURN_IF_ERROR(c.Query("INSERT INTO oml.merkle_tiles (tenant_id, level, idx, hashes) VALUES ($1, $2, $3, $4) "
+                                "ON CONFLICT (tenant_id, level, idx) DO UPDATE SET hashes = EXCLUDED.hashes",
+                                {db::Text(tenant), db::Int(key.first), db::Int(static_cast<int64_t>(key.second)),
+                                 db::Bytes(*hashes)})
+                            .status());
+    ++report.tiles_written;
+  }
+  OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET tiled_size = $2, verified_size = CASE WHEN $3 THEN $2 ELSE "
+                              "verified_size END, updated_at = now() WHERE tenant_id = $1",
+                              {db::Text(tenant), db::Int(to), db::Text(verified ? "true" : "false")})
+                          .status());
+  OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
+  done = true;
+  OML_RETURN_IF_ERROR(c.CommitVerdict(commit));
+  report.to = to;
+  report.verified = verified;
+  return report;
+}
+
+std::string CheckpointOrigin(const std::string& deployment_origin, const std::string& tenant) {
+  return deployment_origin + "/" + tenant;
+}
+
+Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, const std::string& deployment_origin,
+                                   const crypto::SigningKey& key) {
+  OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+  db::Conn& c = *conn;
+  OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED").status());
+  bool done = false;
+  RollbackUnlessDone rollback{c, done};
+  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> st,
+                       c.Pipeline({db::ScopeTo(tenant),
+                                   {"SELECT verified_size, checkpoint_size, checkpoint FROM oml.tlog_state WHERE "
+                                    "tenant_id = $1 FOR UPDATE",
+                                    {db::Text(tenant)}}}));
+  if (st[1].size() != 1) return FailedPrecondition("chain " + tenant + " has no tiles yet", "no-tiles");
+  const int64_t size = st[1].GetInt(0, 0);
+  const std::string origin = CheckpointOrigin(deployment_origin, tenant);
+  TileReader tiles(&c, tenant, /*in_transaction=*/true);
+  if (!st[1].IsNull(0, 1)) {
+    const int64_t prev_size = st[1].GetInt(0, 1);
+    const std::string prev = st[1].Get(0, 2);
+    // The previous checkpoint's root is the tiles' root at its size (the tiles only grow).
+    const size_t split = prev.rfind("\n\n");
+    auto body = tlog::ParseCheckpoint(split == std::string::npos ? std::string_view() : std::string_view(prev).substr(0, split + 1));
+    if (!body.ok()) return Fork(tenant, "the stored checkpoint is malformed: " + body.status().message());
+    OML_ASSIGN_OR_RETURN(std::string root_then, merkle::RootAt(tiles, static_cast<uint64_t>(prev_size)));
+    if (body->size != static_cast<uint64_t>(prev_size) || body->root != root_then)
+      return Fork(tenant, "the tiles no longer give the root of the checkpoint at size " + std::to_string(prev_size));
+    // Nothing new to sign, and signed by this key under this origin: the same note.
+    if (prev_size == size && body->origin == origin && tlog::OpenNote(prev, {tlog::MakeNoteKey(origin, key.public_key())}).ok()) {
+      done = true;
+      (void)c.Exec("ROLLBACK");
+      return prev;
+    }
+  }
+  OML_ASSIGN_OR_RETURN(std::string root, merkle::RootAt(tiles, static_cast<uint64_t>(size)));
+  OML_ASSIGN_OR_RETURN(std::string note,
+                       tlog::SignNote(tlog::EncodeCheckpoint({origin, static_cast<uint64_t>(size), root, {}}), origin, key));
+  OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET checkpoint_size = $2, checkpoint = $3, updated_at = now() "
+                              "WHERE tenant_id = $1",
+                              {db::Text(tenant), db::Int(size), db::Text(note)})
+                          .status());
+  OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
+  done = true;
+  OML_RETURN_IF_ERROR(c.CommitVerdict(commit));  // a checkpoint the standbys may not hold is not returned
+  return note;
+}
+
+}  // namespace oml::journal
