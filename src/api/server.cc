@@ -17,6 +17,9 @@
 #include "admission/events.h"
 #include "crypto/crypto.h"
 #include "journal/provider.h"
+#include "journal/tlog_store.h"
+#include "merkle/merkle.h"
+#include "tlog/checkpoint.h"
 
 namespace oml::api {
 namespace {
@@ -650,6 +653,80 @@ struct Server::Impl {
     Json(res, 200, {{"tenant", caller->tenant_id}, {"events", events}, {"next_after", last}});
   }
 
+  // GET /v1/proofs/inclusion?seq=N (issue 23): the event's inclusion proof against the chain's
+  // newest signed checkpoint, as a C2SP tlog-proof (text/plain). Who may ask for which seq: the
+  // rule of GET /v1/events (admission/events.h); an event the caller may not read is 404, as an
+  // event that does not exist. 409 not-checkpointed (Retry-After: 1) while the newest checkpoint
+  // does not cover the seq yet (journal::TlogPublisher signs one about a second after a commit).
+  void InclusionProof(const http::Request& req, http::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);
+    if (!req.Param("seq")) return Problem(res, req, InvalidArgument("query parameter 'seq' is required", "invalid-parameter"));
+    auto seq = IntParam(req, "seq", 0, 1, INT64_MAX);
+    if (!seq.ok()) return Problem(res, req, seq.status());
+    auto page = admission::ListEvents(*d.pool, *caller, *seq - 1, 1, d.config->events_page_max_bytes);
+    if (!page.ok()) return Problem(res, req, page.status());
+    if (page->events.empty() || page->events[0].seq != *seq)
+      return Problem(res, req, NotFound("no event at seq " + std::to_string(*seq) + " that this key may read", "not-found"));
+    auto c = d.pool->Acquire();
+    if (!c.ok()) return Problem(res, req, c.status());
+    auto st = journal::ReadTlogState(**c, caller->tenant_id);
+    if (!st.ok()) return Problem(res, req, st.status());
+    if (!st->checkpoint_size || *st->checkpoint_size < *seq) {
+      res.SetHeader("Retry-After", "1");
+      return Problem(res, req,
+                     FailedPrecondition("seq " + std::to_string(*seq) + " is not in the newest checkpoint yet (size " +
+                                            std::to_string(st->checkpoint_size.value_or(0)) +
+                                            "); a checkpoint is signed about a second after a commit: retry",
+                                        "not-checkpointed"));
+    }
+    journal::TileReader tiles(&**c, caller->tenant_id);
+    auto path = merkle::InclusionProof(tiles, static_cast<uint64_t>(*seq - 1), static_cast<uint64_t>(*st->checkpoint_size));
+    if (!path.ok()) return Problem(res, req, path.status());
+    tlog::TlogProof p;
+    p.index = static_cast<uint64_t>(*seq - 1);
+    p.hashes = std::move(*path);
+    p.checkpoint = st->checkpoint;
+    res.status = 200;
+    res.content_type = "text/plain; charset=utf-8";
+    res.body = tlog::EncodeTlogProof(p);
+  }
+
+  // GET /v1/proofs/consistency?from=M[&to=N] (issue 23): RFC 9162 PROOF(M, D[N]) between two
+  // sizes of the caller's chain, N at most the newest checkpoint's size (default: it), with that
+  // checkpoint. Any key of the tenant: the proof holds hashes only.
+  void ConsistencyProof(const http::Request& req, http::Response& res) {
+    auto caller = Authenticate(req);
+    if (!caller.ok()) return Problem(res, req, caller.status());
+    db::Pool::ScopedShare share(caller->tenant_id);
+    if (!req.Param("from")) return Problem(res, req, InvalidArgument("query parameter 'from' is required", "invalid-parameter"));
+    auto from = IntParam(req, "from", 0, 0, INT64_MAX);
+    if (!from.ok()) return Problem(res, req, from.status());
+    auto c = d.pool->Acquire();
+    if (!c.ok()) return Problem(res, req, c.status());
+    auto st = journal::ReadTlogState(**c, caller->tenant_id);
+    if (!st.ok()) return Problem(res, req, st.status());
+    const int64_t newest = st->checkpoint_size.value_or(0);
+    auto to = IntParam(req, "to", newest, 0, INT64_MAX);
+    if (!to.ok()) return Problem(res, req, to.status());
+    if (req.Param("to") && *from > *to)
+      return Problem(res, req, InvalidArgument("'from' (" + std::to_string(*from) + ") is past 'to' (" + std::to_string(*to) + ")",
+                                               "invalid-parameter"));
+    if (const int64_t past = std::max(*from, *to); !st->checkpoint_size || past > newest) {
+      res.SetHeader("Retry-After", "1");
+      return Problem(res, req, FailedPrecondition("size " + std::to_string(past) + " is past the newest checkpoint (size " +
+                                                      std::to_string(newest) + ")",
+                                                  "not-checkpointed"));
+    }
+    journal::TileReader tiles(&**c, caller->tenant_id);
+    auto proof = merkle::ConsistencyProof(tiles, static_cast<uint64_t>(*from), static_cast<uint64_t>(*to));
+    if (!proof.ok()) return Problem(res, req, proof.status());
+    json hashes = json::array();
+    for (const auto& h : *proof) hashes.push_back(crypto::Base64(h));
+    Json(res, 200, {{"from", *from}, {"to", *to}, {"hashes", hashes}, {"checkpoint", st->checkpoint}});
+  }
+
   void Health(const http::Request& req, http::Response& res) {
     json j = {{"status", "ok"}, {"writes", "accepting"}};
     // One query, on one pooled connection: it shows the database answers and the key is in force.
@@ -721,6 +798,8 @@ struct Server::Impl {
         {"POST", "/v1/claims/([^/]+)/demote", "/v1/claims/{id}/demote", BP::kOptional, bind(&Impl::DemoteClaim)},
         {"GET", "/v1/chain/head", "/v1/chain/head", BP::kNone, bind(&Impl::ChainHead)},
         {"GET", "/v1/events", "/v1/events", BP::kNone, bind(&Impl::Events)},
+        {"GET", "/v1/proofs/inclusion", "/v1/proofs/inclusion", BP::kNone, bind(&Impl::InclusionProof)},
+        {"GET", "/v1/proofs/consistency", "/v1/proofs/consistency", BP::kNone, bind(&Impl::ConsistencyProof)},
         {"GET", "/v1/health", "/v1/health", BP::kNone, bind(&Impl::Health)},
     };
     if (d.uploads != nullptr) {

@@ -44,6 +44,9 @@
 #include "journal/heads.h"
 #include "journal/journal.h"
 #include "journal/merkle_edge.h"
+#include "journal/tlog_store.h"
+#include "tlog/checkpoint.h"
+#include "tlog/note.h"
 #include "journal/provider.h"
 #include "journal/verify.h"
 #include "lake/verify_lake.h"
@@ -72,6 +75,18 @@ std::string ReadFile(const std::string& path) {
   ss << in.rdbuf();
   std::string s = ss.str();
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The file's bytes exactly (ReadFile trims the end), at most `max` of them: for documents whose
+// last newline is part of them (a signed note, a tlog-proof).
+Result<std::string> ReadExactFile(const std::string& path, size_t max) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read " + path);
+  std::string s(max + 1, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<size_t>(in.gcount()));
+  if (s.size() > max) return InvalidArgument(path + " is larger than " + std::to_string(max) + " bytes");
   return s;
 }
 
@@ -532,6 +547,11 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // Chains that existed before 0029 get their Merkle edge built from the journal (journal/
   // merkle_edge.h), at start and then hourly (an edge an append found malformed is dropped).
   journal::TreeBuilder tree_builder(rt->pool.get(), std::chrono::hours(1));
+  // Each chain as a transparency log (journal/tlog_store.h): its tiles extended to the commit
+  // point's edge, a checkpoint signed over them and the tiles, entry bundles and checkpoint
+  // written to the object store (oml-tlog/<tenant>/), every second.
+  journal::TlogPublisher tlog_publisher(rt->pool.get(), rt->store.get(), c.tlog_origin, rt->key.get(),
+                                        std::chrono::milliseconds(1000));
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);
@@ -1129,6 +1149,12 @@ int Main(int argc, char** argv) {
   std::string receipt_file, public_key_file;
   verify_receipt->add_option("file", receipt_file, "receipt JSON (or a 201 response containing \"receipt\")")->required();
   verify_receipt->add_option("--public-key", public_key_file, "public key file (default: <signing key>.pub)");
+  std::string receipt_proof_file, receipt_origin;
+  verify_receipt->add_option("--proof", receipt_proof_file,
+                             "also check this C2SP tlog-proof (GET /v1/proofs/inclusion?seq=N): the receipt's event "
+                             "is in the signed checkpoint it carries");
+  verify_receipt->add_option("--origin", receipt_origin, "the deployment's tlog_origin (default: the setting's)")
+      ->needs(verify_receipt->get_option("--proof"));
   auto* canonicalize = app.add_subcommand(
       "canonicalize", "stdin: one JSON document per line; stdout: hex of its RFC 8785 bytes, or `error: <why>`");
 
@@ -1431,6 +1457,20 @@ int Main(int argc, char** argv) {
     }
     std::cout << "receipt OK: tenant " << r->tenant << " seq " << r->seq << " event_hash " << crypto::Hex(r->event_hash)
               << " signed by " << r->key_id << "\n";
+    if (receipt_proof_file.empty()) return 0;
+    // The inclusion proof: leaf seq - 1 of the tenant's tree, under a checkpoint signed by the
+    // same key, whose note key name is the checkpoint origin "<tlog_origin>/<tenant>".
+    const std::string origin = journal::CheckpointOrigin(receipt_origin.empty() ? cfg.tlog_origin : receipt_origin, r->tenant);
+    auto proof_text = ReadExactFile(receipt_proof_file, 1 << 20);
+    if (!proof_text.ok()) return Fail(proof_text.status());
+    auto c = tlog::VerifyTlogProof(*proof_text, r->signed_bytes, static_cast<uint64_t>(r->seq - 1),
+                                   tlog::MakeNoteKey(origin, *pub), origin);
+    if (!c.ok()) {
+      std::cout << "proof INVALID: " << c.status().message() << "\n";
+      return kExitVerifyFailed;
+    }
+    std::cout << "inclusion OK: seq " << r->seq << " is leaf " << r->seq - 1 << " of the checkpoint " << origin << " size "
+              << c->size << " root " << crypto::Hex(c->root) << "\n";
     return 0;
   }
 

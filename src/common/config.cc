@@ -108,7 +108,7 @@ Result<Config> LoadConfig() {
       {"upload_expiry_s", "OML_UPLOAD_EXPIRY_S", ""}, {"upload_max_bytes", "OML_UPLOAD_MAX_BYTES", ""},
       {"upload_complete_ttl_s", "OML_UPLOAD_COMPLETE_TTL_S", ""},
       {"deny_list_file", "OML_DENY_LIST_FILE", ""}, {"clamd_address", "OML_CLAMD_ADDRESS", ""},
-      {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""},
+      {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""}, {"tlog_origin", "OML_TLOG_ORIGIN", "oml.local"},
       {"inline_body_max_bytes", "OML_INLINE_BODY_MAX_BYTES", ""},
       {"rejected_retention_s", "OML_REJECTED_RETENTION_S", ""},
       {"attachment_serve_max_bytes", "OML_ATTACHMENT_SERVE_MAX_BYTES", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
@@ -281,6 +281,13 @@ Result<Config> LoadConfig() {
     return InvalidArgument("setting pdf_extract_per_tenant: must be at most pdf_extract_max");
   c.deny_list_file = get("deny_list_file");
   c.clamd_address = get("clamd_address");
+  c.tlog_origin = get("tlog_origin");
+  // The checkpoint origin and note key name are "<tlog_origin>/<tenant uuid>" (journal/tlog_store.h):
+  // printable ASCII with no space or '+' (a C2SP key name), and short.
+  if (c.tlog_origin.empty() || c.tlog_origin.size() > 200 ||
+      std::any_of(c.tlog_origin.begin(), c.tlog_origin.end(), [](char ch) { return ch <= ' ' || ch > '~' || ch == '+'; }))
+    return InvalidArgument("setting tlog_origin: 1..200 printable ASCII characters, no space or '+' (e.g. "
+                           "oml.example.com/log): '" + c.tlog_origin + "'");
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};

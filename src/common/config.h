@@ -52,6 +52,9 @@
 //   deny_list_file           OML_DENY_LIST_FILE           "" (built-in patterns only; review/deny_list.h)
 //   clamd_address            OML_CLAMD_ADDRESS            "" (no ClamAV scan; review/clamd.h)
 //   clamd_timeout_ms         OML_CLAMD_TIMEOUT_MS         30000 (1..3600000, per socket operation)
+//   tlog_origin              OML_TLOG_ORIGIN              oml.local (each chain's checkpoint origin and note key
+//                                                         name is "<tlog_origin>/<tenant uuid>"; 1..200 printable
+//                                                         ASCII, no space or '+'; journal/tlog_store.h)
 //   review_max_text_bytes    OML_REVIEW_MAX_TEXT_BYTES    8388608 (1024..1 GiB, extracted text per item)
 //   pdf_extract_memory_mb    OML_PDF_EXTRACT_MEMORY_MB    1024 (192..65536: address space of one PDF extractor
 //                                                         process, review/pdf_sandbox.h; it needs ~151 MiB to start)
@@ -145,6 +148,7 @@ struct Config {
   bool allow_insecure_key_files = false;
   std::string deny_list_file;  // empty: the built-in deny-list
   std::string clamd_address;   // empty: no ClamAV scan
+  std::string tlog_origin = "oml.local";
   int clamd_timeout_ms = 30000;
   uint64_t review_max_text_bytes = 8 << 20;
   int64_t pdf_extract_memory_mb = 1024;

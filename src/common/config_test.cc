@@ -217,5 +217,26 @@ TEST_F(ConfigTest, ReviewSettingsDefaultComeFromFileOrEnvironmentAndAreBounded) 
   EXPECT_EQ(c.status().message(), "setting clamd_timeout_ms: must be 1..3600000");
 }
 
+TEST_F(ConfigTest, TlogOriginIsAKeyNamePrefix) {
+  unsetenv("OML_TLOG_ORIGIN");
+  auto c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->tlog_origin, "oml.local");
+  WriteToml("tlog_origin = \"oml.example.com/log\"\n");
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->tlog_origin, "oml.example.com/log");
+  for (const char* bad : {"a b", "a+b", "caf\xC3\xA9", "a\nb"}) {  // (an empty variable is an unset one)
+    setenv("OML_TLOG_ORIGIN", bad, 1);
+    c = LoadConfig();
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().message().substr(0, 76),
+              "setting tlog_origin: 1..200 printable ASCII characters, no space or '+' (e.g") << bad;
+  }
+  setenv("OML_TLOG_ORIGIN", std::string(201, 'a').c_str(), 1);
+  EXPECT_FALSE(LoadConfig().ok());
+  unsetenv("OML_TLOG_ORIGIN");
+}
+
 }  // namespace
 }  // namespace oml

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <condition_variable>
 #include <cstdio>
 #include <optional>
 #include <thread>
 
+#include "blob/object_store.h"
 #include "common/sync_point.h"
 #include "common/sync_point_testing.h"
 #include "crypto/crypto.h"
@@ -386,6 +388,84 @@ TEST_F(TlogStoreTest, CheckpointsAreSignedNotesOverTheTilesAndAForkIsRefused) {
   EXPECT_EQ(behind.status().message(), "chain " + id + ": the tiles cover " + std::to_string(tiled + 100) +
                                            " events, the chain holds " + std::to_string(Head(id)) +
                                            " (restored behind its published tree)");
+}
+
+TEST(TlogPathsTest, C2spTilesPaths) {
+  EXPECT_EQ(TilePath(0, 0, 256), "tile/0/000");
+  EXPECT_EQ(TilePath(0, 5, 7), "tile/0/005.p/7");
+  EXPECT_EQ(TilePath(1, 999, 256), "tile/1/999");
+  EXPECT_EQ(TilePath(1, 1000, 256), "tile/1/x001/000");
+  EXPECT_EQ(TilePath(2, 1234067, 1), "tile/2/x001/x234/067.p/1");
+  EXPECT_EQ(EntryBundlePath(1234067, 256), "tile/entries/x001/x234/067");
+  EXPECT_EQ(EntryBundlePath(0, 255), "tile/entries/000.p/255");
+  EXPECT_EQ(TlogPrefix("t"), "oml-tlog/t/");
+}
+
+// One round of the publisher: tiles to the edge, a checkpoint, and the objects (full tile,
+// partial tiles, bundles, checkpoint) in the store; a failed put is written again next round.
+TEST_F(TlogStoreTest, PublishTlogsWritesTilesBundlesAndTheCheckpointAndRetriesAFailedPut) {
+  auto t = CreateTenant(*journal_, "tlog-publish");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  AppendMany(id, 300);
+  auto key = crypto::SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  auto dir = std::filesystem::temp_directory_path() / ("tlog-" + crypto::NewUuidV4());
+  auto store = blob::OpenObjectStore("file://" + dir.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto round = PublishTlogs(*pool_, store->get(), "oml.test", *key);
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
+  EXPECT_GE(round->chains, 1);
+  const uint64_t n = Memory(id).size();
+  auto get = [&](const std::string& k) { return (*store)->Get(TlogPrefix(id) + k).value(); };
+  auto cp = get("checkpoint");
+  ASSERT_TRUE(cp.has_value());
+  auto opened = tlog::OpenNote(*cp, {tlog::MakeNoteKey("oml.test/" + id, key->public_key())});
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(tlog::ParseCheckpoint(opened->text)->size, n);
+  merkle::MemoryTree mem = Memory(id);
+  auto full = get(TilePath(0, 0, 256));
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(full->size(), 256u * 32);
+  EXPECT_EQ(full->substr(0, 32), mem.Node(0, 0).value());
+  auto partial = get(TilePath(0, 1, n - 256));
+  ASSERT_TRUE(partial.has_value());
+  EXPECT_EQ(partial->substr(partial->size() - 32), mem.Node(0, n - 1).value());
+  auto level1 = get(TilePath(1, 0, 1));
+  ASSERT_TRUE(level1.has_value());
+  EXPECT_EQ(*level1, mem.Node(8, 0).value());
+  auto bundle = get(EntryBundlePath(1, n - 256));
+  ASSERT_TRUE(bundle.has_value());
+  auto rows = Su().Query("SELECT signed_bytes FROM oml.journal WHERE tenant_id = $1 AND seq > 256 ORDER BY seq", {db::Text(id)});
+  ASSERT_TRUE(rows.ok());
+  std::string want;
+  for (int i = 0; i < rows->size(); ++i) {
+    const std::string e = rows->GetBytes(i, 0);
+    want += static_cast<char>(e.size() >> 8);
+    want += static_cast<char>(e.size() & 0xFF);
+    want += e;
+  }
+  EXPECT_EQ(*bundle, want);
+  // A round with nothing new writes nothing; the published size is recorded.
+  {
+    auto c = pool_->Acquire();
+    EXPECT_EQ(ReadTlogState(**c, id)->published_size, static_cast<int64_t>(n));
+  }
+  // A round whose puts failed after the checkpoint was signed (published_size left behind, the
+  // objects missing): the next round writes them all again.
+  ASSERT_TRUE(Su().Query("UPDATE oml.tlog_state SET published_size = 0 WHERE tenant_id = $1", {db::Text(id)}).ok());
+  std::filesystem::remove_all(dir / "oml-tlog");
+  ASSERT_TRUE(PublishTlogs(*pool_, store->get(), "oml.test", *key).ok());
+  EXPECT_EQ(get(TilePath(0, 0, 256)), full);
+  EXPECT_EQ(get(EntryBundlePath(1, n - 256)), bundle);
+  EXPECT_EQ(get("checkpoint"), cp);  // nothing new to sign: the same note
+  // Growth: the partial tile and bundle under their new width, and a new checkpoint.
+  AppendMany(id, 1);
+  ASSERT_TRUE(PublishTlogs(*pool_, store->get(), "oml.test", *key).ok());
+  EXPECT_TRUE(get(TilePath(0, 1, n + 1 - 256)).has_value());
+  EXPECT_EQ(tlog::ParseCheckpoint(tlog::OpenNote(*get("checkpoint"), {tlog::MakeNoteKey("oml.test/" + id, key->public_key())})->text)->size,
+            n + 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {

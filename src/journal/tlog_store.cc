@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "common/log.h"
 #include "tlog/checkpoint.h"
 #include "tlog/note.h"
 
@@ -118,8 +119,8 @@ Result<std::string> TileReader::Node(int level, uint64_t index) {
 }
 
 Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
-  OML_ASSIGN_OR_RETURN(db::Rows r, conn.Scoped(tenant, {"SELECT tiled_size, checkpoint_size, checkpoint FROM "
-                                                        "oml.tlog_state WHERE tenant_id = $1",
+  OML_ASSIGN_OR_RETURN(db::Rows r, conn.Scoped(tenant, {"SELECT tiled_size, checkpoint_size, checkpoint, verified_size, "
+                                                        "published_size FROM oml.tlog_state WHERE tenant_id = $1",
                                                         {db::Text(tenant)}}));
   TlogState s;
   if (r.size() == 1) {
@@ -128,6 +129,8 @@ Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
       s.checkpoint_size = r.GetInt(0, 1);
       s.checkpoint = r.Get(0, 2);
     }
+    s.verified_size = r.GetInt(0, 3);
+    s.published_size = r.GetInt(0, 4);
   }
   return s;
 }
@@ -286,5 +289,149 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
   OML_RETURN_IF_ERROR(c.CommitVerdict(commit));  // a checkpoint the standbys may not hold is not returned
   return note;
 }
+
+namespace {
+
+std::string IndexPath(uint64_t n) {
+  std::string digits = std::to_string(n);
+  digits.insert(0, (3 - digits.size() % 3) % 3, '0');
+  std::string out;
+  for (size_t i = 0; i < digits.size(); i += 3) {
+    if (i + 3 < digits.size()) out += "x";
+    out += digits.substr(i, 3);
+    if (i + 3 < digits.size()) out += "/";
+  }
+  return out;
+}
+
+std::string WidthSuffix(uint64_t width) { return width == kTileWidth ? "" : ".p/" + std::to_string(width); }
+
+}  // namespace
+
+std::string TlogPrefix(const std::string& tenant) { return "oml-tlog/" + tenant + "/"; }
+
+std::string TilePath(int level, uint64_t index, uint64_t width) {
+  return "tile/" + std::to_string(level) + "/" + IndexPath(index) + WidthSuffix(width);
+}
+
+std::string EntryBundlePath(uint64_t index, uint64_t width) {
+  return "tile/entries/" + IndexPath(index) + WidthSuffix(width);
+}
+
+Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant) {
+  OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+  db::Conn& c = *conn;
+  OML_ASSIGN_OR_RETURN(TlogState st, ReadTlogState(c, tenant));
+  if (!st.checkpoint_size || st.published_size == *st.checkpoint_size) return Status::Ok();
+  const uint64_t size = static_cast<uint64_t>(*st.checkpoint_size);
+  // A checkpoint behind what was published (restored): everything from the start again.
+  const uint64_t published = st.published_size <= *st.checkpoint_size ? static_cast<uint64_t>(st.published_size) : 0;
+  const std::string prefix = TlogPrefix(tenant);
+  for (int level = 0; level < 8; ++level) {
+    const uint64_t count = size >> (kTileHeight * level), done = published >> (kTileHeight * level);
+    if (count == 0) break;
+    const uint64_t first = done / kTileWidth, last = (count - 1) / kTileWidth;
+    if (first > last) continue;
+    OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT idx, hashes FROM oml.merkle_tiles WHERE tenant_id = $1 "
+                                                       "AND level = $2 AND idx BETWEEN $3 AND $4 ORDER BY idx",
+                                                       {db::Text(tenant), db::Int(level), db::Int(static_cast<int64_t>(first)),
+                                                        db::Int(static_cast<int64_t>(last))}}));
+    if (static_cast<uint64_t>(r.size()) != last - first + 1)
+      return Status(Code::kDataLoss, "chain " + tenant + ": tiles of level " + std::to_string(level) + " are missing",
+                    "integrity");
+    for (int i = 0; i < r.size(); ++i) {
+      const uint64_t idx = static_cast<uint64_t>(r.GetInt(i, 0));
+      const uint64_t width = std::min<uint64_t>(kTileWidth, count - idx * kTileWidth);
+      std::string hashes = r.GetBytes(i, 1);
+      if (hashes.size() < width * kHashSize)
+        return Status(Code::kDataLoss, "chain " + tenant + ": tile " + std::to_string(level) + "/" + std::to_string(idx) +
+                                           " is shorter than the checkpoint's tree", "integrity");
+      hashes.resize(width * kHashSize);
+      OML_RETURN_IF_ERROR(store.Put(prefix + TilePath(level, idx, width), hashes));
+    }
+  }
+  // Entry bundles: the leaves from the start of the first bundle not yet complete.
+  uint64_t next = published / kTileWidth * kTileWidth;
+  std::string bundle;
+  while (next < size) {
+    OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT seq, signed_bytes FROM oml.journal WHERE tenant_id = $1 "
+                                                       "AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT 2048",
+                                                       {db::Text(tenant), db::Int(static_cast<int64_t>(next)),
+                                                        db::Int(static_cast<int64_t>(size))}}));
+    if (r.size() == 0) return Status(Code::kDataLoss, "chain " + tenant + " has no event at seq " + std::to_string(next + 1), "integrity");
+    for (int i = 0; i < r.size(); ++i) {
+      if (static_cast<uint64_t>(r.GetInt(i, 0)) != next + 1)
+        return Status(Code::kDataLoss, "chain " + tenant + " has no event at seq " + std::to_string(next + 1), "integrity");
+      const std::string entry = r.GetBytes(i, 1);
+      if (entry.size() > 0xFFFF)
+        return FailedPrecondition("chain " + tenant + ": the event at seq " + std::to_string(next + 1) + " is " +
+                                      std::to_string(entry.size()) + " bytes, more than an entry bundle holds (65535)",
+                                  "entry-too-large");
+      bundle += static_cast<char>(entry.size() >> 8);
+      bundle += static_cast<char>(entry.size() & 0xFF);
+      bundle += entry;
+      ++next;
+      if (next % kTileWidth == 0 || next == size) {
+        const uint64_t width = (next - 1) % kTileWidth + 1;
+        OML_RETURN_IF_ERROR(store.Put(prefix + EntryBundlePath((next - 1) / kTileWidth, width), bundle));
+        bundle.clear();
+      }
+    }
+  }
+  OML_RETURN_IF_ERROR(store.Put(prefix + "checkpoint", st.checkpoint));
+  return c.Scoped(tenant, {"UPDATE oml.tlog_state SET published_size = $2 WHERE tenant_id = $1 AND checkpoint_size = $2",
+                           {db::Text(tenant), db::Int(*st.checkpoint_size)}})
+      .status();
+}
+
+Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,
+                               const crypto::SigningKey& key, const std::atomic<bool>* stop) {
+  std::vector<std::string> tenants;
+  {
+    OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.tlog_pending() AS t ORDER BY 1"));
+    for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
+  }
+  TlogRound round;
+  Status first = Status::Ok();
+  for (const std::string& t : tenants) {
+    if (stop != nullptr && stop->load()) break;
+    Status st = [&]() -> Status {
+      for (;;) {  // up to the commit point's edge, a bounded batch at a time
+        if (stop != nullptr && stop->load()) return Status::Ok();
+        OML_ASSIGN_OR_RETURN(ExtendReport e, ExtendTiles(pool, t));
+        if (e.verified || e.to == e.from) break;
+      }
+      OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+      OML_ASSIGN_OR_RETURN(TlogState s, ReadTlogState(*conn, t));
+      if (s.verified_size == 0 && !s.checkpoint_size) return Status::Ok();  // nothing verified yet
+      OML_RETURN_IF_ERROR(SignCheckpoint(pool, t, deployment_origin, key).status());
+      if (store != nullptr) OML_RETURN_IF_ERROR(PublishTlogObjects(pool, *store, t));
+      return Status::Ok();
+    }();
+    if (st.ok()) {
+      ++round.chains;
+    } else {
+      ++round.failed;
+      log::Error("transparency log: a chain's tiles or checkpoint could not be published", {{"tenant", t}, {"error", st.ToString()}});
+      if (first.ok()) first = st;
+    }
+  }
+  if (!first.ok())
+    return Status(first.code(), std::to_string(round.failed) + " chain(s) failed; the first: " + first.message(), first.type());
+  return round;
+}
+
+TlogPublisher::TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::string deployment_origin,
+                             const crypto::SigningKey* key, std::chrono::milliseconds interval)
+    : pool_(pool),
+      store_(store),
+      origin_(std::move(deployment_origin)),
+      key_(key),
+      thread_(interval, [this] { RunOnce(); }, /*run_at_start=*/true) {}
+
+TlogPublisher::~TlogPublisher() { stop_ = true; }  // then thread_ joins
+
+void TlogPublisher::RunOnce() { (void)PublishTlogs(*pool_, store_, origin_, *key_, &stop_); }
 
 }  // namespace oml::journal

@@ -19,12 +19,16 @@
 // chain at once are serialized by the tlog_state row lock (the second finds the work done).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "blob/object_store.h"
+#include "common/periodic.h"
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
@@ -57,8 +61,10 @@ class TileReader : public merkle::NodeReader {
 
 struct TlogState {
   int64_t tiled_size = 0;
+  int64_t verified_size = 0;
   std::optional<int64_t> checkpoint_size;
   std::string checkpoint;  // the signed note ("" if none)
+  int64_t published_size = 0;
 };
 
 // The chain's tlog_state (zeros if it has none yet).
@@ -88,5 +94,54 @@ std::string CheckpointOrigin(const std::string& deployment_origin, const std::st
 // checkpoint the synchronous standbys may not hold is never returned (kUnavailable).
 Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, const std::string& deployment_origin,
                                    const crypto::SigningKey& key);
+
+// --- Publication (C2SP tlog-tiles, https://c2sp.org/tlog-tiles) -------------------------------
+//
+// Each chain's log is written to the object store under TlogPrefix(tenant) as static files a
+// mirror or an auditor fetches with no access to oml:
+//   checkpoint                       the newest signed checkpoint (written last)
+//   tile/<L>/<N>[.p/<W>]             tile L/N of the checkpoint's tree; a partial one is .p/<W>
+//   tile/entries/<N>[.p/<W>]         the entries (signed_bytes) of leaves [256 N, 256 N + W), each
+//                                    as a big-endian uint16 length and the bytes
+// <N> is the index in 3-digit groups, all but the last prefixed "x" (1234067: x001/x234/067).
+// Full tiles and bundles never change; a partial one's path names its width, so nothing published
+// is ever overwritten with other bytes except `checkpoint`.
+
+std::string TlogPrefix(const std::string& tenant);
+std::string TilePath(int level, uint64_t index, uint64_t width);
+std::string EntryBundlePath(uint64_t index, uint64_t width);
+
+// Writes the tiles and entry bundles from published_size up to the checkpoint's size, then the
+// checkpoint, then records published_size. kFailedPrecondition "entry-too-large" for an entry
+// over 65535 bytes (a bundle cannot hold it).
+Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant);
+
+struct TlogRound {
+  int chains = 0;  // chains whose log moved on
+  int failed = 0;  // chains that failed (logged); the first error is returned
+};
+
+// One round over every chain with work (tlog_pending()): extend the tiles to the commit point's
+// edge, sign a checkpoint over the verified size, write the objects. Stops between chains once
+// *stop is true.
+Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,
+                               const crypto::SigningKey& key, const std::atomic<bool>* stop = nullptr);
+
+// Runs PublishTlogs every `interval` (`oml serve`). None of the pointers is owned.
+class TlogPublisher {
+ public:
+  TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::string deployment_origin, const crypto::SigningKey* key,
+                std::chrono::milliseconds interval);
+  ~TlogPublisher();
+
+ private:
+  void RunOnce();
+  db::Pool* pool_;
+  blob::ObjectStore* store_;
+  const std::string origin_;
+  const crypto::SigningKey* key_;
+  std::atomic<bool> stop_{false};
+  PeriodicThread thread_;  // last: runs RunOnce
+};
 
 }  // namespace oml::journal

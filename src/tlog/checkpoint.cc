@@ -3,6 +3,8 @@
 #include <charconv>
 
 #include "crypto/crypto.h"
+#include "merkle/merkle.h"
+#include "tlog/note.h"
 
 namespace oml::tlog {
 namespace {
@@ -102,6 +104,20 @@ Result<TlogProof> ParseTlogProof(std::string_view text) {
   if (text.empty()) return bad("no checkpoint");
   p.checkpoint = std::string(text);
   return p;
+}
+
+Result<Checkpoint> VerifyTlogProof(std::string_view proof_text, std::string_view entry, uint64_t index,
+                                   const NoteKey& key, std::string_view origin) {
+  OML_ASSIGN_OR_RETURN(TlogProof p, ParseTlogProof(proof_text));
+  if (p.index != index)
+    return InvalidArgument("the proof is for leaf " + std::to_string(p.index) + ", not " + std::to_string(index),
+                           "wrong-index");
+  OML_ASSIGN_OR_RETURN(Note note, OpenNote(p.checkpoint, {key}));
+  OML_ASSIGN_OR_RETURN(Checkpoint c, ParseCheckpoint(note.text));
+  if (c.origin != origin)
+    return InvalidArgument("the checkpoint's origin is " + c.origin + ", not " + std::string(origin), "wrong-origin");
+  OML_RETURN_IF_ERROR(merkle::VerifyInclusion(p.index, c.size, merkle::HashLeaf(entry), p.hashes, c.root));
+  return c;
 }
 
 }  // namespace oml::tlog

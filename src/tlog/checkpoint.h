@@ -54,4 +54,15 @@ std::string EncodeTlogProof(const TlogProof& p);
 // kInvalidArgument "malformed-proof" saying which line.
 Result<TlogProof> ParseTlogProof(std::string_view text);
 
+struct NoteKey;
+
+// Checks a tlog-proof offline: it is for leaf `index`, its checkpoint opens with `key` (a
+// signature by it verifies), its origin is `origin`, and the inclusion path leads from
+// HashLeaf(entry) at `index` to the checkpoint's root. Returns the checkpoint. kInvalidArgument
+// with the reason: "malformed-proof" / "wrong-index" / a note error (tlog/note.h) /
+// "malformed-checkpoint" / "wrong-origin" / "invalid-proof" (merkle::VerifyInclusion's message,
+// also for an index past the checkpoint's size).
+Result<Checkpoint> VerifyTlogProof(std::string_view proof_text, std::string_view entry, uint64_t index,
+                                   const NoteKey& key, std::string_view origin);
+
 }  // namespace oml::tlog

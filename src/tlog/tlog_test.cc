@@ -242,5 +242,38 @@ TEST(TlogProofTest, RoundTripAndMalformedOnesAreNamed) {
     EXPECT_EQ(ParseTlogProof(bad).status().type(), "malformed-proof") << bad;
 }
 
+TEST(VerifyTlogProofTest, AcceptsTheProofAndNamesEachWrongPart) {
+  auto key = crypto::SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  merkle::MemoryTree tree;
+  std::vector<std::string> entries;
+  for (int i = 0; i < 13; ++i) {
+    entries.push_back("entry " + std::to_string(i));
+    tree.Append(merkle::HashLeaf(entries.back()));
+  }
+  const std::string origin = "oml.test/t1";
+  auto note = SignNote(EncodeCheckpoint({origin, 13, merkle::RootAt(tree, 13).value(), {}}), origin, *key);
+  ASSERT_TRUE(note.ok());
+  TlogProof p;
+  p.index = 6;
+  p.hashes = merkle::InclusionProof(tree, 6, 13).value();
+  p.checkpoint = *note;
+  const NoteKey nk = MakeNoteKey(origin, key->public_key());
+  auto ok = VerifyTlogProof(EncodeTlogProof(p), entries[6], 6, nk, origin);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->size, 13u);
+  EXPECT_EQ(VerifyTlogProof(EncodeTlogProof(p), entries[6], 7, nk, origin).status().type(), "wrong-index");
+  EXPECT_EQ(VerifyTlogProof(EncodeTlogProof(p), entries[7], 6, nk, origin).status().type(), "invalid-proof");
+  EXPECT_EQ(VerifyTlogProof(EncodeTlogProof(p), entries[6], 6, nk, "oml.test/t2").status().type(), "wrong-origin");
+  EXPECT_EQ(VerifyTlogProof(EncodeTlogProof(p), entries[6], 6, MakeNoteKey("oml.test/t2", key->public_key()), origin)
+                .status()
+                .type(),
+            "unverified-note");
+  TlogProof short_path = p;
+  short_path.hashes.pop_back();
+  EXPECT_EQ(VerifyTlogProof(EncodeTlogProof(short_path), entries[6], 6, nk, origin).status().type(), "invalid-proof");
+  EXPECT_EQ(VerifyTlogProof("garbage", entries[6], 6, nk, origin).status().type(), "malformed-proof");
+}
+
 }  // namespace
 }  // namespace oml::tlog

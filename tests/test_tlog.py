@@ -1,0 +1,259 @@
+"""Each tenant's chain as a transparency log (issue 23), checked by implementations no one here
+wrote: tests/tlogcheck (Go) opens oml's checkpoints with golang.org/x/mod/sumdb/note and
+transparency-dev/formats' log.ParseCheckpoint, checks inclusion proofs (C2SP tlog-proof, parsed
+by formats) and consistency proofs with x/mod/sumdb/tlog, and reads the published tiles through
+x/mod's TileHashReader, which verifies every tile against the checkpoint's root. Each tampered
+variant must be refused by those modules.
+
+The Go tool is built from tests/tlogcheck (go.mod pins golang.org/x/mod v0.43.0 and
+transparency-dev/formats v0.1.1) into $OML_CACHE/bin the first time; the modules come from the
+Go module proxy into $OML_CACHE/gomod.
+"""
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("OML_CACHE", Path.home() / ".cache" / "oml"))
+
+
+@pytest.fixture(scope="session")
+def tlogcheck():
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("`go` is not on PATH: tests/tlogcheck (the cross-check with x/mod and formats) cannot be built")
+    out = CACHE / "bin" / "tlogcheck"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GOMODCACHE=str(CACHE / "gomod"), GOCACHE=str(CACHE / "go-build"), GOFLAGS="-buildvcs=false")
+    r = subprocess.run([go, "build", "-o", str(out), "."], cwd=ROOT / "tests" / "tlogcheck", env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def check(tool, job):
+    r = subprocess.run([str(tool)], input=json.dumps(job), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def note_vkey(name, public_key):
+    """The C2SP verifier key of an Ed25519 key under `name`, computed here (not by oml)."""
+    typed = b"\x01" + public_key
+    h = hashlib.sha256(name.encode() + b"\n" + typed).digest()[:4]
+    return f"{name}+{h.hex()}+{base64.b64encode(typed).decode()}"
+
+
+def deployment_key(d):
+    pub = json.loads((d.home / "keys" / "signing.key.pub").read_text())
+    return base64.b64decode(pub["public_key"])
+
+
+def head(d):
+    r = d.get("/v1/chain/head", d.admin)
+    assert r.status_code == 200, r.text
+    return r.json()["seq"]
+
+
+def inclusion(d, token, seq, timeout=30):
+    """GET /v1/proofs/inclusion, waiting out 409 not-checkpointed (the publisher runs each second)."""
+    deadline = time.time() + timeout
+    while True:
+        r = d.get(f"/v1/proofs/inclusion?seq={seq}", token)
+        if r.status_code != 409 or time.time() > deadline:
+            return r
+        assert r.json()["type"] == "urn:oml:problem:not-checkpointed", r.text
+        assert r.headers["Retry-After"] == "1"
+        time.sleep(0.2)
+
+
+def events(d, token):
+    r = d.get("/v1/events?limit=1000", token)
+    assert r.status_code == 200, r.text
+    return {e["seq"]: e for e in r.json()["events"]}
+
+
+def checkpoint_of(proof_text):
+    return proof_text.split("\n\n", 1)[1]
+
+
+def body_of(note):
+    return note.split("\n\n", 1)[0].split("\n")
+
+
+def test_checkpoints_proofs_and_tiles_verify_with_x_mod_and_formats_and_tampering_is_refused(served, tlogcheck):
+    d = served
+    t = d.tenant_id
+    origin = f"oml.local/{t}"
+    vkey = note_vkey(origin, deployment_key(d))
+    for i in range(5):
+        r = d.submit(d.writer, body=f"first {i}", path=f"notes/{i}.md")
+        assert r.status_code == 201
+    receipt = d.home / "receipt.json"
+    receipt.write_text(r.text)  # the last one's 201 response, receipt inside
+    first_head = head(d)
+    r = inclusion(d, d.admin, first_head)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"] == "text/plain; charset=utf-8"
+    old_checkpoint = checkpoint_of(r.text)
+    lines = body_of(old_checkpoint)
+    assert lines[0] == origin
+    old_size = int(lines[1])
+    assert old_size >= first_head
+    # More events, past a tile boundary (256 leaves): a full tile, an entry bundle, a level-1 entry.
+    for i in range(300):
+        assert d.submit(d.writer, body=f"more {i}", path=f"notes/m{i}.md").status_code == 201
+    last = head(d)
+    r = inclusion(d, d.writer, last)
+    assert r.status_code == 200, r.text
+    new_checkpoint = checkpoint_of(r.text)
+    new_size = int(body_of(new_checkpoint)[1])
+    assert new_size == last  # nothing was written since
+    ev = events(d, d.writer)  # the writer's own claim.submitted events
+    mine = sorted(s for s, e in ev.items() if e["type"] == "claim.submitted")
+    assert len(mine) == 305
+    picks = [mine[0], mine[4], mine[200], mine[-1]]
+    proofs = {}
+    for s in picks:
+        r = inclusion(d, d.writer, s)
+        assert r.status_code == 200, r.text
+        assert r.text.startswith(f"c2sp.org/tlog-proof@v1\nindex {s - 1}\n")
+        proofs[s] = r.text
+    c = d.get(f"/v1/proofs/consistency?from={old_size}&to={new_size}", d.writer)
+    assert c.status_code == 200, c.text
+    cons = c.json()
+    assert (cons["from"], cons["to"]) == (old_size, new_size)
+    tiles_dir = d.home / "objects" / "oml-tlog" / t
+    deadline = time.time() + 30
+    while int(body_of((tiles_dir / "checkpoint").read_text())[1]) < new_size:
+        assert time.time() < deadline, "the published checkpoint did not reach the newest size"
+        time.sleep(0.2)
+    assert (tiles_dir / "tile" / "0" / "000").exists()  # the first full tile
+    assert (tiles_dir / "tile" / "entries" / "000").exists()
+    job = {"vkey": vkey, "origin": origin, "checkpoint": new_checkpoint,
+           "inclusion": [{"proof": proofs[s], "entry": ev[s]["signed_bytes"]} for s in picks],
+           "consistency": [{"old": old_checkpoint, "new": cons["checkpoint"], "hashes": cons["hashes"]}],
+           "tiles_dir": str(tiles_dir)}
+    ok = check(tlogcheck, job)
+    assert ok == {"checkpoint": "ok", "inclusion": ["ok"] * 4, "consistency": ["ok"], "tiles": "ok", "cosigned": ""}, ok
+
+    # Tampered variants, each refused by the modules.
+    def flip_b64(line):
+        raw = bytearray(base64.b64decode(line))
+        raw[0] ^= 1
+        return base64.b64encode(bytes(raw)).decode()
+    p = proofs[picks[2]].split("\n")
+    p[2] = flip_b64(p[2])  # the first sibling hash
+    bad_sibling = "\n".join(p)
+    p = proofs[picks[2]].split("\n")
+    p[1] = f"index {picks[2]}"  # the next leaf's index
+    bad_index = "\n".join(p)
+    cp = new_checkpoint.split("\n")
+    cp[1] = str(new_size - 1)  # another size under the same signature
+    bad_size = "\n".join(cp)
+    bad = check(tlogcheck, {
+        "vkey": vkey, "origin": origin, "checkpoint": bad_size,
+        "inclusion": [{"proof": bad_sibling, "entry": ev[picks[2]]["signed_bytes"]},
+                      {"proof": bad_index, "entry": ev[picks[2]]["signed_bytes"]},
+                      {"proof": proofs[picks[0]], "entry": ev[picks[1]]["signed_bytes"]},
+                      {"proof": proofs[picks[0]].replace(new_checkpoint, bad_size), "entry": ev[picks[0]]["signed_bytes"]}],
+        "consistency": [{"old": old_checkpoint, "new": cons["checkpoint"], "hashes": [flip_b64(cons["hashes"][0])] + cons["hashes"][1:]},
+                        {"old": old_checkpoint, "new": cons["checkpoint"], "hashes": cons["hashes"][:-1]}],
+    })
+    assert bad["checkpoint"].startswith("note.Open: invalid signature for key " + origin), bad
+    assert bad["inclusion"][:3] == ["invalid transparency proof"] * 3, bad
+    assert bad["inclusion"][3].startswith("note.Open: invalid signature"), bad
+    assert bad["consistency"] == ["invalid transparency proof"] * 2, bad
+    # Another deployment's key (or origin) does not open the checkpoint.
+    other = check(tlogcheck, {"vkey": note_vkey(origin, os.urandom(32)), "origin": origin, "checkpoint": new_checkpoint})
+    assert other["checkpoint"] == "note.Open: note has no verifiable signatures", other
+    # A changed tile: x/mod's TileHashReader refuses it against the checkpoint's root.
+    tile = tiles_dir / "tile" / "0" / "000"
+    data = bytearray(tile.read_bytes())
+    data[33] ^= 1
+    tile.write_bytes(bytes(data))
+    bad_tiles = check(tlogcheck, {"vkey": vkey, "origin": origin, "tiles_dir": str(tiles_dir)})
+    # (The root is folded from the level-1 tile; the changed level-0 tile is caught when its
+    # leaf hashes are read and checked against the verified level above.)
+    assert bad_tiles["tiles"] == "leaf hashes 0..: downloaded inconsistent tile", bad_tiles
+
+
+def test_proof_requests_get_precise_errors(served):
+    d = served
+    assert d.submit(d.writer, body="mine").status_code == 201
+    assert d.submit(d.writer2, body="bob's").status_code == 201
+    n = head(d)
+    assert inclusion(d, d.admin, n).status_code == 200  # checkpointed
+    ev = events(d, d.admin)
+    bobs = max(s for s, e in ev.items() if e["type"] == "claim.submitted")
+    cases = [
+        ("/v1/proofs/inclusion", d.writer, 400, "invalid-parameter", "query parameter 'seq' is required"),
+        ("/v1/proofs/inclusion?seq=0", d.writer, 400, "invalid-parameter", "query parameter 'seq' must be an integer in [1, 9223372036854775807]"),
+        ("/v1/proofs/inclusion?seq=x", d.writer, 400, "invalid-parameter", "query parameter 'seq' must be an integer in [1, 9223372036854775807]"),
+        (f"/v1/proofs/inclusion?seq={n + 1}", d.admin, 404, "not-found", f"no event at seq {n + 1} that this key may read"),
+        # Bob's claim is held: Alice may not read its event, so she gets no proof of it either.
+        (f"/v1/proofs/inclusion?seq={bobs}", d.writer, 404, "not-found", f"no event at seq {bobs} that this key may read"),
+        ("/v1/proofs/inclusion?seq=1", d.writer, 404, "not-found", "no event at seq 1 that this key may read"),
+        ("/v1/proofs/consistency", d.writer, 400, "invalid-parameter", "query parameter 'from' is required"),
+        (f"/v1/proofs/consistency?from=3&to=2", d.writer, 400, "invalid-parameter", "'from' (3) is past 'to' (2)"),
+        (f"/v1/proofs/consistency?from=1&to={n + 5}", d.writer, 409, "not-checkpointed",
+         f"size {n + 5} is past the newest checkpoint (size {n})"),
+        (f"/v1/proofs/consistency?from={n + 1}", d.writer, 409, "not-checkpointed",
+         f"size {n + 1} is past the newest checkpoint (size {n})"),
+    ]
+    for path, token, status, ptype, detail in cases:
+        r = d.get(path, token)
+        assert r.status_code == status, (path, r.status_code, r.text)
+        assert r.json()["type"] == f"urn:oml:problem:{ptype}", (path, r.text)
+        assert r.json()["detail"] == detail, (path, r.text)
+    assert d.get(f"/v1/proofs/inclusion?seq={bobs}", d.writer2).status_code == 200  # Bob's own
+    assert d.get("/v1/proofs/inclusion?seq=1").status_code == 401
+
+
+def test_verify_receipt_checks_the_inclusion_proof_offline(served):
+    d = served
+    r = d.submit(d.writer, body="a receipt to prove")
+    assert r.status_code == 201, r.text
+    seq = r.json()["receipt"]["seq"]
+    (d.home / "receipt.json").write_text(r.text)
+    p = inclusion(d, d.writer, seq)
+    assert p.status_code == 200, p.text
+    proof = d.home / "proof.txt"
+    proof.write_text(p.text)
+    size = int(body_of(checkpoint_of(p.text))[1])
+    ok = d.run("verify-receipt", str(d.home / "receipt.json"), "--proof", str(proof), check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    root = base64.b64decode(body_of(checkpoint_of(p.text))[2]).hex()
+    assert ok.stdout.splitlines()[-1] == (f"inclusion OK: seq {seq} is leaf {seq - 1} of the checkpoint "
+                                          f"oml.local/{d.tenant_id} size {size} root {root}")
+    # Each tampered proof: exit 3 and the reason.
+    lines = p.text.split("\n")
+    flipped = bytearray(base64.b64decode(lines[2]))
+    flipped[0] ^= 1
+    variants = {
+        "sibling": ("\n".join(lines[:2] + [base64.b64encode(bytes(flipped)).decode()] + lines[3:]),
+                    f"proof INVALID: the inclusion proof of leaf {seq - 1} leads to root "),
+        "index": ("\n".join([lines[0], f"index {seq}"] + lines[2:]),
+                  f"proof INVALID: the proof is for leaf {seq}, not {seq - 1}"),
+        "size": (p.text.replace(f"\n{size}\n", f"\n{size + 1}\n", 1),
+                 f"proof INVALID: invalid signature for key oml.local/{d.tenant_id}+"),
+        "truncated": (p.text[:-1], "proof INVALID: malformed note: "),
+    }
+    for name, (text, want) in variants.items():
+        proof.write_text(text)
+        bad = d.run("verify-receipt", str(d.home / "receipt.json"), "--proof", str(proof), check=False)
+        assert bad.returncode == 3, (name, bad.stdout, bad.stderr)
+        assert bad.stdout.splitlines()[-1].startswith(want), (name, bad.stdout)
+    # Another origin: the note key differs, the checkpoint does not open.
+    proof.write_text(p.text)
+    other = d.run("verify-receipt", str(d.home / "receipt.json"), "--proof", str(proof), "--origin", "elsewhere.example",
+                  check=False)
+    assert other.returncode == 3
+    assert other.stdout.splitlines()[-1] == "proof INVALID: note has no verifiable signatures", other.stdout
