@@ -11,7 +11,9 @@
 --   commit point's edge in chain_heads: only such a size is signed) and the newest checkpoint
 --   signed over them (a C2SP signed note; checkpoint_size its tree size); published_size: the
 --   checkpoint size whose tiles, entry bundles and checkpoint were last written to the object
---   store (oml-tlog/<tenant>/...), so a failed put is written again at the next round.
+--   store (oml-tlog/<tenant>/...), so a failed put is written again at the next round;
+--   signed_by: "<key id> <note key name>" of the checkpoint, so a key rotation or a new
+--   tlog_origin re-signs even a chain that does not grow.
 -- Both are derived data: built from the journal by `oml serve`'s tlog publisher, never by the
 -- commit point. A root is signed only once the tiles' root at that size equals the commit
 -- point's edge (tree_edge), and each new checkpoint is checked against the last one signed; a
@@ -35,6 +37,7 @@ CREATE TABLE tlog_state (
   checkpoint_size  bigint      CHECK (checkpoint_size >= 0 AND checkpoint_size <= verified_size),
   checkpoint       text        CHECK (octet_length(checkpoint) <= 65536),
   published_size   bigint      NOT NULL DEFAULT 0 CHECK (published_size >= 0),
+  signed_by        text        CHECK (octet_length(signed_by) <= 512),
   updated_at       timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT tlog_state_checkpoint_both CHECK ((checkpoint IS NULL) = (checkpoint_size IS NULL))
 );
@@ -50,12 +53,15 @@ GRANT SELECT, INSERT, UPDATE ON merkle_tiles, tlog_state TO oml_app;
 -- The chains whose tlog needs work: tiles behind the commit point's edge, a checkpoint behind
 -- the verified size, or objects behind the checkpoint. Reveals chain ids only; the publisher
 -- then works in each chain's scope (as search_queue_tenants, 0028).
-CREATE FUNCTION tlog_pending() RETURNS SETOF uuid
+-- p_signer: "<key id> <deployment origin>" of the publisher asking; a checkpoint signed by
+-- another (a rotated key, a changed tlog_origin) is work too.
+CREATE FUNCTION tlog_pending(p_signer text) RETURNS SETOF uuid
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = oml, pg_catalog, pg_temp AS $$
   SELECT h.tenant_id FROM oml.chain_heads h LEFT JOIN oml.tlog_state s USING (tenant_id)
    WHERE h.tree_size IS NOT NULL
      AND (s.tenant_id IS NULL OR h.tree_size > s.verified_size
-          OR s.checkpoint_size IS DISTINCT FROM s.verified_size OR s.published_size <> s.checkpoint_size)
+          OR s.checkpoint_size IS DISTINCT FROM s.verified_size OR s.published_size <> s.checkpoint_size
+          OR s.signed_by IS DISTINCT FROM p_signer)
 $$;
-REVOKE EXECUTE ON FUNCTION tlog_pending() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION tlog_pending() TO oml_app;
+REVOKE EXECUTE ON FUNCTION tlog_pending(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tlog_pending(text) TO oml_app;

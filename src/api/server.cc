@@ -682,6 +682,8 @@ struct Server::Impl {
                                         "not-checkpointed"));
     }
     journal::TileReader tiles(&**c, caller->tenant_id);
+    if (Status pf = tiles.Prefetch(static_cast<uint64_t>(*seq - 1), static_cast<uint64_t>(*st->checkpoint_size)); !pf.ok())
+      return Problem(res, req, pf);
     auto path = merkle::InclusionProof(tiles, static_cast<uint64_t>(*seq - 1), static_cast<uint64_t>(*st->checkpoint_size));
     if (!path.ok()) return Problem(res, req, path.status());
     tlog::TlogProof p;
@@ -720,6 +722,9 @@ struct Server::Impl {
                                                   "not-checkpointed"));
     }
     journal::TileReader tiles(&**c, caller->tenant_id);
+    if (Status pf = tiles.Prefetch(static_cast<uint64_t>(*from), static_cast<uint64_t>(*to), static_cast<uint64_t>(*from));
+        !pf.ok())
+      return Problem(res, req, pf);
     auto proof = merkle::ConsistencyProof(tiles, static_cast<uint64_t>(*from), static_cast<uint64_t>(*to));
     if (!proof.ok()) return Problem(res, req, proof.status());
     json hashes = json::array();

@@ -1155,6 +1155,12 @@ int Main(int argc, char** argv) {
                              "is in the signed checkpoint it carries");
   verify_receipt->add_option("--origin", receipt_origin, "the deployment's tlog_origin (default: the setting's)")
       ->needs(verify_receipt->get_option("--proof"));
+  std::string checkpoint_key_file;
+  verify_receipt
+      ->add_option("--checkpoint-key", checkpoint_key_file,
+                   "public key file of the key that signed the proof's checkpoint (default: the receipt's, "
+                   "--public-key; after a key rotation, the newer key)")
+      ->needs(verify_receipt->get_option("--proof"));
   auto* canonicalize = app.add_subcommand(
       "canonicalize", "stdin: one JSON document per line; stdout: hex of its RFC 8785 bytes, or `error: <why>`");
 
@@ -1463,8 +1469,14 @@ int Main(int argc, char** argv) {
     const std::string origin = journal::CheckpointOrigin(receipt_origin.empty() ? cfg.tlog_origin : receipt_origin, r->tenant);
     auto proof_text = ReadExactFile(receipt_proof_file, 1 << 20);
     if (!proof_text.ok()) return Fail(proof_text.status());
+    std::string checkpoint_pub = *pub;
+    if (!checkpoint_key_file.empty()) {
+      auto k = ReadPublicKey(checkpoint_key_file);
+      if (!k.ok()) return Fail(k.status());
+      checkpoint_pub = *k;
+    }
     auto c = tlog::VerifyTlogProof(*proof_text, r->signed_bytes, static_cast<uint64_t>(r->seq - 1),
-                                   tlog::MakeNoteKey(origin, *pub), origin);
+                                   tlog::MakeNoteKey(origin, checkpoint_pub), origin);
     if (!c.ok()) {
       std::cout << "proof INVALID: " << c.status().message() << "\n";
       return kExitVerifyFailed;

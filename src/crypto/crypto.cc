@@ -650,9 +650,16 @@ std::string SecureBytes::Release() && {
 // Digests and encodings.
 
 std::string Sha256(std::string_view data) {
+  // Fetched once: EVP_sha256()'s implicit fetch on every call more than doubles the cost of
+  // hashing a Merkle node (65 bytes: 290 ns against 125 ns here).
+  static EVP_MD* const kSha256 = [] {
+    EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    if (md == nullptr) Die("EVP_MD_fetch SHA256");
+    return md;
+  }();
   std::string out(32, '\0');
   unsigned int len = 0;
-  if (EVP_Digest(Bytes(data), data.size(), MutableBytes(out), &len, EVP_sha256(), nullptr) != 1 || len != 32) {
+  if (EVP_Digest(Bytes(data), data.size(), MutableBytes(out), &len, kSha256, nullptr) != 1 || len != 32) {
     Die("SHA-256");
   }
   return out;

@@ -290,6 +290,18 @@ TEST_F(TlogStoreTest, TilesGiveTheJournalsTreeAfterExtensionsOfEveryStep) {
     // last full level-0 tile read for the check), a level-1 entry completed by each full tile.
     step = step == 1 ? 7 : step == 7 ? 248 : step == 248 ? 256 : step == 256 && from == 512 ? 3 : 256;
   }
+  // One prefetch reads every tile an inclusion proof needs (one statement per proof).
+  for (uint64_t i : {uint64_t{0}, uint64_t{255}, uint64_t{256}, uint64_t{300}, uint64_t{511}, uint64_t{512}, n - 1}) {
+    auto c = pool_->Acquire();
+    TileReader tiles(&**c, id);
+    ASSERT_TRUE(tiles.Prefetch(i, n).ok());
+    EXPECT_EQ(merkle::InclusionProof(tiles, i, n).value(), merkle::InclusionProof(mem, i, n).value());
+    EXPECT_EQ(tiles.tiles_read(), 1) << i;
+    TileReader tiles2(&**c, id);
+    ASSERT_TRUE(tiles2.Prefetch(i, n, i + 1).ok());
+    EXPECT_EQ(merkle::ConsistencyProof(tiles2, i + 1, n).value(), merkle::ConsistencyProof(mem, i + 1, n).value());
+    EXPECT_EQ(tiles2.tiles_read(), 1) << i;
+  }
   // Nothing past the tiles: a node the tiles do not hold yet is "no-node".
   AppendMany(id, 1);
   auto c = pool_->Acquire();
@@ -408,14 +420,14 @@ TEST_F(TlogStoreTest, PublishTlogsWritesTilesBundlesAndTheCheckpointAndRetriesAF
   ASSERT_TRUE(t.ok());
   const std::string id = t->tenant_id;
   AppendMany(id, 300);
-  auto key = crypto::SigningKey::Generate();
-  ASSERT_TRUE(key.ok());
+  const crypto::SigningKey* key = &journal_->key();  // the key in force (a key not in force signs nothing)
   auto dir = std::filesystem::temp_directory_path() / ("tlog-" + crypto::NewUuidV4());
   auto store = blob::OpenObjectStore("file://" + dir.string());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto round = PublishTlogs(*pool_, store->get(), "oml.test", *key);
   ASSERT_TRUE(round.ok()) << round.status().ToString();
   EXPECT_GE(round->chains, 1);
+  EXPECT_TRUE(round->failures.empty());
   const uint64_t n = Memory(id).size();
   auto get = [&](const std::string& k) { return (*store)->Get(TlogPrefix(id) + k).value(); };
   auto cp = get("checkpoint");
@@ -446,11 +458,19 @@ TEST_F(TlogStoreTest, PublishTlogsWritesTilesBundlesAndTheCheckpointAndRetriesAF
     want += e;
   }
   EXPECT_EQ(*bundle, want);
-  // A round with nothing new writes nothing; the published size is recorded.
+  // The published size is recorded, and the chain has no work left: a quiet chain costs nothing.
+  auto pending = [&](const std::string& origin) {
+    auto r = Su().Query("SELECT count(*) FROM oml.tlog_pending($1) t WHERE t = $2::uuid",
+                        {db::Text(CheckpointSigner(*key, origin)), db::Text(id)});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->GetInt(0, 0) : -1;
+  };
   {
     auto c = pool_->Acquire();
     EXPECT_EQ(ReadTlogState(**c, id)->published_size, static_cast<int64_t>(n));
   }
+  EXPECT_EQ(pending("oml.test"), 0);
+  EXPECT_EQ(pending("oml.other"), 1);  // another origin (or key): re-signed though quiet
   // A round whose puts failed after the checkpoint was signed (published_size left behind, the
   // objects missing): the next round writes them all again.
   ASSERT_TRUE(Su().Query("UPDATE oml.tlog_state SET published_size = 0 WHERE tenant_id = $1", {db::Text(id)}).ok());
@@ -465,6 +485,69 @@ TEST_F(TlogStoreTest, PublishTlogsWritesTilesBundlesAndTheCheckpointAndRetriesAF
   EXPECT_TRUE(get(TilePath(0, 1, n + 1 - 256)).has_value());
   EXPECT_EQ(tlog::ParseCheckpoint(tlog::OpenNote(*get("checkpoint"), {tlog::MakeNoteKey("oml.test/" + id, key->public_key())})->text)->size,
             n + 1);
+  std::filesystem::remove_all(dir);
+}
+
+// Two publishers of one chain (two replicas): one read the state and wrote the tiles of size n,
+// then a newer checkpoint was signed and published (at the sync point); the first must not put
+// its older checkpoint over the newer one. A changed tlog_origin re-signs a quiet chain; a key
+// not in force signs nothing; an entry too long for a bundle leaves that bundle out, not the log.
+TEST_F(TlogStoreTest, AnOlderCheckpointIsNeverPutOverANewerOneAndQuietChainsAreReSigned) {
+  auto t = CreateTenant(*journal_, "tlog-race");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  AppendMany(id, 5);
+  const crypto::SigningKey& key = journal_->key();
+  auto dir = std::filesystem::temp_directory_path() / ("tlog-" + crypto::NewUuidV4());
+  auto store = blob::OpenObjectStore("file://" + dir.string());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE(ExtendTiles(*pool_, id).ok());
+  auto older = SignCheckpoint(*pool_, id, "oml.test", key);
+  ASSERT_TRUE(older.ok());
+  std::string newer;
+  SyncPoints::Set("tlog.publish.before_checkpoint", [&] {
+    SyncPoints::Clear("tlog.publish.before_checkpoint");
+    EXPECT_TRUE(journal_->Append(id, Note("meanwhile")).ok());
+    EXPECT_TRUE(ExtendTiles(*pool_, id).ok());
+    newer = SignCheckpoint(*pool_, id, "oml.test", key).value();
+    EXPECT_TRUE(PublishTlogObjects(*pool_, **store, id).ok());  // the other replica, all the way
+    return Status::Ok();
+  });
+  ASSERT_TRUE(PublishTlogObjects(*pool_, **store, id).ok());
+  ASSERT_NE(newer, *older);
+  auto get = [&](const std::string& k) { return (*store)->Get(TlogPrefix(id) + k).value(); };
+  EXPECT_EQ(get("checkpoint"), newer);
+  {
+    auto c = pool_->Acquire();
+    auto st = ReadTlogState(**c, id);
+    EXPECT_EQ(st->published_size, *st->checkpoint_size);
+    EXPECT_EQ(st->checkpoint, newer);
+  }
+  // A new tlog_origin: the quiet chain is signed again under it.
+  auto round = PublishTlogs(*pool_, store->get(), "oml.other", key);
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
+  EXPECT_TRUE(round->failures.empty());
+  auto opened = tlog::OpenNote(*get("checkpoint"), {tlog::MakeNoteKey("oml.other/" + id, key.public_key())});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  // A key that is not the deployment's signs nothing.
+  auto stranger = crypto::SigningKey::Generate();
+  ASSERT_TRUE(stranger.ok());
+  AppendMany(id, 1);
+  EXPECT_EQ(PublishTlogs(*pool_, store->get(), "oml.other", *stranger).status().type(), "signing-key-not-in-force");
+  EXPECT_TRUE(tlog::OpenNote(*get("checkpoint"), {tlog::MakeNoteKey("oml.other/" + id, key.public_key())}).ok());
+  // An entry longer than a bundle's uint16 length: its bundle is left out, the tiles and the
+  // checkpoint are published.
+  ASSERT_TRUE(journal_->Append(id, Note(std::string(70000, 'x'))).ok());
+  round = PublishTlogs(*pool_, store->get(), "oml.other", key);
+  ASSERT_TRUE(round.ok());
+  EXPECT_TRUE(round->failures.empty());
+  const uint64_t n = Memory(id).size();
+  auto cp = tlog::OpenNote(*get("checkpoint"), {tlog::MakeNoteKey("oml.other/" + id, key.public_key())});
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(tlog::ParseCheckpoint(cp->text)->size, n);
+  EXPECT_TRUE(get(TilePath(0, 0, n)).has_value());
+  EXPECT_FALSE(get(EntryBundlePath(0, n)).has_value());
+  EXPECT_TRUE(get(EntryBundlePath(0, n - 2)).has_value());  // an earlier round's, before it
   std::filesystem::remove_all(dir);
 }
 

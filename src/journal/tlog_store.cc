@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/sync_point.h"
+#include "journal/provider.h"
 #include "tlog/checkpoint.h"
 #include "tlog/note.h"
 
@@ -98,7 +100,8 @@ Result<const std::string*> TileReader::Tile(int level, uint64_t idx) {
   auto it = cache_.find({level, idx});
   if (it != cache_.end()) return &it->second;
   db::Stmt q{"SELECT hashes FROM oml.merkle_tiles WHERE tenant_id = $1 AND level = $2 AND idx = $3",
-             {db::Text(tenant_), db::Int(level), db::Int(static_cast<int64_t>(idx))}, "oml_tile_read"};
+             {db::Text(tenant_), db::Int(level), db::Int(static_cast<int64_t>(idx))}, "oml_tile_read",
+             /*binary_result=*/true};
   OML_ASSIGN_OR_RETURN(db::Rows r, in_transaction_ ? conn_->Query(q.sql, q.params) : conn_->Scoped(tenant_, q));
   ++tiles_read_;
   std::string hashes = r.size() == 1 ? r.GetBytes(0, 0) : std::string();
@@ -106,6 +109,38 @@ Result<const std::string*> TileReader::Tile(int level, uint64_t idx) {
     return Status(Code::kDataLoss, "chain " + tenant_ + ": tile " + std::to_string(level) + "/" + std::to_string(idx) +
                                        " is malformed", "integrity");
   return &cache_.emplace(std::pair{level, idx}, std::move(hashes)).first->second;
+}
+
+Status TileReader::Prefetch(uint64_t index, uint64_t size, std::optional<uint64_t> older) {
+  std::vector<std::string> levels, idxs;
+  auto want = [&](int level, uint64_t entry) {
+    const uint64_t idx = entry / kTileWidth;
+    if (cache_.count({level, idx})) return;
+    for (size_t i = 0; i < levels.size(); ++i)
+      if (levels[i] == std::to_string(level) && idxs[i] == std::to_string(idx)) return;
+    levels.push_back(std::to_string(level));
+    idxs.push_back(std::to_string(idx));
+  };
+  for (int k = 0; k < 8; ++k) {
+    const uint64_t count = size >> (kTileHeight * k);
+    if (count == 0) break;
+    want(k, std::min(index >> (kTileHeight * k), count - 1));
+    want(k, count - 1);
+    if (older && (*older >> (kTileHeight * k)) > 0) want(k, (*older >> (kTileHeight * k)) - 1);
+  }
+  if (levels.empty()) return Status::Ok();
+  db::Stmt q{"SELECT t.level, t.idx, t.hashes FROM unnest($2::int[], $3::bigint[]) AS w(level, idx) JOIN oml.merkle_tiles t "
+             "ON t.tenant_id = $1 AND t.level = w.level AND t.idx = w.idx",
+             {db::Text(tenant_), db::TextArray(levels), db::TextArray(idxs)}, "oml_tile_prefetch", /*binary_result=*/true};
+  OML_ASSIGN_OR_RETURN(db::Rows r, in_transaction_ ? conn_->Query(q.sql, q.params) : conn_->Scoped(tenant_, q));
+  for (int i = 0; i < r.size(); ++i) {
+    std::string hashes = r.GetBytes(i, 2);
+    if (hashes.size() % kHashSize != 0)
+      return Status(Code::kDataLoss, "chain " + tenant_ + ": a tile is malformed", "integrity");
+    cache_.emplace(std::pair{static_cast<int>(r.GetInt(i, 0)), static_cast<uint64_t>(r.GetInt(i, 1))}, std::move(hashes));
+  }
+  ++tiles_read_;
+  return Status::Ok();
 }
 
 Result<std::string> TileReader::Node(int level, uint64_t index) {
@@ -149,7 +184,8 @@ Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int6
                                    {"INSERT INTO oml.tlog_state (tenant_id, tiled_size) SELECT $1, 0 WHERE EXISTS "
                                     "(SELECT 1 FROM oml.chain_heads WHERE tenant_id = $1) ON CONFLICT (tenant_id) DO NOTHING",
                                     {db::Text(tenant)}},
-                                   {"SELECT s.tiled_size, h.seq, h.tree_size, h.tree_edge FROM oml.tlog_state s JOIN "
+                                   {"SELECT s.tiled_size, h.seq, h.tree_size, h.tree_edge, s.verified_size FROM "
+                                    "oml.tlog_state s JOIN "
                                     "oml.chain_heads h USING (tenant_id) WHERE s.tenant_id = $1 FOR UPDATE OF s",
                                     {db::Text(tenant)}}}));
   if (st[2].size() != 1) return NotFound("chain " + tenant + " has no head", "unknown-chain");
@@ -212,6 +248,11 @@ Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int6
   // entry above (a partial tile changed since, a journal that differs), so only a verified size
   // is ever signed (SignCheckpoint).
   const bool verified = to == edge_size;
+  // Nothing new, and the size already verified: no write (a quiet chain costs no transaction).
+  if (to == from && (!verified || st[2].GetInt(0, 4) == to)) {
+    report.verified = verified;
+    return report;
+  }
   if (verified) {
     BuilderNodes nodes(b);
     OML_ASSIGN_OR_RETURN(std::string root, merkle::RootAt(nodes, static_cast<uint64_t>(to)));
@@ -244,6 +285,10 @@ std::string CheckpointOrigin(const std::string& deployment_origin, const std::st
   return deployment_origin + "/" + tenant;
 }
 
+std::string CheckpointSigner(const crypto::SigningKey& key, const std::string& deployment_origin) {
+  return key.key_id() + " " + deployment_origin;
+}
+
 Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, const std::string& deployment_origin,
                                    const crypto::SigningKey& key) {
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
@@ -253,8 +298,8 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
   RollbackUnlessDone rollback{c, done};
   OML_ASSIGN_OR_RETURN(std::vector<db::Rows> st,
                        c.Pipeline({db::ScopeTo(tenant),
-                                   {"SELECT verified_size, checkpoint_size, checkpoint FROM oml.tlog_state WHERE "
-                                    "tenant_id = $1 FOR UPDATE",
+                                   {"SELECT verified_size, checkpoint_size, checkpoint, signed_by FROM oml.tlog_state "
+                                    "WHERE tenant_id = $1 FOR UPDATE",
                                     {db::Text(tenant)}}}));
   if (st[1].size() != 1) return FailedPrecondition("chain " + tenant + " has no tiles yet", "no-tiles");
   const int64_t size = st[1].GetInt(0, 0);
@@ -272,17 +317,28 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
       return Fork(tenant, "the tiles no longer give the root of the checkpoint at size " + std::to_string(prev_size));
     // Nothing new to sign, and signed by this key under this origin: the same note.
     if (prev_size == size && body->origin == origin && tlog::OpenNote(prev, {tlog::MakeNoteKey(origin, key.public_key())}).ok()) {
-      done = true;
-      (void)c.Exec("ROLLBACK");
+      if (st[1].IsNull(0, 3) || st[1].Get(0, 3) != CheckpointSigner(key, deployment_origin)) {
+        OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET signed_by = $2 WHERE tenant_id = $1",
+                                    {db::Text(tenant), db::Text(CheckpointSigner(key, deployment_origin))})
+                                .status());
+        OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
+        done = true;
+        OML_RETURN_IF_ERROR(c.CommitVerdict(commit));
+      }
       return prev;
     }
   }
   OML_ASSIGN_OR_RETURN(std::string root, merkle::RootAt(tiles, static_cast<uint64_t>(size)));
   OML_ASSIGN_OR_RETURN(std::string note,
                        tlog::SignNote(tlog::EncodeCheckpoint({origin, static_cast<uint64_t>(size), root, {}}), origin, key));
-  OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET checkpoint_size = $2, checkpoint = $3, updated_at = now() "
-                              "WHERE tenant_id = $1",
-                              {db::Text(tenant), db::Int(size), db::Text(note)})
+  // A new note at a size already published (a new key or origin over a quiet chain): the
+  // publisher writes it again, with the last tile of each level (published_size moved back to
+  // the start of the last level-0 tile, never forward).
+  const int64_t republish_from = size > 0 ? (size - 1) / static_cast<int64_t>(kTileWidth) * static_cast<int64_t>(kTileWidth) : 0;
+  OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET checkpoint_size = $2, checkpoint = $3, signed_by = $4, "
+                              "published_size = least(published_size, $5), updated_at = now() WHERE tenant_id = $1",
+                              {db::Text(tenant), db::Int(size), db::Text(note),
+                               db::Text(CheckpointSigner(key, deployment_origin)), db::Int(republish_from)})
                           .status());
   OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
   done = true;
@@ -318,7 +374,9 @@ std::string EntryBundlePath(uint64_t index, uint64_t width) {
   return "tile/entries/" + IndexPath(index) + WidthSuffix(width);
 }
 
-Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant) {
+Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant,
+                          const std::atomic<bool>* stop) {
+  const auto stopped = [&] { return stop != nullptr && stop->load(); };
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
   OML_ASSIGN_OR_RETURN(TlogState st, ReadTlogState(c, tenant));
@@ -327,33 +385,41 @@ Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::s
   // A checkpoint behind what was published (restored): everything from the start again.
   const uint64_t published = st.published_size <= *st.checkpoint_size ? static_cast<uint64_t>(st.published_size) : 0;
   const std::string prefix = TlogPrefix(tenant);
+  constexpr uint64_t kTilesPerQuery = 512;  // 4 MiB of hashes per read
   for (int level = 0; level < 8; ++level) {
     const uint64_t count = size >> (kTileHeight * level), done = published >> (kTileHeight * level);
     if (count == 0) break;
-    const uint64_t first = done / kTileWidth, last = (count - 1) / kTileWidth;
-    if (first > last) continue;
-    OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT idx, hashes FROM oml.merkle_tiles WHERE tenant_id = $1 "
-                                                       "AND level = $2 AND idx BETWEEN $3 AND $4 ORDER BY idx",
-                                                       {db::Text(tenant), db::Int(level), db::Int(static_cast<int64_t>(first)),
-                                                        db::Int(static_cast<int64_t>(last))}}));
-    if (static_cast<uint64_t>(r.size()) != last - first + 1)
-      return Status(Code::kDataLoss, "chain " + tenant + ": tiles of level " + std::to_string(level) + " are missing",
-                    "integrity");
-    for (int i = 0; i < r.size(); ++i) {
-      const uint64_t idx = static_cast<uint64_t>(r.GetInt(i, 0));
-      const uint64_t width = std::min<uint64_t>(kTileWidth, count - idx * kTileWidth);
-      std::string hashes = r.GetBytes(i, 1);
-      if (hashes.size() < width * kHashSize)
-        return Status(Code::kDataLoss, "chain " + tenant + ": tile " + std::to_string(level) + "/" + std::to_string(idx) +
-                                           " is shorter than the checkpoint's tree", "integrity");
-      hashes.resize(width * kHashSize);
-      OML_RETURN_IF_ERROR(store.Put(prefix + TilePath(level, idx, width), hashes));
+    const uint64_t last = (count - 1) / kTileWidth;
+    for (uint64_t first = done / kTileWidth; first <= last; first += kTilesPerQuery) {
+      if (stopped()) return Status(Code::kAborted, "stopped", "stopped");
+      const uint64_t upto = std::min(last, first + kTilesPerQuery - 1);
+      OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT idx, hashes FROM oml.merkle_tiles WHERE tenant_id = $1 "
+                                                         "AND level = $2 AND idx BETWEEN $3 AND $4 ORDER BY idx",
+                                                         {db::Text(tenant), db::Int(level), db::Int(static_cast<int64_t>(first)),
+                                                          db::Int(static_cast<int64_t>(upto))}}));
+      if (static_cast<uint64_t>(r.size()) != upto - first + 1)
+        return Status(Code::kDataLoss, "chain " + tenant + ": tiles of level " + std::to_string(level) + " are missing",
+                      "integrity");
+      for (int i = 0; i < r.size(); ++i) {
+        const uint64_t idx = static_cast<uint64_t>(r.GetInt(i, 0));
+        const uint64_t width = std::min<uint64_t>(kTileWidth, count - idx * kTileWidth);
+        std::string hashes = r.GetBytes(i, 1);
+        if (hashes.size() < width * kHashSize)
+          return Status(Code::kDataLoss, "chain " + tenant + ": tile " + std::to_string(level) + "/" + std::to_string(idx) +
+                                             " is shorter than the checkpoint's tree", "integrity");
+        hashes.resize(width * kHashSize);
+        OML_RETURN_IF_ERROR(store.Put(prefix + TilePath(level, idx, width), hashes));
+      }
     }
   }
-  // Entry bundles: the leaves from the start of the first bundle not yet complete.
+  // Entry bundles: the leaves from the start of the first bundle not yet complete. A bundle
+  // holding an entry longer than its uint16 length prefix allows is not written (logged): the
+  // tiles and the checkpoint still are.
   uint64_t next = published / kTileWidth * kTileWidth;
   std::string bundle;
+  bool bundle_ok = true;
   while (next < size) {
+    if (stopped()) return Status(Code::kAborted, "stopped", "stopped");
     OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(tenant, {"SELECT seq, signed_bytes FROM oml.journal WHERE tenant_id = $1 "
                                                        "AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT 2048",
                                                        {db::Text(tenant), db::Int(static_cast<int64_t>(next)),
@@ -363,37 +429,61 @@ Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::s
       if (static_cast<uint64_t>(r.GetInt(i, 0)) != next + 1)
         return Status(Code::kDataLoss, "chain " + tenant + " has no event at seq " + std::to_string(next + 1), "integrity");
       const std::string entry = r.GetBytes(i, 1);
-      if (entry.size() > 0xFFFF)
-        return FailedPrecondition("chain " + tenant + ": the event at seq " + std::to_string(next + 1) + " is " +
-                                      std::to_string(entry.size()) + " bytes, more than an entry bundle holds (65535)",
-                                  "entry-too-large");
-      bundle += static_cast<char>(entry.size() >> 8);
+      if (entry.size() > 0xFFFF) {
+        if (bundle_ok)
+          log::Warn("transparency log: an entry is longer than an entry bundle holds (65535 bytes); its bundle is not "
+                    "published (the tiles and the checkpoint are)",
+                    {{"tenant", tenant}, {"seq", static_cast<int64_t>(next + 1)}, {"bytes", static_cast<int64_t>(entry.size())}});
+        bundle_ok = false;
+      }
+      bundle += static_cast<char>((entry.size() >> 8) & 0xFF);
       bundle += static_cast<char>(entry.size() & 0xFF);
       bundle += entry;
       ++next;
       if (next % kTileWidth == 0 || next == size) {
         const uint64_t width = (next - 1) % kTileWidth + 1;
-        OML_RETURN_IF_ERROR(store.Put(prefix + EntryBundlePath((next - 1) / kTileWidth, width), bundle));
+        if (bundle_ok) OML_RETURN_IF_ERROR(store.Put(prefix + EntryBundlePath((next - 1) / kTileWidth, width), bundle));
         bundle.clear();
+        bundle_ok = true;
       }
     }
   }
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("tlog.publish.before_checkpoint"));  // tests: a newer one is published here
+  // The checkpoint last, under the state row's lock: only if it is still the newest (another
+  // replica may have signed and published a newer one meanwhile: never put an older one over it),
+  // and published_size recorded in the same transaction (a failed put leaves it behind).
+  OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED").status());
+  bool txn_done = false;
+  RollbackUnlessDone rollback{c, txn_done};
+  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> now,
+                       c.Pipeline({db::ScopeTo(tenant),
+                                   {"SELECT checkpoint_size, checkpoint FROM oml.tlog_state WHERE tenant_id = $1 FOR UPDATE",
+                                    {db::Text(tenant)}}}));
+  if (now[1].size() != 1 || now[1].IsNull(0, 0) || now[1].GetInt(0, 0) != *st.checkpoint_size ||
+      now[1].Get(0, 1) != st.checkpoint)
+    return Status::Ok();  // a newer checkpoint: its own round publishes it
   OML_RETURN_IF_ERROR(store.Put(prefix + "checkpoint", st.checkpoint));
-  return c.Scoped(tenant, {"UPDATE oml.tlog_state SET published_size = $2 WHERE tenant_id = $1 AND checkpoint_size = $2",
-                           {db::Text(tenant), db::Int(*st.checkpoint_size)}})
-      .status();
+  OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET published_size = $2 WHERE tenant_id = $1",
+                              {db::Text(tenant), db::Int(*st.checkpoint_size)})
+                          .status());
+  OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
+  txn_done = true;
+  return c.CommitVerdict(commit);
 }
 
 Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,
                                const crypto::SigningKey& key, const std::atomic<bool>* stop) {
+  // A key no longer in force (rotated by another process: this one still holds the old one)
+  // signs nothing: the replica holding the new key publishes.
+  OML_RETURN_IF_ERROR(CheckSigningKeyInForce(pool, key));
   std::vector<std::string> tenants;
   {
     OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.tlog_pending() AS t ORDER BY 1"));
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.tlog_pending($1) AS t ORDER BY 1",
+                                                 {db::Text(CheckpointSigner(key, deployment_origin))}));
     for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
   }
   TlogRound round;
-  Status first = Status::Ok();
   for (const std::string& t : tenants) {
     if (stop != nullptr && stop->load()) break;
     Status st = [&]() -> Status {
@@ -406,19 +496,15 @@ Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const s
       OML_ASSIGN_OR_RETURN(TlogState s, ReadTlogState(*conn, t));
       if (s.verified_size == 0 && !s.checkpoint_size) return Status::Ok();  // nothing verified yet
       OML_RETURN_IF_ERROR(SignCheckpoint(pool, t, deployment_origin, key).status());
-      if (store != nullptr) OML_RETURN_IF_ERROR(PublishTlogObjects(pool, *store, t));
+      if (store != nullptr) OML_RETURN_IF_ERROR(PublishTlogObjects(pool, *store, t, stop));
       return Status::Ok();
     }();
     if (st.ok()) {
       ++round.chains;
-    } else {
-      ++round.failed;
-      log::Error("transparency log: a chain's tiles or checkpoint could not be published", {{"tenant", t}, {"error", st.ToString()}});
-      if (first.ok()) first = st;
+    } else if (st.type() != "stopped") {
+      round.failures.emplace_back(t, st);
     }
   }
-  if (!first.ok())
-    return Status(first.code(), std::to_string(round.failed) + " chain(s) failed; the first: " + first.message(), first.type());
   return round;
 }
 
@@ -432,6 +518,23 @@ TlogPublisher::TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::stri
 
 TlogPublisher::~TlogPublisher() { stop_ = true; }  // then thread_ joins
 
-void TlogPublisher::RunOnce() { (void)PublishTlogs(*pool_, store_, origin_, *key_, &stop_); }
+void TlogPublisher::RunOnce() {
+  auto r = PublishTlogs(*pool_, store_, origin_, *key_, &stop_);
+  const auto now = std::chrono::steady_clock::now();
+  // Each distinct problem is logged once every 10 minutes (a forked chain fails every round).
+  auto report = [&](const std::string& tenant, const Status& st) {
+    auto& last = logged_[tenant + "\n" + st.ToString()];
+    if (last.time_since_epoch().count() != 0 && now - last < std::chrono::minutes(10)) return;
+    last = now;
+    log::Error("transparency log: a chain's tiles or checkpoint could not be published",
+               {{"tenant", tenant}, {"error", st.ToString()}});
+  };
+  if (!r.ok()) {
+    if (r.status().type() == "signing-key-not-in-force") return;  // another replica publishes
+    return report("", r.status());
+  }
+  for (const auto& [tenant, st] : r->failures) report(tenant, st);
+  if (logged_.size() > 10000) logged_.clear();
+}
 
 }  // namespace oml::journal

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "blob/object_store.h"
 #include "common/periodic.h"
@@ -48,6 +49,10 @@ class TileReader : public merkle::NodeReader {
   TileReader(db::Conn* conn, std::string tenant, bool in_transaction = false)
       : conn_(conn), tenant_(std::move(tenant)), in_transaction_(in_transaction) {}
   Result<std::string> Node(int level, uint64_t index) override;
+  // Reads, in one statement, the tiles a proof about leaf `index` (and, for a consistency proof,
+  // the size `older`) in a tree of `size` leaves will mostly need: at each tile level the tile
+  // holding the leaf's ancestor and the right edge's tile. Anything else is read on demand.
+  Status Prefetch(uint64_t index, uint64_t size, std::optional<uint64_t> older = std::nullopt);
   int tiles_read() const { return tiles_read_; }
 
  private:
@@ -85,6 +90,8 @@ Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int6
 
 // The checkpoint origin of a chain: "<deployment origin>/<tenant uuid>"; also the note key name.
 std::string CheckpointOrigin(const std::string& deployment_origin, const std::string& tenant);
+// tlog_state.signed_by of a checkpoint signed by `key` for `deployment_origin`.
+std::string CheckpointSigner(const crypto::SigningKey& key, const std::string& deployment_origin);
 
 // Signs a checkpoint over the chain's tiles at verified_size (RootAt from the tiles) with `key`
 // under the note key name = origin, after checking that the tiles at the previous checkpoint's
@@ -114,16 +121,23 @@ std::string EntryBundlePath(uint64_t index, uint64_t width);
 // Writes the tiles and entry bundles from published_size up to the checkpoint's size, then the
 // checkpoint, then records published_size. kFailedPrecondition "entry-too-large" for an entry
 // over 65535 bytes (a bundle cannot hold it).
-Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant);
+// The checkpoint is put only while it is still the newest (under the state row's lock), so a
+// slower replica never puts an older checkpoint over a newer one. Reads the tiles 512 at a time;
+// stops (kAborted "stopped") between reads once *stop is true. A bundle holding an entry over
+// 65535 bytes (its uint16 length prefix) is not written, and logged; the rest is.
+Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant,
+                          const std::atomic<bool>* stop = nullptr);
 
 struct TlogRound {
-  int chains = 0;  // chains whose log moved on
-  int failed = 0;  // chains that failed (logged); the first error is returned
+  int chains = 0;                                         // chains done (or with nothing to do)
+  std::vector<std::pair<std::string, Status>> failures;  // chains that failed, and why
 };
 
-// One round over every chain with work (tlog_pending()): extend the tiles to the commit point's
-// edge, sign a checkpoint over the verified size, write the objects. Stops between chains once
-// *stop is true.
+// One round over every chain with work (tlog_pending(signer)): extend the tiles to the commit
+// point's edge, sign a checkpoint over the verified size, write the objects. A chain that
+// fails is listed and the others still done. kFailedPrecondition "signing-key-not-in-force"
+// (nothing done) when `key` is no longer the deployment's key. Stops between chains once *stop
+// is true.
 Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,
                                const crypto::SigningKey& key, const std::atomic<bool>* stop = nullptr);
 
@@ -136,6 +150,7 @@ class TlogPublisher {
 
  private:
   void RunOnce();
+  std::map<std::string, std::chrono::steady_clock::time_point> logged_;  // only RunOnce (one thread)
   db::Pool* pool_;
   blob::ObjectStore* store_;
   const std::string origin_;
