@@ -257,3 +257,71 @@ def test_verify_receipt_checks_the_inclusion_proof_offline(served):
                   check=False)
     assert other.returncode == 3
     assert other.stdout.splitlines()[-1] == "proof INVALID: note has no verifiable signatures", other.stdout
+
+
+def sign_checkpoint(d, origin, size, root):
+    """A checkpoint note signed here with the deployment's key (Python's `cryptography`)."""
+    from cryptography.hazmat.primitives import serialization
+    key = serialization.load_pem_private_key((d.home / "keys" / "signing.key").read_bytes(), None)
+    text = f"{origin}\n{size}\n{base64.b64encode(root).decode()}\n"
+    typed = b"\x01" + deployment_key(d)
+    h = hashlib.sha256(origin.encode() + b"\n" + typed).digest()[:4]
+    sig = base64.b64encode(h + key.sign(text.encode())).decode()
+    return f"{text}\n\u2014 {origin} {sig}\n"
+
+
+def test_verify_checks_the_published_checkpoint_and_every_one_it_saw_before(served):
+    d = served
+    t = d.tenant_id
+    origin = f"oml.local/{t}"
+    for i in range(3):
+        assert d.submit(d.writer, body=f"c {i}", path=f"notes/{i}.md").status_code == 201
+    n = head(d)
+    assert inclusion(d, d.admin, n).status_code == 200
+    published = d.home / "objects" / "oml-tlog" / t / "checkpoint"
+    deadline = time.time() + 30
+    while int(body_of(published.read_text())[1]) < n:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    d.stop_server()  # nothing publishes over what the test writes
+    good = published.read_text()
+    root = base64.b64decode(body_of(good)[2])
+    seen = d.home / "verify" / "checkpoints" / t
+    r = d.run("verify", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert seen.read_text() == good  # recorded for the next run
+    # A checkpoint signed here, byte-compatible with oml's: the same note verifies.
+    assert sign_checkpoint(d, origin, n, root) == good
+    flipped = bytes([root[0] ^ 1]) + root[1:]
+
+    cases = [
+        (sign_checkpoint(d, origin, n, flipped),
+         f"seq {n}: the published checkpoint at size {n} is not the chain's tree at that size "
+         "(the chain diverged from what was signed)"),
+        (sign_checkpoint(d, origin, n + 10, root),
+         f"seq {n + 1}: the published checkpoint covers {n + 10} events but the chain ends at seq {n}: "
+         "the database lost committed events"),
+        (sign_checkpoint(d, f"elsewhere/{t}", n, root),
+         "seq 0: the published checkpoint does not verify: note has no verifiable signatures"),
+        (good.replace(f"\n{n}\n", f"\n{n - 1}\n"),
+         f"seq 0: the published checkpoint does not verify: invalid signature for key {origin}+"),
+    ]
+    for doc, what in cases:
+        published.write_text(doc)
+        r = d.run("verify", check=False)
+        assert r.returncode == 3, r.stdout + r.stderr
+        fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL tenant")]
+        assert len(fails) == 1 and fails[0].startswith(f"FAIL tenant acme ({t}) {what}"), (what, r.stdout)
+    assert seen.read_text() == good  # a failing run records nothing
+    # What an earlier run saw must still be the chain's tree: a seen checkpoint with another
+    # root at a smaller size names the pair it forms with the published one.
+    published.write_text(good)
+    seen.write_text(sign_checkpoint(d, origin, n - 1, flipped))
+    r = d.run("verify", check=False)
+    assert r.returncode == 3
+    fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL tenant")]
+    assert fails == [f"FAIL tenant acme ({t}) seq {n - 1}: the seen checkpoint at size {n - 1} is not the chain's tree "
+                     f"at that size (the chain diverged from what was signed) (the first inconsistent pair: the "
+                     f"checkpoint an earlier `oml verify` saw, size {n - 1}, and the published one, size {n})"], r.stdout
+    seen.write_text(good)
+    assert d.run("verify", check=False).returncode == 0

@@ -1132,6 +1132,10 @@ int Main(int argc, char** argv) {
   verify->add_option("--root-key", verify_root, "the deployment's first public key (default: <signing key>.root.pub)");
   verify->add_option("--tenant", verify_tenant, "only this tenant (name or id)");
   verify->add_option("--threads", verify_threads, "threads checking signatures (default: all cores)");
+  std::string verify_seen;
+  verify->add_option("--seen-checkpoints", verify_seen,
+                     "directory of the checkpoints earlier runs verified, one file per chain: each must still be the "
+                     "chain's tree (default <home>/verify/checkpoints)");
   bool verify_folds = false;
   verify->add_flag("--folds", verify_folds, "then recompute the fold tables from the chains and report every difference");
   bool verify_from_lake = false;
@@ -1502,6 +1506,8 @@ int Main(int argc, char** argv) {
     // Every profile has a heads store: chains are compared with their published signed heads.
     OML_ASSIGN_OR_RETURN(heads_store, blob::OpenObjectStore(cfg.object_store_url));
     vo.heads = heads_store.get();
+    vo.tlog_origin = cfg.tlog_origin;
+    vo.seen_checkpoints_dir = verify_seen.empty() ? cfg.home + "/verify/checkpoints" : verify_seen;
     vo.prefix_lag_grace = std::chrono::seconds(verify_lag_grace);
     vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };
     return vo;

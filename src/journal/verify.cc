@@ -5,6 +5,8 @@
 #include <chrono>
 #include <mutex>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -15,7 +17,10 @@
 #include "journal/event.h"
 #include "journal/heads.h"
 #include "journal/provider.h"
+#include "journal/tlog_store.h"
 #include "merkle/merkle.h"
+#include "tlog/checkpoint.h"
+#include "tlog/note.h"
 
 namespace oml::journal {
 namespace {
@@ -299,6 +304,17 @@ class Verifier {
       if (!got[i].ok()) return got[i].status();
       if (*got[i]) published_[keys[i].substr(std::string("oml-heads/").size())] = std::move(**got[i]);
     }
+    // Each chain's published checkpoint, also before the snapshot (it is put after its commit).
+    if (!opts_.tlog_origin.empty() && !src_.IsPrefix()) {
+      for (const auto& [tenant, unused] : published_) {
+        OML_ASSIGN_OR_RETURN(auto cp, opts_.heads->Get(TlogPrefix(tenant) + "checkpoint"));
+        if (cp) checkpoints_[tenant] = std::move(*cp);
+        if (!opts_.seen_checkpoints_dir.empty()) {
+          std::ifstream in(opts_.seen_checkpoints_dir + "/" + tenant, std::ios::binary);
+          if (in) seen_[tenant] = std::string(std::istreambuf_iterator<char>(in), {});
+        }
+      }
+    }
     OML_ASSIGN_OR_RETURN(replaced_, opts_.heads->List(kInvalidHeadsPrefix));
     return Status::Ok();
   }
@@ -410,8 +426,16 @@ class Verifier {
     // covers (a writer of the previous version may have left it behind the head).
     merkle::CompactRange tree;
     std::optional<std::string> edge_at_stored_size;
+    // The checkpoints to compare (published, seen by an earlier run): the chain's root at each size.
+    std::vector<CheckpointDoc> cps;
+    if (auto it = checkpoints_.find(t.tenant_id); it != checkpoints_.end()) cps.push_back(ParseCheckpointDoc("published", it->second));
+    if (auto it = seen_.find(t.tenant_id); it != seen_.end()) cps.push_back(ParseCheckpointDoc("seen", it->second));
+    std::map<uint64_t, std::string> root_at;
+    for (const auto& c : cps)
+      if (c.body) root_at[c.body->size];
     auto note_edge = [&] {
       if (head.tree_size && static_cast<int64_t>(tree.size()) == *head.tree_size) edge_at_stored_size = tree.Encode();
+      if (auto it = root_at.find(tree.size()); it != root_at.end()) it->second = tree.Root();
     };
     note_edge();
     std::vector<Row> rows = std::move(first.rows);
@@ -559,6 +583,83 @@ class Verifier {
         return false;
       }
     }
+    if (!CheckCheckpoints(t, head.seq, cps, root_at)) return false;
+    return true;
+  }
+
+  // A checkpoint document as read (published, or seen by an earlier run), parsed without
+  // trusting it yet.
+  struct CheckpointDoc {
+    std::string which;  // "published" or "seen"
+    std::string note;
+    std::optional<tlog::Checkpoint> body;
+    std::string error;  // why it does not parse
+  };
+  static CheckpointDoc ParseCheckpointDoc(std::string which, std::string note) {
+    CheckpointDoc d{std::move(which), std::move(note), std::nullopt, ""};
+    const size_t split = d.note.rfind("\n\n");
+    auto body = tlog::ParseCheckpoint(split == std::string::npos ? std::string_view() : std::string_view(d.note).substr(0, split + 1));
+    if (body.ok()) {
+      d.body = std::move(*body);
+    } else {
+      d.error = body.status().message();
+    }
+    return d;
+  }
+
+  // After the walk (keys_ complete): each checkpoint opens with a key of the key chain under
+  // this chain's origin, covers no more than the chain, and has the chain's root at its size.
+  // A clean chain records its published checkpoint as seen.
+  bool CheckCheckpoints(const TenantInfo& t, int64_t head_seq, const std::vector<CheckpointDoc>& cps,
+                        const std::map<uint64_t, std::string>& root_at) {
+    if (cps.empty()) return true;
+    const std::string origin = opts_.tlog_origin + "/" + t.tenant_id;
+    std::vector<tlog::NoteKey> keys;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& [id, k] : keys_) keys.push_back(tlog::MakeNoteKey(origin, k.public_key.raw()));
+    }
+    const CheckpointDoc* published = nullptr;
+    for (const auto& c : cps) {
+      if (c.which == "published") published = &c;
+      const std::string pair = c.which == "seen" && published && published->body
+                                   ? " (the first inconsistent pair: the checkpoint an earlier `oml verify` saw, size " +
+                                         std::to_string(c.body ? c.body->size : 0) + ", and the published one, size " +
+                                         std::to_string(published->body->size) + ")"
+                                   : "";
+      auto opened = tlog::OpenNote(c.note, keys);
+      if (!c.body || !opened.ok()) {
+        Problem(t, 0, "the " + c.which + " checkpoint does not verify: " + (c.body ? opened.status().message() : c.error));
+        return false;
+      }
+      if (c.body->origin != origin) {
+        Problem(t, 0, "the " + c.which + " checkpoint's origin is " + c.body->origin + ", not " + origin);
+        return false;
+      }
+      if (c.body->size > static_cast<uint64_t>(head_seq)) {
+        Problem(t, head_seq + 1, "the " + c.which + " checkpoint covers " + std::to_string(c.body->size) +
+                                     " events but the chain ends at seq " + std::to_string(head_seq) +
+                                     ": the database lost committed events" + pair);
+        return false;
+      }
+      auto it = root_at.find(c.body->size);
+      if (c.body->size > 0 && (it == root_at.end() || it->second != c.body->root)) {
+        Problem(t, static_cast<int64_t>(c.body->size),
+                "the " + c.which + " checkpoint at size " + std::to_string(c.body->size) +
+                    " is not the chain's tree at that size (the chain diverged from what was signed)" + pair);
+        return false;
+      }
+    }
+    if (published && !opts_.seen_checkpoints_dir.empty()) {
+      // Recorded only after a clean pass: the next run holds the chain to it.
+      std::error_code ec;
+      std::filesystem::create_directories(opts_.seen_checkpoints_dir, ec);
+      const std::string path = opts_.seen_checkpoints_dir + "/" + t.tenant_id;
+      std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
+      out << published->note;
+      out.close();
+      if (out) std::filesystem::rename(path + ".tmp", path, ec);
+    }
     return true;
   }
 
@@ -675,6 +776,8 @@ class Verifier {
   int page_ = kDefaultPage;
   WorkPool* checks_ = nullptr;              // per-row checks for every walker
   std::map<std::string, std::string> published_;   // tenant -> head document, read before the snapshot
+  std::map<std::string, std::string> checkpoints_;  // tenant -> published checkpoint, read before the snapshot
+  std::map<std::string, std::string> seen_;         // tenant -> checkpoint an earlier run verified
   std::vector<std::string> replaced_;              // kInvalidHeadsPrefix objects
   std::unique_ptr<WorkPool> owned_checks_;  // when the caller gave none
   bool by_tenants_ = false;
