@@ -325,3 +325,89 @@ def test_verify_checks_the_published_checkpoint_and_every_one_it_saw_before(serv
                      f"checkpoint an earlier `oml verify` saw, size {n - 1}, and the published one, size {n})"], r.stdout
     seen.write_text(good)
     assert d.run("verify", check=False).returncode == 0
+
+
+def test_oml_witness_cosigns_only_consistent_checkpoints_and_x_mod_verifies_its_cosignatures(served, tlogcheck):
+    import requests
+    from conftest import OML_BIN, free_port
+    d = served
+    t = d.tenant_id
+    origin = f"oml.local/{t}"
+    vkey = note_vkey(origin, deployment_key(d))
+    published = d.home / "objects" / "oml-tlog" / t / "checkpoint"
+
+    def newest():
+        n = head(d)
+        assert inclusion(d, d.admin, n).status_code == 200
+        deadline = time.time() + 30
+        while not published.exists() or int(body_of(published.read_text())[1]) < n:
+            assert time.time() < deadline
+            time.sleep(0.2)
+        return published.read_text()
+
+    port = free_port()
+    argv = [OML_BIN, "witness", "--listen", f"127.0.0.1:{port}", "--key", str(d.home / "witness.key"),
+            "--name", "witness.test/w1", "--log", vkey, "--state", str(d.home / "witness-state")]
+
+    def start():
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(d.home / "witness.log", "ab"), text=True, env=d.env)
+        return p, p.stdout.readline().strip()
+    witness, wkey = start()
+    try:
+        assert wkey.startswith("witness.test/w1+") and base64.b64decode(wkey.rsplit("+", 1)[1])[0] == 4
+        url = f"http://127.0.0.1:{port}/add-checkpoint"
+        assert d.submit(d.writer, body="w1").status_code == 201
+        cp1 = newest()
+        n1 = int(body_of(cp1)[1])
+        r = requests.post(url, data=("old 0\n\n" + cp1).encode(), timeout=10)
+        assert r.status_code == 200, r.text
+        assert r.text.startswith("\u2014 witness.test/w1 ") and r.text.endswith("\n")
+        ok = check(tlogcheck, {"vkey": vkey, "origin": origin, "cosigned": cp1 + r.text, "cosigner_vkeys": [wkey]})
+        assert ok["cosigned"] == "ok", ok
+        # Tampered cosignature: refused by formats' cosignature/v1 verifier.
+        sig = r.text.rsplit(" ", 1)[1].strip()
+        raw = bytearray(base64.b64decode(sig))
+        raw[20] ^= 1
+        bad = check(tlogcheck, {"vkey": vkey, "origin": origin, "cosigned": cp1 + r.text.replace(sig, base64.b64encode(bytes(raw)).decode()),
+                                "cosigner_vkeys": [wkey]})
+        assert bad["cosigned"] == "invalid signature for key " + wkey.rsplit("+", 1)[0], bad
+        # More events: old 0 again is a conflict naming the size it cosigned.
+        for i in range(3):
+            assert d.submit(d.writer, body=f"w2 {i}", path=f"notes/w{i}.md").status_code == 201
+        cp2 = newest()
+        n2 = int(body_of(cp2)[1])
+        r = requests.post(url, data=("old 0\n\n" + cp2).encode(), timeout=10)
+        assert (r.status_code, r.text, r.headers["Content-Type"]) == (409, f"{n1}\n", "text/x.tlog.size")
+        # With the log's consistency proof from n1: cosigned.
+        c = d.get(f"/v1/proofs/consistency?from={n1}&to={n2}", d.writer).json()
+        assert c["checkpoint"] == cp2
+        body = f"old {n1}\n" + "".join(h + "\n" for h in c["hashes"]) + "\n" + cp2
+        r = requests.post(url, data=body.encode(), timeout=10)
+        assert r.status_code == 200, r.text
+        # A restored database's history, signed by the log's own key: a checkpoint of the same size
+        # with another root, or a shorter one, is refused by the witness.
+        root = base64.b64decode(body_of(cp2)[2])
+        forked = sign_checkpoint(d, origin, n2, bytes([root[0] ^ 1]) + root[1:])
+        r = requests.post(url, data=(f"old {n2}\n\n" + forked).encode(), timeout=10)
+        assert (r.status_code, r.text) == (409, f"{n2}\n")
+        shorter = sign_checkpoint(d, origin, n1, base64.b64decode(body_of(cp1)[2]))
+        r = requests.post(url, data=(f"old {n1}\n\n" + shorter).encode(), timeout=10)
+        assert (r.status_code, r.text) == (409, f"{n2}\n")
+        r = requests.post(url, data=(f"old {n2}\n\n" + shorter).encode(), timeout=10)
+        assert r.status_code == 400
+        # Another log, another key, a body that is not the protocol's.
+        r = requests.post(url, data=("old 0\n\n" + sign_checkpoint(d, f"elsewhere/{t}", n2, root)).encode(), timeout=10)
+        assert (r.status_code, r.text) == (404, f"unknown log origin elsewhere/{t}\n")
+        stranger = cp2.split("\n\u2014 ")[0] + "\n\u2014 " + origin + " " + base64.b64encode(bytes(68)).decode() + "\n"
+        assert requests.post(url, data=("old 0\n\n" + stranger).encode(), timeout=10).status_code == 403
+        assert requests.post(url, data=b"old x\n\n", timeout=10).status_code == 400
+        # Restarted, it still holds n2.
+        witness.terminate()
+        assert witness.wait(10) == 0
+        witness, again = start()
+        assert again == wkey
+        r = requests.post(url, data=("old 0\n\n" + cp2).encode(), timeout=10)
+        assert (r.status_code, r.text) == (409, f"{n2}\n")
+    finally:
+        witness.terminate()
+        witness.wait(10)

@@ -47,6 +47,7 @@
 #include "journal/tlog_store.h"
 #include "tlog/checkpoint.h"
 #include "tlog/note.h"
+#include "tlog/witness.h"
 #include "journal/provider.h"
 #include "journal/verify.h"
 #include "lake/verify_lake.h"
@@ -437,6 +438,75 @@ sigset_t BlockStopSignals() {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
+}
+
+// `oml witness` (tlog/witness.h): a C2SP tlog-witness over HTTP, POST /add-checkpoint. Each
+// `log_vkeys` entry is a note verifier key of a log whose key name is the log's checkpoint origin
+// (as oml's are: "<tlog_origin>/<tenant>"). The witness key is `key_file` (PKCS#8 PEM, created
+// 0600 if missing); its state is `state_dir`. Prints its cosignature/v1 verifier key, then serves
+// until SIGINT/SIGTERM.
+Status Witness(const std::string& listen, const std::string& key_file, const std::string& name,
+               const std::vector<std::string>& log_vkeys, const std::string& state_dir) {
+  if (!tlog::IsValidKeyName(name)) return InvalidArgument("--name " + name + ": not a note key name (no space or '+')");
+  if (log_vkeys.empty()) return InvalidArgument("give at least one --log <verifier key>");
+  // Before any thread starts (the server's workers inherit the mask): SIGTERM ends the loop.
+  sigset_t set = BlockStopSignals();
+  std::map<std::string, std::vector<tlog::NoteKey>> logs;
+  for (const auto& v : log_vkeys) {
+    OML_ASSIGN_OR_RETURN(tlog::NoteKey k, tlog::ParseVerifierKey(v));
+    if (k.alg != tlog::kAlgEd25519) return InvalidArgument("--log " + v + ": not an Ed25519 note key");
+    logs[k.name].push_back(std::move(k));
+  }
+  if (!fs::exists(key_file)) {
+    OML_ASSIGN_OR_RETURN(crypto::SigningKey fresh, crypto::SigningKey::Generate());
+    OML_RETURN_IF_ERROR(fresh.SaveFile(key_file));
+    log::Info("witness key generated", {{"file", key_file}});
+  }
+  OML_ASSIGN_OR_RETURN(crypto::SigningKey key, crypto::SigningKey::LoadFile(key_file));
+  OML_ASSIGN_OR_RETURN(auto state, tlog::DirWitnessState::Open(state_dir));
+  tlog::Witness witness(std::move(logs), name, &key, state.get());
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("--listen " + listen + ": want HOST:PORT");
+  int port = 0;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (const std::exception&) {
+    return InvalidArgument("--listen " + listen + ": want HOST:PORT");
+  }
+  api::http::Limits limits;
+  limits.max_body_bytes = tlog::kMaxNoteBytes + 64 * 64;
+  limits.worker_threads = 4;
+  std::vector<api::http::Route> routes = {
+      {"POST", "/add-checkpoint", "/add-checkpoint", api::http::BodyPolicy::kRequired,
+       [&](const api::http::Request& req, api::http::Response& res) {
+         const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
+         tlog::WitnessAnswer a = witness.AddCheckpoint(req.body, now);
+         res.status = a.status;
+         res.content_type = a.content_type;
+         res.body = a.body;
+         if (a.status != 200) log::Info("witness: add-checkpoint refused", {{"status", a.status}, {"why", a.body}});
+       }}};
+  auto problem = [](int status, const std::string& slug, const std::string& detail, const std::string&) {
+    api::http::Response r;
+    r.status = status;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = slug + ": " + detail + "\n";
+    return r;
+  };
+  api::http::Server server(limits, std::move(routes), problem, [](const std::string&, const std::string&, int, double) {});
+  OML_RETURN_IF_ERROR(server.Bind(listen.substr(0, colon), port));
+  std::cout << witness.VerifierKey() << "\n" << std::flush;
+  log::Info("witness listening", {{"address", listen.substr(0, colon) + ":" + std::to_string(server.port())},
+                                  {"name", name}, {"vkey", witness.VerifierKey()}, {"state", state_dir}});
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    server.Stop();
+  });
+  Status st = server.Run();
+  if (!st.ok()) pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return st;
 }
 
 // Sets jemalloc's dirty and muzzy decay to 0 for every arena, present and future (the binary's
@@ -1047,6 +1117,17 @@ int Main(int argc, char** argv) {
   serve->add_flag("--reduced-durability", reduced_durability,
                   "accept writes without synchronous quorum replication (reported by /v1/health and /metrics)");
 
+  auto* witness = app.add_subcommand("witness", "a C2SP tlog-witness: cosign checkpoints consistent with the last one cosigned");
+  std::string witness_listen = "127.0.0.1:8473", witness_key, witness_name, witness_state;
+  std::vector<std::string> witness_logs;
+  witness->add_option("--listen", witness_listen, "HOST:PORT (default 127.0.0.1:8473; port 0 picks one)");
+  witness->add_option("--key", witness_key, "the witness's Ed25519 key, PKCS#8 PEM; created if missing")->required();
+  witness->add_option("--name", witness_name, "the witness's key name, e.g. witness.example.com/w1")->required();
+  witness->add_option("--log", witness_logs,
+                      "verifier key of a log to witness; its key name is the log's origin (repeatable)")
+      ->required();
+  witness->add_option("--state", witness_state, "directory of the witness's durable state")->required();
+
   auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
   std::string admin_url, app_password_file, lakewriter_password_file, reconciler_password_file, argv_password;
   migrate->add_option("--admin-url", admin_url, "libpq URL of an administrator (superuser or CREATEROLE)")->required();
@@ -1320,6 +1401,10 @@ int Main(int argc, char** argv) {
   }
   if (*dev) {
     Status s = Dev(cfg);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*witness) {
+    Status s = Witness(witness_listen, witness_key, witness_name, witness_logs, witness_state);
     return s.ok() ? 0 : Fail(s);
   }
   if (*serve) {
