@@ -283,16 +283,40 @@ def test_verify_checks_the_published_checkpoint_and_every_one_it_saw_before(serv
     while int(body_of(published.read_text())[1]) < n:
         assert time.time() < deadline
         time.sleep(0.2)
+    earlier = published.read_text()
+    n_earlier = n
+    root_pub = base64.b64decode(json.loads((d.home / "keys" / "signing.key.root.pub").read_text())["public_key"])
+    seen = d.home / "verify" / "checkpoints" / hashlib.sha256(root_pub).hexdigest()[:16] / t
+    r = d.run("verify", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert seen.read_text() == earlier  # recorded for the next run
+    for i in range(2):
+        assert d.submit(d.writer, body=f"d {i}", path=f"notes/d{i}.md").status_code == 201
+    n = head(d)
+    assert inclusion(d, d.admin, n).status_code == 200
+    deadline = time.time() + 30
+    while int(body_of(published.read_text())[1]) < n:
+        assert time.time() < deadline
+        time.sleep(0.2)
     d.stop_server()  # nothing publishes over what the test writes
     good = published.read_text()
     root = base64.b64decode(body_of(good)[2])
-    seen = d.home / "verify" / "checkpoints" / t
     r = d.run("verify", check=False)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert seen.read_text() == good  # recorded for the next run
+    assert seen.read_text() == good  # the newer one
+    # A rolled-back object store: the published checkpoint behind the one seen before.
+    published.write_text(earlier)
+    r = d.run("verify", check=False)
+    assert r.returncode == 3
+    fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL tenant")]
+    assert fails == [f"FAIL tenant acme ({t}) seq 0: the published checkpoint (size {n_earlier}) is behind the one an "
+                     f"earlier `oml verify` saw (size {n}): the published log was rolled back"], r.stdout
+    assert seen.read_text() == good  # never moved back
+    published.write_text(good)
     # A checkpoint signed here, byte-compatible with oml's: the same note verifies.
     assert sign_checkpoint(d, origin, n, root) == good
     flipped = bytes([root[0] ^ 1]) + root[1:]
+    other = t[:-1] + ("1" if t[-1] != "1" else "2")  # another tenant's id
 
     cases = [
         (sign_checkpoint(d, origin, n, flipped),
@@ -301,8 +325,8 @@ def test_verify_checks_the_published_checkpoint_and_every_one_it_saw_before(serv
         (sign_checkpoint(d, origin, n + 10, root),
          f"seq {n + 1}: the published checkpoint covers {n + 10} events but the chain ends at seq {n}: "
          "the database lost committed events"),
-        (sign_checkpoint(d, f"elsewhere/{t}", n, root),
-         "seq 0: the published checkpoint does not verify: note has no verifiable signatures"),
+        (sign_checkpoint(d, f"oml.local/{other}", n, root),
+         f"seq 0: the published checkpoint's origin oml.local/{other} is not this chain's (<tlog_origin>/{t})"),
         (good.replace(f"\n{n}\n", f"\n{n - 1}\n"),
          f"seq 0: the published checkpoint does not verify: invalid signature for key {origin}+"),
     ]

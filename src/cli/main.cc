@@ -455,9 +455,13 @@ Status Witness(const std::string& listen, const std::string& key_file, const std
   for (const auto& v : log_vkeys) {
     OML_ASSIGN_OR_RETURN(tlog::NoteKey k, tlog::ParseVerifierKey(v));
     if (k.alg != tlog::kAlgEd25519) return InvalidArgument("--log " + v + ": not an Ed25519 note key");
-    logs[k.name].push_back(std::move(k));
+    auto& keys = logs[k.name];
+    if (std::none_of(keys.begin(), keys.end(), [&](const tlog::NoteKey& o) { return o.hash == k.hash && o.public_key == k.public_key; }))
+      keys.push_back(std::move(k));  // a key given twice is one key (OpenNote refuses ambiguous ones)
   }
-  if (!fs::exists(key_file)) {
+  std::error_code exists_ec;
+  if (!fs::exists(key_file, exists_ec)) {
+    if (exists_ec) return InvalidArgument("--key " + key_file + ": " + exists_ec.message());
     OML_ASSIGN_OR_RETURN(crypto::SigningKey fresh, crypto::SigningKey::Generate());
     OML_RETURN_IF_ERROR(fresh.SaveFile(key_file));
     log::Info("witness key generated", {{"file", key_file}});
@@ -1591,7 +1595,7 @@ int Main(int argc, char** argv) {
     // Every profile has a heads store: chains are compared with their published signed heads.
     OML_ASSIGN_OR_RETURN(heads_store, blob::OpenObjectStore(cfg.object_store_url));
     vo.heads = heads_store.get();
-    vo.tlog_origin = cfg.tlog_origin;
+    vo.checkpoints = true;
     vo.seen_checkpoints_dir = verify_seen.empty() ? cfg.home + "/verify/checkpoints" : verify_seen;
     vo.prefix_lag_grace = std::chrono::seconds(verify_lag_grace);
     vo.progress = [&bar](int64_t d, int64_t t) { bar.Update(d, t); };

@@ -1,5 +1,7 @@
 #include "journal/verify.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/log.h"
 #include "common/sync_point.h"
 #include "common/work_pool.h"
 #include "crypto/crypto.h"
@@ -286,11 +289,10 @@ class Verifier {
   }
 
  private:
-  // Every published head document and every replaced one, before the snapshot.
-  Status ReadHeadsStore() {
-    OML_ASSIGN_OR_RETURN(auto keys, opts_.heads->List("oml-heads/"));
-    // One GET per chain: several in flight at once (the store is thread-safe, and the time is
-    // mostly waiting), so a thousand chains cost about a tenth of the sequential time.
+  // One GET per key: several in flight at once (the store is thread-safe, and the time is mostly
+  // waiting), so a thousand chains cost about a tenth of the sequential time. The first error, or
+  // each object (nullopt: absent), in the keys' order.
+  Result<std::vector<std::optional<std::string>>> GetAll(const std::vector<std::string>& keys) {
     std::vector<Result<std::optional<std::string>>> got(keys.size(), std::optional<std::string>());
     std::atomic<size_t> next{0};
     auto fetch = [&] {
@@ -300,20 +302,31 @@ class Verifier {
     for (int f = 1; f < std::min<int>(8, static_cast<int>(keys.size())); ++f) fetchers.emplace_back(fetch);
     fetch();
     for (auto& f : fetchers) f.join();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!got[i].ok()) return got[i].status();
-      if (*got[i]) published_[keys[i].substr(std::string("oml-heads/").size())] = std::move(**got[i]);
+    std::vector<std::optional<std::string>> out;
+    out.reserve(keys.size());
+    for (auto& g : got) {
+      if (!g.ok()) return g.status();
+      out.push_back(std::move(*g));
     }
+    return out;
+  }
+
+  // Every published head document and every replaced one, before the snapshot.
+  Status ReadHeadsStore() {
+    OML_ASSIGN_OR_RETURN(auto keys, opts_.heads->List("oml-heads/"));
+    OML_ASSIGN_OR_RETURN(auto heads, GetAll(keys));
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (heads[i]) published_[keys[i].substr(std::string("oml-heads/").size())] = std::move(*heads[i]);
     // Each chain's published checkpoint, also before the snapshot (it is put after its commit).
-    if (!opts_.tlog_origin.empty() && !src_.IsPrefix()) {
+    if (opts_.checkpoints && !src_.IsPrefix()) {
+      std::vector<std::string> tenants, cp_keys;
       for (const auto& [tenant, unused] : published_) {
-        OML_ASSIGN_OR_RETURN(auto cp, opts_.heads->Get(TlogPrefix(tenant) + "checkpoint"));
-        if (cp) checkpoints_[tenant] = std::move(*cp);
-        if (!opts_.seen_checkpoints_dir.empty()) {
-          std::ifstream in(opts_.seen_checkpoints_dir + "/" + tenant, std::ios::binary);
-          if (in) seen_[tenant] = std::string(std::istreambuf_iterator<char>(in), {});
-        }
+        tenants.push_back(tenant);
+        cp_keys.push_back(TlogPrefix(tenant) + "checkpoint");
       }
+      OML_ASSIGN_OR_RETURN(auto cps, GetAll(cp_keys));
+      for (size_t i = 0; i < tenants.size(); ++i)
+        if (cps[i]) checkpoints_[tenants[i]] = std::move(*cps[i]);
     }
     OML_ASSIGN_OR_RETURN(replaced_, opts_.heads->List(kInvalidHeadsPrefix));
     return Status::Ok();
@@ -429,7 +442,12 @@ class Verifier {
     // The checkpoints to compare (published, seen by an earlier run): the chain's root at each size.
     std::vector<CheckpointDoc> cps;
     if (auto it = checkpoints_.find(t.tenant_id); it != checkpoints_.end()) cps.push_back(ParseCheckpointDoc("published", it->second));
-    if (auto it = seen_.find(t.tenant_id); it != seen_.end()) cps.push_back(ParseCheckpointDoc("seen", it->second));
+    // The seen one for every chain walked (a chain whose published documents were deleted too is
+    // still held to what an earlier run saw).
+    if (opts_.checkpoints && !src_.IsPrefix() && !opts_.seen_checkpoints_dir.empty()) {
+      std::ifstream in(SeenPath(t.tenant_id), std::ios::binary);
+      if (in) cps.push_back(ParseCheckpointDoc("seen", std::string(std::istreambuf_iterator<char>(in), {})));
+    }
     std::map<uint64_t, std::string> root_at;
     for (const auto& c : cps)
       if (c.body) root_at[c.body->size];
@@ -607,58 +625,82 @@ class Verifier {
     return d;
   }
 
-  // After the walk (keys_ complete): each checkpoint opens with a key of the key chain under
-  // this chain's origin, covers no more than the chain, and has the chain's root at its size.
-  // A clean chain records its published checkpoint as seen.
+  // Where this deployment's seen checkpoints are kept: one directory per root key (deployments,
+  // or re-inits, sharing a home never read each other's), one file per chain.
+  std::string SeenDir() const {
+    const std::string anchor =
+        opts_.root_public_key.empty() ? "unanchored" : crypto::Hex(crypto::Sha256(opts_.root_public_key)).substr(0, 16);
+    return opts_.seen_checkpoints_dir + "/" + anchor;
+  }
+  std::string SeenPath(const std::string& tenant) const { return SeenDir() + "/" + tenant; }
+
+  // After the walk (keys_ complete): each checkpoint opens with a key of the key chain under its
+  // own origin ("<any tlog_origin>/<tenant>"), covers no more than the chain, and has the chain's
+  // root at its size; the published one is not behind the one seen before. A clean chain
+  // records the larger of the two as seen.
   bool CheckCheckpoints(const TenantInfo& t, int64_t head_seq, const std::vector<CheckpointDoc>& cps,
                         const std::map<uint64_t, std::string>& root_at) {
     if (cps.empty()) return true;
-    const std::string origin = opts_.tlog_origin + "/" + t.tenant_id;
-    std::vector<tlog::NoteKey> keys;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (const auto& [id, k] : keys_) keys.push_back(tlog::MakeNoteKey(origin, k.public_key.raw()));
-    }
     const CheckpointDoc* published = nullptr;
+    const CheckpointDoc* seen = nullptr;
+    for (const auto& c : cps) (c.which == "published" ? published : seen) = &c;
+    const auto pair = [&](const CheckpointDoc& c) -> std::string {
+      if (c.which != "seen" || !published || !published->body || !c.body) return "";
+      return " (the first inconsistent pair: the checkpoint an earlier `oml verify` saw, size " +
+             std::to_string(c.body->size) + ", and the published one, size " + std::to_string(published->body->size) + ")";
+    };
+    const std::string suffix = "/" + t.tenant_id;
     for (const auto& c : cps) {
-      if (c.which == "published") published = &c;
-      const std::string pair = c.which == "seen" && published && published->body
-                                   ? " (the first inconsistent pair: the checkpoint an earlier `oml verify` saw, size " +
-                                         std::to_string(c.body ? c.body->size : 0) + ", and the published one, size " +
-                                         std::to_string(published->body->size) + ")"
-                                   : "";
-      auto opened = tlog::OpenNote(c.note, keys);
-      if (!c.body || !opened.ok()) {
-        Problem(t, 0, "the " + c.which + " checkpoint does not verify: " + (c.body ? opened.status().message() : c.error));
+      if (!c.body) {
+        Problem(t, 0, "the " + c.which + " checkpoint does not verify: " + c.error);
         return false;
       }
-      if (c.body->origin != origin) {
-        Problem(t, 0, "the " + c.which + " checkpoint's origin is " + c.body->origin + ", not " + origin);
+      const std::string& origin = c.body->origin;
+      if (origin.size() <= suffix.size() || origin.compare(origin.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        Problem(t, 0, "the " + c.which + " checkpoint's origin " + origin + " is not this chain's (<tlog_origin>" + suffix + ")");
+        return false;
+      }
+      std::vector<tlog::NoteKey> keys;
+      for (const auto& [id, k] : keys_) keys.push_back(tlog::MakeNoteKey(origin, k.public_key.raw()));
+      if (auto opened = tlog::OpenNote(c.note, keys); !opened.ok()) {
+        Problem(t, 0, "the " + c.which + " checkpoint does not verify: " + opened.status().message());
         return false;
       }
       if (c.body->size > static_cast<uint64_t>(head_seq)) {
         Problem(t, head_seq + 1, "the " + c.which + " checkpoint covers " + std::to_string(c.body->size) +
                                      " events but the chain ends at seq " + std::to_string(head_seq) +
-                                     ": the database lost committed events" + pair);
+                                     ": the database lost committed events" + pair(c));
         return false;
       }
       auto it = root_at.find(c.body->size);
       if (c.body->size > 0 && (it == root_at.end() || it->second != c.body->root)) {
         Problem(t, static_cast<int64_t>(c.body->size),
                 "the " + c.which + " checkpoint at size " + std::to_string(c.body->size) +
-                    " is not the chain's tree at that size (the chain diverged from what was signed)" + pair);
+                    " is not the chain's tree at that size (the chain diverged from what was signed)" + pair(c));
         return false;
       }
     }
+    if (published && seen && published->body->size < seen->body->size) {
+      Problem(t, 0, "the published checkpoint (size " + std::to_string(published->body->size) +
+                        ") is behind the one an earlier `oml verify` saw (size " + std::to_string(seen->body->size) +
+                        "): the published log was rolled back");
+      return false;
+    }
     if (published && !opts_.seen_checkpoints_dir.empty()) {
-      // Recorded only after a clean pass: the next run holds the chain to it.
+      // Recorded only after a clean pass, never moving back: the next run holds the chain to it.
       std::error_code ec;
-      std::filesystem::create_directories(opts_.seen_checkpoints_dir, ec);
-      const std::string path = opts_.seen_checkpoints_dir + "/" + t.tenant_id;
-      std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
+      std::filesystem::create_directories(SeenDir(), ec);
+      const std::string path = SeenPath(t.tenant_id);
+      const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(
+                                                    std::hash<std::thread::id>{}(std::this_thread::get_id()));
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out << published->note;
       out.close();
-      if (out) std::filesystem::rename(path + ".tmp", path, ec);
+      if (out) std::filesystem::rename(tmp, path, ec);
+      if (!out || ec) {
+        std::filesystem::remove(tmp, ec);
+        log::Warn("verify: the seen checkpoint could not be recorded", {{"file", path}});
+      }
     }
     return true;
   }
@@ -777,7 +819,6 @@ class Verifier {
   WorkPool* checks_ = nullptr;              // per-row checks for every walker
   std::map<std::string, std::string> published_;   // tenant -> head document, read before the snapshot
   std::map<std::string, std::string> checkpoints_;  // tenant -> published checkpoint, read before the snapshot
-  std::map<std::string, std::string> seen_;         // tenant -> checkpoint an earlier run verified
   std::vector<std::string> replaced_;              // kInvalidHeadsPrefix objects
   std::unique_ptr<WorkPool> owned_checks_;  // when the caller gave none
   bool by_tenants_ = false;

@@ -140,14 +140,15 @@ struct VerifyOptions {
   // is a finding (the lake lacks events it should hold by now: a hole, or a stopped lake
   // writer); a younger published head is the lake writer's lag. `oml verify --lag-grace`.
   std::chrono::seconds prefix_lag_grace{60};
-  // Transparency logs (issue 23), PostgreSQL sources only: with `tlog_origin` set, each chain's
+  // Transparency logs (issue 23), PostgreSQL sources only: with `checkpoints`, each chain's
   // published checkpoint (oml-tlog/<tenant>/checkpoint in `heads`) must open with a key of the
-  // anchored key chain under "<tlog_origin>/<tenant>", and its root must be the chain's tree at
-  // its size. With `seen_checkpoints_dir` also set, the checkpoint an earlier run verified
-  // (<dir>/<tenant>) must still be the chain's tree at its size (the pair it forms with the
-  // published one is named when it is not), and a chain found clean records the published one
-  // there for the next run.
-  std::string tlog_origin;
+  // anchored key chain under its own origin, which must end with "/<tenant>" (any tlog_origin:
+  // verify needs no setting of the servers'), and its root must be the chain's tree at its size.
+  // With `seen_checkpoints_dir` also set, the checkpoint an earlier run verified
+  // (<dir>/<root key>/<tenant>) must still be the chain's tree at its size, and the published one
+  // must not be behind it (a rolled-back object store); the pair is named when either fails. A
+  // chain found clean records the larger of the two there for the next run.
+  bool checkpoints = false;
   std::string seen_checkpoints_dir;
   // Called now and then with (done, total): events, or tenants when there are more than 16
   // chains. May be called from several threads, never concurrently.

@@ -148,6 +148,7 @@ WitnessAnswer Witness::AddCheckpoint(std::string_view body, uint64_t now) {
   if (split == std::string::npos) return Answer(400, "the checkpoint is not a signed note");
   auto cp = ParseCheckpoint(std::string_view(note).substr(0, split + 1));
   if (!cp.ok()) return Answer(400, cp.status().message());
+  if (cp->size == 0 && cp->root != merkle::EmptyRoot()) return Answer(400, "a checkpoint of size 0 has the empty tree's root");
   auto log = logs_.find(cp->origin);
   if (log == logs_.end()) return Answer(404, "unknown log origin " + cp->origin);
   if (auto opened = OpenNote(note, log->second); !opened.ok()) return Answer(403, opened.status().message());
@@ -171,7 +172,6 @@ WitnessAnswer Witness::AddCheckpoint(std::string_view body, uint64_t now) {
   if (*old == cp->size) {
     // The same size: the same tree, or a fork.
     if (*rec && (*rec)->root != cp->root) return conflict();
-    if (!*rec && cp->size != 0) return Answer(422, "no checkpoint recorded: send old 0 with the first checkpoint");
     if (!proof.empty()) return Answer(422, "the consistency proof between equal sizes must be empty");
   } else if (*old == 0) {
     if (!proof.empty()) return Answer(422, "the consistency proof from size 0 must be empty");
