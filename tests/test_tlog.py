@@ -378,7 +378,7 @@ def test_oml_witness_cosigns_only_consistent_checkpoints_and_x_mod_verifies_its_
         return p, p.stdout.readline().strip()
     witness, wkey = start()
     try:
-        assert wkey.startswith("witness.test/w1+") and base64.b64decode(wkey.rsplit("+", 1)[1])[0] == 4
+        assert wkey.startswith("witness.test/w1+") and base64.b64decode(wkey.split("+", 2)[2])[0] == 4  # (the key's base64 may hold a '+')
         url = f"http://127.0.0.1:{port}/add-checkpoint"
         assert d.submit(d.writer, body="w1").status_code == 201
         cp1 = newest()
@@ -394,7 +394,7 @@ def test_oml_witness_cosigns_only_consistent_checkpoints_and_x_mod_verifies_its_
         raw[20] ^= 1
         bad = check(tlogcheck, {"vkey": vkey, "origin": origin, "cosigned": cp1 + r.text.replace(sig, base64.b64encode(bytes(raw)).decode()),
                                 "cosigner_vkeys": [wkey]})
-        assert bad["cosigned"] == "invalid signature for key " + wkey.rsplit("+", 1)[0], bad
+        assert bad["cosigned"] == "invalid signature for key " + "+".join(wkey.split("+", 2)[:2]), bad
         # More events: old 0 again is a conflict naming the size it cosigned.
         for i in range(3):
             assert d.submit(d.writer, body=f"w2 {i}", path=f"notes/w{i}.md").status_code == 201
