@@ -675,7 +675,10 @@ def test_a_patch_holds_no_transaction_while_it_waits_on_the_object_store(served)
                                 "backend_xmin IS NOT NULL OR state = 'active') AND backend_type = 'client backend' "
                                 "AND usename <> current_user").fetchone()[0] and time.time() < settle:
                     time.sleep(0.05)
-            if row(d, uid)["upload_offset"] == off:
+            with d.su() as c:  # a background transaction of server A (the tlog publisher's, say)
+                background = c.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
+                                       "AND usename <> current_user").fetchone()[0]  # caught by the stop: again
+            if row(d, uid)["upload_offset"] == off and background == 0:
                 break
             os.kill(d.server.pid, signal.SIGCONT)
             t.join(timeout=60)
