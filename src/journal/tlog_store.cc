@@ -1,5 +1,6 @@
 #include "journal/tlog_store.h"
 
+#include <memory>
 #include <vector>
 
 #include "common/log.h"
@@ -85,13 +86,29 @@ class BuilderNodes : public merkle::NodeReader {
   const TileBuilder& b_;
 };
 
-// Rolls the open transaction back on every early return, unless `done` (committed).
-struct RollbackUnlessDone {
-  db::Conn& c;
-  bool& done;
-  ~RollbackUnlessDone() {
-    if (!done) (void)c.Exec("ROLLBACK");
+// A transaction on the state row's chain: READ COMMITTED with lock_timeout 5 s (a replica
+// holding the row, its checkpoint put to a slow object store, makes this chain fail for this
+// round, not the whole round wait), rolled back on every early return unless committed, and
+// committed only with the synchronous standbys' acknowledgement (Conn::CommitVerdict).
+class TlogTxn {
+ public:
+  static Result<std::unique_ptr<TlogTxn>> Begin(db::Conn& c) {
+    OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'").status());
+    return std::unique_ptr<TlogTxn>(new TlogTxn(c));
   }
+  ~TlogTxn() {
+    if (!done_) (void)c_.Exec("ROLLBACK");
+  }
+  Status Commit() {
+    OML_ASSIGN_OR_RETURN(db::Rows commit, c_.Exec("COMMIT"));
+    done_ = true;
+    return c_.CommitVerdict(commit);
+  }
+
+ private:
+  explicit TlogTxn(db::Conn& c) : c_(c) {}
+  db::Conn& c_;
+  bool done_ = false;
 };
 
 }  // namespace
@@ -173,11 +190,7 @@ Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
 Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int64_t max_leaves) {
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
-  // lock_timeout: a replica holding the state row (its checkpoint put to a slow object store)
-  // makes this chain fail for this round, not the whole round wait.
-  OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'").status());
-  bool done = false;
-  RollbackUnlessDone rollback{c, done};
+  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
   // The state row, created if missing and locked: extenders of one chain take turns. The head
   // and the commit point's edge are read in the same statement (one snapshot): the tiles are
   // extended up to the edge's size, and their root there must be the edge's.
@@ -275,9 +288,7 @@ Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int6
                               "verified_size END, updated_at = now() WHERE tenant_id = $1",
                               {db::Text(tenant), db::Int(to), db::Text(verified ? "true" : "false")})
                           .status());
-  OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
-  done = true;
-  OML_RETURN_IF_ERROR(c.CommitVerdict(commit));
+  OML_RETURN_IF_ERROR(txn->Commit());
   report.to = to;
   report.verified = verified;
   return report;
@@ -295,11 +306,7 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
                                    const crypto::SigningKey& key) {
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
-  // lock_timeout: a replica holding the state row (its checkpoint put to a slow object store)
-  // makes this chain fail for this round, not the whole round wait.
-  OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'").status());
-  bool done = false;
-  RollbackUnlessDone rollback{c, done};
+  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
   OML_ASSIGN_OR_RETURN(std::vector<db::Rows> st,
                        c.Pipeline({db::ScopeTo(tenant),
                                    {"SELECT verified_size, checkpoint_size, checkpoint, signed_by FROM oml.tlog_state "
@@ -313,8 +320,7 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
     const int64_t prev_size = st[1].GetInt(0, 1);
     const std::string prev = st[1].Get(0, 2);
     // The previous checkpoint's root is the tiles' root at its size (the tiles only grow).
-    const size_t split = prev.rfind("\n\n");
-    auto body = tlog::ParseCheckpoint(split == std::string::npos ? std::string_view() : std::string_view(prev).substr(0, split + 1));
+    auto body = tlog::ParseCheckpointNote(prev);
     if (!body.ok()) return Fork(tenant, "the stored checkpoint is malformed: " + body.status().message());
     OML_ASSIGN_OR_RETURN(std::string root_then, merkle::RootAt(tiles, static_cast<uint64_t>(prev_size)));
     if (body->size != static_cast<uint64_t>(prev_size) || body->root != root_then)
@@ -325,9 +331,7 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
         OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET signed_by = $2 WHERE tenant_id = $1",
                                     {db::Text(tenant), db::Text(CheckpointSigner(key, deployment_origin))})
                                 .status());
-        OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
-        done = true;
-        OML_RETURN_IF_ERROR(c.CommitVerdict(commit));
+        OML_RETURN_IF_ERROR(txn->Commit());
       }
       return prev;
     }
@@ -344,9 +348,7 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
                               {db::Text(tenant), db::Int(size), db::Text(note),
                                db::Text(CheckpointSigner(key, deployment_origin)), db::Int(republish_from)})
                           .status());
-  OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
-  done = true;
-  OML_RETURN_IF_ERROR(c.CommitVerdict(commit));  // a checkpoint the standbys may not hold is not returned
+  OML_RETURN_IF_ERROR(txn->Commit());  // a checkpoint the standbys may not hold is not returned
   return note;
 }
 
@@ -456,11 +458,7 @@ Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::s
   // The checkpoint last, under the state row's lock: only if it is still the newest (another
   // replica may have signed and published a newer one meanwhile: never put an older one over it),
   // and published_size recorded in the same transaction (a failed put leaves it behind).
-  // lock_timeout: a replica holding the state row (its checkpoint put to a slow object store)
-  // makes this chain fail for this round, not the whole round wait.
-  OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'").status());
-  bool txn_done = false;
-  RollbackUnlessDone rollback{c, txn_done};
+  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
   OML_ASSIGN_OR_RETURN(std::vector<db::Rows> now,
                        c.Pipeline({db::ScopeTo(tenant),
                                    {"SELECT checkpoint_size, checkpoint FROM oml.tlog_state WHERE tenant_id = $1 FOR UPDATE",
@@ -472,9 +470,7 @@ Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::s
   OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET published_size = $2 WHERE tenant_id = $1",
                               {db::Text(tenant), db::Int(*st.checkpoint_size)})
                           .status());
-  OML_ASSIGN_OR_RETURN(db::Rows commit, c.Exec("COMMIT"));
-  txn_done = true;
-  return c.CommitVerdict(commit);
+  return txn->Commit();
 }
 
 Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,

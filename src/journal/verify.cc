@@ -615,8 +615,7 @@ class Verifier {
   };
   static CheckpointDoc ParseCheckpointDoc(std::string which, std::string note) {
     CheckpointDoc d{std::move(which), std::move(note), std::nullopt, ""};
-    const size_t split = d.note.rfind("\n\n");
-    auto body = tlog::ParseCheckpoint(split == std::string::npos ? std::string_view() : std::string_view(d.note).substr(0, split + 1));
+    auto body = tlog::ParseCheckpointNote(d.note);
     if (body.ok()) {
       d.body = std::move(*body);
     } else {

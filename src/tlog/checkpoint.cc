@@ -60,6 +60,13 @@ Result<Checkpoint> ParseCheckpoint(std::string_view text) {
   return c;
 }
 
+std::string_view NoteText(std::string_view note) {
+  const size_t split = note.rfind("\n\n");
+  return split == std::string_view::npos ? std::string_view() : note.substr(0, split + 1);
+}
+
+Result<Checkpoint> ParseCheckpointNote(std::string_view note) { return ParseCheckpoint(NoteText(note)); }
+
 std::string EncodeTlogProof(const TlogProof& p) {
   std::string out(kTlogProofHeader);
   out.append(1, '\n');

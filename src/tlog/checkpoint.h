@@ -41,6 +41,12 @@ std::string EncodeCheckpoint(const Checkpoint& c);
 // Parses a body (a note's text). kInvalidArgument "malformed-checkpoint" saying which line.
 Result<Checkpoint> ParseCheckpoint(std::string_view text);
 
+// The text of a signed note (everything up to and including the newline before its last blank
+// line), unverified; "" if it has no blank line.
+std::string_view NoteText(std::string_view note);
+// ParseCheckpoint(NoteText(note)): a checkpoint note's body, its signatures not checked.
+Result<Checkpoint> ParseCheckpointNote(std::string_view note);
+
 inline constexpr std::string_view kTlogProofHeader = "c2sp.org/tlog-proof@v1";
 
 struct TlogProof {

@@ -144,9 +144,9 @@ WitnessAnswer Witness::AddCheckpoint(std::string_view body, uint64_t now) {
     proof.push_back(std::move(*h));
   }
   const std::string note(body);
-  const size_t split = note.rfind("\n\n");
-  if (split == std::string::npos) return Answer(400, "the checkpoint is not a signed note");
-  auto cp = ParseCheckpoint(std::string_view(note).substr(0, split + 1));
+  const std::string_view text = NoteText(note);
+  if (text.empty()) return Answer(400, "the checkpoint is not a signed note");
+  auto cp = ParseCheckpoint(text);
   if (!cp.ok()) return Answer(400, cp.status().message());
   if (cp->size == 0 && cp->root != merkle::EmptyRoot()) return Answer(400, "a checkpoint of size 0 has the empty tree's root");
   auto log = logs_.find(cp->origin);
@@ -178,7 +178,7 @@ WitnessAnswer Witness::AddCheckpoint(std::string_view body, uint64_t now) {
   } else if (Status v = merkle::VerifyConsistency(*old, cp->size, proof, (*rec)->root, cp->root); !v.ok()) {
     return Answer(422, v.message());
   }
-  auto cosig = CosignatureLine(std::string_view(note).substr(0, split + 1), name_, *key_, now);
+  auto cosig = CosignatureLine(text, name_, *key_, now);
   if (!cosig.ok()) return Answer(400, cosig.status().message());
   if (Status s = state_->Put(cp->origin, {cp->size, cp->root, note}); !s.ok())
     return Answer(500, "the witness state cannot be written");

@@ -90,6 +90,23 @@ TEST_F(WitnessTest, CosignsOnlyWhatExtendsWhatItCosignedAndRemembersItAcrossRest
   EXPECT_EQ(w->AddCheckpoint(Body(9, merkle::ConsistencyProof(tree_, 9, 12).value(), Checkpoint(12)), 1).status, 200);
 }
 
+// Two witness processes over one state directory (two instances, each with its own state
+// handle): each decides from the record on disk under the lock, never from what it saw before.
+TEST_F(WitnessTest, TwoProcessesOverOneStateDirectoryNeverRollTheLogBack) {
+  auto sa = DirWitnessState::Open(dir_.string()), sb = DirWitnessState::Open(dir_.string());
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  auto a = Make(sa->get()), b = Make(sb->get());
+  ASSERT_EQ(a->AddCheckpoint(Body(0, {}, Checkpoint(5)), 1).status, 200);
+  auto r = b->AddCheckpoint(Body(0, {}, Checkpoint(9)), 1);  // B never saw 5 itself
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(r.body, "5\n");
+  ASSERT_EQ(b->AddCheckpoint(Body(5, merkle::ConsistencyProof(tree_, 5, 9).value(), Checkpoint(9)), 1).status, 200);
+  // A, behind, cannot record 7 over B's 9 (the spec's rollback race).
+  r = a->AddCheckpoint(Body(5, merkle::ConsistencyProof(tree_, 5, 7).value(), Checkpoint(7)), 1);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(r.body, "9\n");
+}
+
 TEST_F(WitnessTest, RefusesUnknownLogsBadSignaturesAndMalformedBodies) {
   auto state = DirWitnessState::Open(dir_.string());
   ASSERT_TRUE(state.ok());
