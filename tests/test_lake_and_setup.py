@@ -47,7 +47,7 @@ def test_bronze_events_table_reads_back_with_deltalake_and_pyarrow(deployment):
 def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
     d = deployment
     out = d.run("migrate", "--admin-url", d.superuser_url)
-    assert "schema is up to date (version 30)" in out.stdout
+    assert "schema is up to date (version 31)" in out.stdout
     with d.su() as c:
         assert c.execute("SELECT version, name FROM oml.schema_migrations ORDER BY version").fetchall() == [
             (1, "0001_commit_point"), (2, "0002_api_key_events"), (3, "0003_chain_integrity"),
@@ -60,14 +60,15 @@ def test_migrate_is_idempotent_and_refuses_newer_schema(deployment):
             (21, "0021_upload_metadata"), (22, "0022_key_residue"),
             (23, "0023_reconciler"), (24, "0024_reconcile_runs"),
             (25, "0025_outbox_prune"), (26, "0026_sync_standbys"), (27, "0027_upload_direct"),
-            (28, "0028_search_queue"), (29, "0029_merkle_edge"), (30, "0030_tlog_tiles")]
+            (28, "0028_search_queue"), (29, "0029_merkle_edge"), (30, "0030_tlog_tiles"),
+            (31, "0031_tlog_witnessed")]
         # 0016: the outbox row is the text as written (json), not jsonb.
         assert c.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                          "WHERE attrelid = 'oml.outbox'::regclass AND attname = 'row_data'").fetchone()[0] == "json"
         c.execute("INSERT INTO oml.schema_migrations (version, name, sha256) VALUES (99, '0099_future', 'x')")
     m = d.run("migrate", "--admin-url", d.superuser_url, check=False)
     assert m.returncode == 4
-    assert "database schema version 99 is newer than this binary's 30" in m.stderr
+    assert "database schema version 99 is newer than this binary's 31" in m.stderr
     s = d.run("serve", check=False, timeout=30)
     assert s.returncode == 4
     assert "schema-newer" in s.stderr

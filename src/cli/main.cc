@@ -29,6 +29,7 @@
 #include "review/review.h"
 #include "blob/object_store.h"
 #include "cli/claim_submit.h"
+#include "cli/http_client.h"
 #include "cli/exit_codes.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -193,6 +194,40 @@ Result<crypto::HmacKeyRing> LoadCursorKeys(const Config& c) {
   return ring;
 }
 
+// journal::WitnessPost over HTTP: POST <url>/add-checkpoint, one keep-alive client per witness
+// (requests serialized: the publisher and the startup check are one thread each).
+journal::WitnessPost MakeWitnessPost(std::chrono::milliseconds timeout) {
+  struct Clients {
+    std::mutex mu;
+    std::map<std::string, std::unique_ptr<HttpClient>> by_url;
+  };
+  auto clients = std::make_shared<Clients>();
+  return [clients, timeout](const journal::TlogWitness& w, const std::string& body) -> Result<journal::WitnessReply> {
+    const size_t slash = w.url.find('/', std::string("http://").size());
+    const std::string base = slash == std::string::npos ? w.url : w.url.substr(0, slash);
+    const std::string path = slash == std::string::npos ? "" : w.url.substr(slash);
+    std::lock_guard<std::mutex> l(clients->mu);
+    std::unique_ptr<HttpClient>& client = clients->by_url[w.url];
+    if (!client) {
+      OML_ASSIGN_OR_RETURN(ServerUrl server, ParseServerUrl(base));
+      client = std::make_unique<HttpClient>(std::move(server), timeout);
+    }
+    OML_ASSIGN_OR_RETURN(HttpResponse r, client->Send("POST", path + "/add-checkpoint",
+                                                      {{"Content-Type", "text/plain; charset=utf-8"}}, body));
+    return journal::WitnessReply{r.status, r.Header("Content-Type").value_or(""), std::move(r.body)};
+  };
+}
+
+// The witnesses of the configuration (settings tlog_witnesses, tlog_witness_quorum,
+// tlog_witness_timeout_ms), with HTTP as the transport.
+Result<journal::WitnessPolicy> WitnessPolicyOf(const Config& c) {
+  journal::WitnessPolicy p;
+  OML_ASSIGN_OR_RETURN(p.witnesses, journal::ParseTlogWitnesses(c.tlog_witnesses));
+  OML_ASSIGN_OR_RETURN(p.quorum, journal::WitnessQuorum(c.tlog_witness_quorum, p.witnesses.size()));
+  p.post = MakeWitnessPost(std::chrono::milliseconds(c.tlog_witness_timeout_ms));
+  return p;
+}
+
 // Everything a command that talks to the database needs. Commands that append events also
 // publish the signed heads of what they committed (flushed when the Runtime is destroyed).
 struct Runtime {
@@ -205,12 +240,14 @@ struct Runtime {
   std::unique_ptr<journal::HeadPublisher> publisher;  // destroyed first: flushes pending heads
   std::string root_public_key;                        // empty: no root key file (warned)
   journal::TrustedKeys trusted;                       // the key chain anchored in root_public_key
+  journal::WitnessPolicy witnesses;                   // tlog_witnesses (none: checkpoints published as signed)
 
   // acquire_timeout_ms > 0: a pool acquisition fails with 503 database-busy after that long
   // (`oml serve`); 0 waits (the CLI).
   static Result<std::unique_ptr<Runtime>> Open(const Config& c, bool need_key, int pool_size = 4, int acquire_timeout_ms = 0) {
     auto rt = std::make_unique<Runtime>();
     rt->config = c;
+    OML_ASSIGN_OR_RETURN(rt->witnesses, WitnessPolicyOf(c));
     OML_ASSIGN_OR_RETURN(std::string url, AppUrl(c));
     db::Pool::Options po;
     po.size = pool_size;
@@ -272,7 +309,7 @@ struct Runtime {
   // recorded in the guard; forks close it; invalid head documents are repaired when `repair`.
   // Returns the findings.
   Result<journal::ForkCheck> CheckForks(const std::vector<std::string>& only, bool repair) {
-    OML_ASSIGN_OR_RETURN(journal::ForkCheck fc, journal::CheckForks(*pool, *store, trusted, only));
+    OML_ASSIGN_OR_RETURN(journal::ForkCheck fc, AllForkChecks(*store, only));
     for (const auto& h : fc.heads) guard->Observe(h.tenant, h.seq, h.event_hash);
     for (const auto& f : fc.findings) {
       if (!f.invalid_head) {
@@ -282,6 +319,11 @@ struct Runtime {
       Metrics::Get().ChainIntegrity("head-invalid");
       log::Error("published head is invalid", {{"tenant", f.tenant}, {"error", f.what}, {"repair", repair}});
       if (!repair) continue;
+      if (f.checkpoint) {  // the tlog publisher writes the chain's log again, the checkpoint last
+        Status st = journal::RepublishTlog(*pool, f.tenant);
+        if (!st.ok()) log::Error("cannot republish the transparency log", {{"tenant", f.tenant}, {"error", st.ToString()}});
+        continue;
+      }
       OML_ASSIGN_OR_RETURN(db::Pool::Handle c, pool->Acquire());
       auto r = c->Scoped(f.tenant, {"SELECT seq, event_hash FROM oml.chain_heads WHERE tenant_id = $1", {db::Text(f.tenant)}});
       if (r.ok() && r->size() > 0) {
@@ -290,6 +332,21 @@ struct Runtime {
         else log::Info("published head repaired", {{"tenant", f.tenant}, {"seq", r->GetInt(0, 0)}});
       }
     }
+    return fc;
+  }
+  // The fork checks of the chains `only` (all if empty): the published head documents
+  // (journal::CheckForks) and the published checkpoints, which need a quorum of witness
+  // cosignatures when witnesses are configured (journal::CheckPublishedCheckpoints).
+  // REQUIRES: LoadKeyChain.
+  Result<journal::ForkCheck> AllForkChecks(blob::ObjectStore& objects, const std::vector<std::string>& only) {
+    OML_ASSIGN_OR_RETURN(journal::ForkCheck fc, journal::CheckForks(*pool, objects, trusted, only));
+    std::vector<std::string> chains = only;
+    if (chains.empty()) {
+      OML_ASSIGN_OR_RETURN(auto tenants, journal::ListTenants(*pool));
+      for (const auto& t : tenants) chains.push_back(t.tenant_id);
+    }
+    OML_RETURN_IF_ERROR(journal::CheckPublishedCheckpoints(*pool, objects, trusted, config.tlog_origin, witnesses,
+                                                           chains, &fc));
     return fc;
   }
   // What every command that signs must hold before it appends to `chains` (REQUIRES need_key):
@@ -442,13 +499,16 @@ sigset_t BlockStopSignals() {
 
 // `oml witness` (tlog/witness.h): a C2SP tlog-witness over HTTP, POST /add-checkpoint. Each
 // `log_vkeys` entry is a note verifier key of a log whose key name is the log's checkpoint origin
-// (as oml's are: "<tlog_origin>/<tenant>"). The witness key is `key_file` (PKCS#8 PEM, created
+// (as oml's are: "<tlog_origin>/<tenant>"); each `deployment_vkeys` entry one whose name is an
+// oml deployment's tlog_origin, witnessing every chain of that deployment. The witness key is `key_file` (PKCS#8 PEM, created
 // 0600 if missing); its state is `state_dir`. Prints its cosignature/v1 verifier key, then serves
 // until SIGINT/SIGTERM.
 Status Witness(const std::string& listen, const std::string& key_file, const std::string& name,
-               const std::vector<std::string>& log_vkeys, const std::string& state_dir) {
+               const std::vector<std::string>& log_vkeys, const std::vector<std::string>& deployment_vkeys,
+               const std::string& state_dir) {
   if (!tlog::IsValidKeyName(name)) return InvalidArgument("--name " + name + ": not a note key name (no space or '+')");
-  if (log_vkeys.empty()) return InvalidArgument("give at least one --log <verifier key>");
+  if (log_vkeys.empty() && deployment_vkeys.empty())
+    return InvalidArgument("give at least one --log <verifier key> or --deployment <verifier key>");
   // Before any thread starts (the server's workers inherit the mask): SIGTERM ends the loop.
   sigset_t set = BlockStopSignals();
   std::map<std::string, std::vector<tlog::NoteKey>> logs;
@@ -459,6 +519,13 @@ Status Witness(const std::string& listen, const std::string& key_file, const std
     if (std::none_of(keys.begin(), keys.end(), [&](const tlog::NoteKey& o) { return o.hash == k.hash && o.public_key == k.public_key; }))
       keys.push_back(std::move(k));  // a key given twice is one key (OpenNote refuses ambiguous ones)
   }
+  std::map<std::string, std::vector<std::string>> deployments;
+  for (const auto& v : deployment_vkeys) {
+    OML_ASSIGN_OR_RETURN(tlog::NoteKey k, tlog::ParseVerifierKey(v));
+    if (k.alg != tlog::kAlgEd25519) return InvalidArgument("--deployment " + v + ": not an Ed25519 note key");
+    auto& keys = deployments[k.name];
+    if (std::find(keys.begin(), keys.end(), k.public_key) == keys.end()) keys.push_back(k.public_key);
+  }
   std::error_code exists_ec;
   if (!fs::exists(key_file, exists_ec)) {
     if (exists_ec) return InvalidArgument("--key " + key_file + ": " + exists_ec.message());
@@ -468,7 +535,7 @@ Status Witness(const std::string& listen, const std::string& key_file, const std
   }
   OML_ASSIGN_OR_RETURN(crypto::SigningKey key, crypto::SigningKey::LoadFile(key_file));
   OML_ASSIGN_OR_RETURN(auto state, tlog::DirWitnessState::Open(state_dir));
-  tlog::Witness witness(std::move(logs), name, &key, state.get());
+  tlog::Witness witness(std::move(logs), name, &key, state.get(), std::move(deployments));
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return InvalidArgument("--listen " + listen + ": want HOST:PORT");
   int port = 0;
@@ -555,6 +622,18 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // Startup fork check: forked tenants are closed in the guard (writes 503 chain-fork), invalid
   // head documents are repaired. While serving, the journal and the publisher keep checking.
   OML_RETURN_IF_ERROR(rt->CheckForks({}, /*repair=*/true).status());
+  // With witnesses, each chain's newest checkpoint is shown to them before any write: a database
+  // restored behind what they cosigned is refused even if the published objects were rolled back
+  // too. A witness that cannot be reached does not stop the start (the publisher keeps asking).
+  journal::WitnessSizes witness_sizes;
+  if (rt->witnesses.enabled()) {
+    OML_ASSIGN_OR_RETURN(journal::TlogRound w, journal::RecheckWitnesses(*rt->pool, rt->witnesses, &witness_sizes));
+    for (const auto& [tenant, st] : w.forks) rt->guard->Close(tenant, st.message());
+    for (const auto& [tenant, st] : w.failures)
+      if (st.type() != "tlog-fork")
+        log::Warn("transparency log: the startup witness check of a chain did not complete",
+                  {{"tenant", tenant}, {"error", st.ToString()}});
+  }
   api::ForkState& fork = *rt->guard;
   journal::HeadPublisher& publisher = *rt->publisher;
   publisher.Start();
@@ -624,8 +703,13 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   // Each chain as a transparency log (journal/tlog_store.h): its tiles extended to the commit
   // point's edge, a checkpoint signed over them and the tiles, entry bundles and checkpoint
   // written to the object store (oml-tlog/<tenant>/), every second.
+  // With witnesses (tlog_witnesses), each checkpoint is published once a quorum cosigned it; a
+  // witness's answer that names a fork closes the chain for writes, as the head check does.
   journal::TlogPublisher tlog_publisher(rt->pool.get(), rt->store.get(), c.tlog_origin, rt->key.get(),
-                                        std::chrono::milliseconds(1000));
+                                        std::chrono::milliseconds(1000), rt->witnesses, std::move(witness_sizes),
+                                        [g = rt->guard.get()](const std::string& tenant, const std::string& what) {
+                                          g->Close(tenant, what);
+                                        });
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);
@@ -1127,9 +1211,12 @@ int Main(int argc, char** argv) {
   witness->add_option("--listen", witness_listen, "HOST:PORT (default 127.0.0.1:8473; port 0 picks one)");
   witness->add_option("--key", witness_key, "the witness's Ed25519 key, PKCS#8 PEM; created if missing")->required();
   witness->add_option("--name", witness_name, "the witness's key name, e.g. witness.example.com/w1")->required();
+  std::vector<std::string> witness_deployments;
   witness->add_option("--log", witness_logs,
-                      "verifier key of a log to witness; its key name is the log's origin (repeatable)")
-      ->required();
+                      "verifier key of a log to witness; its key name is the log's origin (repeatable)");
+  witness->add_option("--deployment", witness_deployments,
+                      "verifier key of an oml deployment (`oml key public --witness-vkey`): witness every chain "
+                      "\"<its name>/<tenant>\" it signs (repeatable)");
   witness->add_option("--state", witness_state, "directory of the witness's durable state")->required();
 
   auto* migrate = app.add_subcommand("migrate", "create roles and apply schema migrations as an administrator");
@@ -1210,6 +1297,9 @@ int Main(int argc, char** argv) {
   key_list->add_option("--tenant", key_tenant, "tenant name or id")->required();
   auto* key_rotate = key->add_subcommand("rotate", "journal key.issued for a new signing key and install it");
   auto* key_public = key->add_subcommand("public", "print the deployment public key (JSON)");
+  bool key_public_witness_vkey = false;
+  key_public->add_flag("--witness-vkey", key_public_witness_vkey,
+                       "print its note verifier key under tlog_origin instead (for `oml witness --deployment`)");
 
   auto* verify = app.add_subcommand("verify", "verify every chain from genesis; exit 3 on the first bad seq per tenant");
   std::string verify_tenant, verify_root;
@@ -1408,7 +1498,7 @@ int Main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   if (*witness) {
-    Status s = Witness(witness_listen, witness_key, witness_name, witness_logs, witness_state);
+    Status s = Witness(witness_listen, witness_key, witness_name, witness_logs, witness_deployments, witness_state);
     return s.ok() ? 0 : Fail(s);
   }
   if (*serve) {
@@ -1522,6 +1612,12 @@ int Main(int argc, char** argv) {
   if (*key_public) {
     auto k = crypto::SigningKey::LoadFile(cfg.signing_key_file, cfg.allow_insecure_key_files);
     if (!k.ok()) return Fail(k.status());
+    // --witness-vkey: what `oml witness --deployment` takes to witness every chain's checkpoints
+    // (the key's note verifier key under the deployment origin, tlog_origin).
+    if (key_public_witness_vkey) {
+      std::cout << tlog::EncodeVerifierKey(tlog::MakeNoteKey(cfg.tlog_origin, k->public_key())) << "\n";
+      return 0;
+    }
     std::cout << json{{"key_id", k->key_id()}, {"public_key", crypto::Base64(k->public_key())}}.dump() << "\n";
     return 0;
   }
@@ -1901,10 +1997,31 @@ int Main(int argc, char** argv) {
       std::cout << "KEY CHAIN: " << kc.message() << "\n";
       return kExitVerifyFailed;
     }
-    auto f = journal::CheckForks(*R.pool, **store, R.trusted);
+    auto f = R.AllForkChecks(**store, {});
     if (!f.ok()) return Fail(f.status());
     if (f->findings.empty()) {
-      std::cout << "fork check: every stored chain head agrees with its published signed head\n";
+      std::cout << "fork check: every stored chain head agrees with its published signed head and checkpoint\n";
+    }
+    // With witnesses: each chain's newest checkpoint is shown to them again; a witness that
+    // cosigned more of a chain than the database holds names a fork even when the published
+    // objects were rolled back with the database.
+    if (R.witnesses.enabled()) {
+      journal::WitnessSizes sizes;
+      auto w = journal::RecheckWitnesses(*R.pool, R.witnesses, &sizes);
+      if (!w.ok()) return Fail(w.status());
+      for (const auto& [tenant, st] : w->failures) {
+        ++problems;
+        if (st.type() == "tlog-fork") {
+          std::cout << "FORK tenant " << tenant << ": " << st.message() << ".\n"
+                    << "  The database lost committed events or diverged from what the witnesses cosigned. `oml serve`\n"
+                    << "  refuses writes until it is repaired: restore the missing tail from a standby or backup.\n";
+        } else {
+          std::cout << "WITNESSES tenant " << tenant << ": " << st.message() << "\n";
+        }
+      }
+      if (w->failures.empty())
+        std::cout << "witnesses: " << R.witnesses.witnesses.size() << " configured (quorum " << R.witnesses.quorum
+                  << "); every chain's newest checkpoint is consistent with what they cosigned\n";
     }
     // Head documents that did not verify and were replaced: kept until an operator looks.
     auto replaced = (*store)->List(journal::kInvalidHeadsPrefix);
@@ -1916,6 +2033,11 @@ int Main(int argc, char** argv) {
     }
     for (const auto& x : f->findings) {
       ++problems;
+      if (x.invalid_head && x.checkpoint) {
+        std::cout << "INVALID CHECKPOINT tenant " << x.tenant << ": " << x.what
+                  << ".\n  `oml serve` publishes the chain's log again at startup, its newest checkpoint over this one.\n";
+        continue;
+      }
       if (x.invalid_head) {
         std::cout << "INVALID HEAD tenant " << x.tenant << ": " << x.what
                   << ".\n  The published head document does not verify against the key chain; `oml serve` "

@@ -109,6 +109,8 @@ Result<Config> LoadConfig() {
       {"upload_complete_ttl_s", "OML_UPLOAD_COMPLETE_TTL_S", ""},
       {"deny_list_file", "OML_DENY_LIST_FILE", ""}, {"clamd_address", "OML_CLAMD_ADDRESS", ""},
       {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""}, {"tlog_origin", "OML_TLOG_ORIGIN", "oml.local"},
+      {"tlog_witnesses", "OML_TLOG_WITNESSES", ""}, {"tlog_witness_quorum", "OML_TLOG_WITNESS_QUORUM", ""},
+      {"tlog_witness_timeout_ms", "OML_TLOG_WITNESS_TIMEOUT_MS", ""},
       {"inline_body_max_bytes", "OML_INLINE_BODY_MAX_BYTES", ""},
       {"rejected_retention_s", "OML_REJECTED_RETENTION_S", ""},
       {"attachment_serve_max_bytes", "OML_ATTACHMENT_SERVE_MAX_BYTES", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
@@ -288,6 +290,17 @@ Result<Config> LoadConfig() {
       std::any_of(c.tlog_origin.begin(), c.tlog_origin.end(), [](char ch) { return ch <= ' ' || ch > '~' || ch == '+'; }))
     return InvalidArgument("setting tlog_origin: 1..200 printable ASCII characters, no space or '+' (e.g. "
                            "oml.example.com/log): '" + c.tlog_origin + "'");
+  c.tlog_witnesses = get("tlog_witnesses");
+  if (!get("tlog_witness_quorum").empty()) {
+    OML_RETURN_IF_ERROR(ParseInt("tlog_witness_quorum", get("tlog_witness_quorum"), &v));
+    if (v < 0 || v > 100) return InvalidArgument("setting tlog_witness_quorum: 0 (a majority) or 1..the number of tlog_witnesses");
+    c.tlog_witness_quorum = static_cast<int>(v);
+  }
+  if (!get("tlog_witness_timeout_ms").empty()) {
+    OML_RETURN_IF_ERROR(ParseInt("tlog_witness_timeout_ms", get("tlog_witness_timeout_ms"), &v));
+    if (v < 100 || v > 600000) return InvalidArgument("setting tlog_witness_timeout_ms: 100..600000");
+    c.tlog_witness_timeout_ms = static_cast<int>(v);
+  }
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};

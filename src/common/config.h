@@ -55,6 +55,13 @@
 //   tlog_origin              OML_TLOG_ORIGIN              oml.local (each chain's checkpoint origin and note key
 //                                                         name is "<tlog_origin>/<tenant uuid>"; 1..200 printable
 //                                                         ASCII, no space or '+'; journal/tlog_store.h)
+//   tlog_witnesses           OML_TLOG_WITNESSES           "" (no witness; else "<url> <verifier key>" entries
+//                                                         separated by ",": the C2SP tlog-witnesses asked to
+//                                                         cosign each checkpoint, journal/tlog_store.h)
+//   tlog_witness_quorum      OML_TLOG_WITNESS_QUORUM      0 = a majority of tlog_witnesses (1..their number:
+//                                                         cosignatures a checkpoint needs to be published and
+//                                                         trusted by the fork checks)
+//   tlog_witness_timeout_ms  OML_TLOG_WITNESS_TIMEOUT_MS  5000 (100..600000, per request to a witness)
 //   review_max_text_bytes    OML_REVIEW_MAX_TEXT_BYTES    8388608 (1024..1 GiB, extracted text per item)
 //   pdf_extract_memory_mb    OML_PDF_EXTRACT_MEMORY_MB    1024 (192..65536: address space of one PDF extractor
 //                                                         process, review/pdf_sandbox.h; it needs ~151 MiB to start)
@@ -149,6 +156,9 @@ struct Config {
   std::string deny_list_file;  // empty: the built-in deny-list
   std::string clamd_address;   // empty: no ClamAV scan
   std::string tlog_origin = "oml.local";
+  std::string tlog_witnesses;  // raw; parsed by journal::ParseTlogWitnesses
+  int tlog_witness_quorum = 0;
+  int tlog_witness_timeout_ms = 5000;
   int clamd_timeout_ms = 30000;
   uint64_t review_max_text_bytes = 8 << 20;
   int64_t pdf_extract_memory_mb = 1024;

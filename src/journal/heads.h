@@ -144,6 +144,10 @@ struct ForkFinding {
   // The published document itself does not verify (not a fork of the chain: the witness is
   // damaged or planted). `oml serve` repairs it; doctor reports it.
   bool invalid_head = false;
+  // The finding is about the published checkpoint (journal/tlog_store.h
+  // CheckPublishedCheckpoints), not the head document: an invalid one is not repaired by
+  // publishing a head over it (the tlog publisher replaces it with its next checkpoint).
+  bool checkpoint = false;
 };
 
 struct ForkCheck {

@@ -22,6 +22,7 @@
 #include "journal/tlog_store.h"
 #include "tlog/checkpoint.h"
 #include "tlog/note.h"
+#include "tlog/witness.h"
 #include "journal/verify.h"
 
 namespace oml::journal {
@@ -549,6 +550,215 @@ TEST_F(TlogStoreTest, AnOlderCheckpointIsNeverPutOverANewerOneAndQuietChainsAreR
   EXPECT_FALSE(get(EntryBundlePath(0, n)).has_value());
   EXPECT_TRUE(get(EntryBundlePath(0, n - 2)).has_value());  // an earlier round's, before it
   std::filesystem::remove_all(dir);
+}
+
+// In-memory witness state for in-process witnesses (tlog/witness.h).
+class MemoryWitnessState : public tlog::WitnessState {
+ public:
+  Result<std::optional<tlog::WitnessRecord>> Get(const std::string& origin) override {
+    auto it = records.find(origin);
+    return it == records.end() ? std::optional<tlog::WitnessRecord>() : std::optional<tlog::WitnessRecord>(it->second);
+  }
+  Status Put(const std::string& origin, const tlog::WitnessRecord& r) override {
+    records[origin] = r;
+    return Status::Ok();
+  }
+  std::map<std::string, tlog::WitnessRecord> records;
+};
+
+// Three in-process `oml witness`es of the deployment "oml.test"; `down` ones are unreachable.
+struct Witnesses {
+  explicit Witnesses(const crypto::SigningKey& log_key) {
+    for (int i = 0; i < 3; ++i) {
+      keys.push_back(crypto::SigningKey::Generate().value());
+      states.push_back(std::make_unique<MemoryWitnessState>());
+    }
+    for (int i = 0; i < 3; ++i) {
+      const std::string name = "w" + std::to_string(i + 1);
+      witnesses.push_back(std::make_unique<tlog::Witness>(std::map<std::string, std::vector<tlog::NoteKey>>{}, name,
+                                                          &keys[i], states[i].get(),
+                                                          std::map<std::string, std::vector<std::string>>{
+                                                              {"oml.test", {log_key.public_key()}}}));
+      policy.witnesses.push_back({"http://w" + std::to_string(i + 1), tlog::MakeNoteKey(name, keys[i].public_key(),
+                                                                                        tlog::kAlgCosignatureV1)});
+    }
+    policy.quorum = 2;
+    policy.post = [this](const TlogWitness& w, const std::string& body) -> Result<WitnessReply> {
+      const int i = w.key.name[1] - '1';
+      ++requests[i];
+      if (down[i]) return Unavailable("down", "server-unreachable");
+      if (forged[i]) {
+        WitnessReply r{200, "text/plain", tlog::CosignatureLine(tlog::NoteText(body.substr(body.find("\n\n") + 2)),
+                                                                w.key.name, keys[(i + 1) % 3], 1700000000).value()};
+        return r;
+      }
+      tlog::WitnessAnswer a = witnesses[static_cast<size_t>(i)]->AddCheckpoint(body, 1700000000);
+      return WitnessReply{a.status, a.content_type, a.body};
+    };
+  }
+  std::vector<tlog::NoteKey> Keys() const {
+    std::vector<tlog::NoteKey> out;
+    for (const auto& w : policy.witnesses) out.push_back(w.key);
+    return out;
+  }
+  std::vector<crypto::SigningKey> keys;
+  std::vector<std::unique_ptr<MemoryWitnessState>> states;
+  std::vector<std::unique_ptr<tlog::Witness>> witnesses;
+  WitnessPolicy policy;
+  bool down[3] = {false, false, false};
+  bool forged[3] = {false, false, false};
+  int requests[3] = {0, 0, 0};
+};
+
+TEST_F(TlogStoreTest, WitnessesCosignAQuorumAndNameEveryForkTheyHaveSeen) {
+  auto t = CreateTenant(*journal_, "tlog-witness");
+  ASSERT_TRUE(t.ok());
+  const std::string id = t->tenant_id;
+  const crypto::SigningKey& key = journal_->key();
+  const std::string origin = "oml.test/" + id;
+  const tlog::NoteKey log_key = tlog::MakeNoteKey(origin, key.public_key());
+  Witnesses w(key);
+  auto sign = [&](int n) {
+    AppendMany(id, n);
+    while (!ExtendTiles(*pool_, id).value().verified) {
+    }
+    return SignCheckpoint(*pool_, id, "oml.test", key).value();
+  };
+  auto state = [&] {
+    auto c = pool_->Acquire();
+    return ReadTlogState(**c, id).value();
+  };
+  const std::string first = sign(300);
+  const uint64_t n1 = Memory(id).size();
+  EXPECT_FALSE(state().witnessed);
+
+  // Two of three cosign (w3 is down): a quorum; the note keeps its signature and gains theirs.
+  w.down[2] = true;
+  WitnessSizes sizes;
+  auto r = CosignCheckpoint(*pool_, id, w.policy, &sizes);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cosignatures, 2);
+  EXPECT_TRUE(r->stored);
+  EXPECT_EQ(r->problems, std::vector<std::string>{"w3: unreachable: down"});
+  TlogState st = state();
+  EXPECT_TRUE(st.witnessed);
+  ASSERT_EQ(st.checkpoint.substr(0, first.size()), first);
+  std::vector<tlog::NoteKey> all = w.Keys();
+  all.push_back(log_key);
+  auto opened = tlog::OpenNote(st.checkpoint, all);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened->verified.size(), 3u);
+  EXPECT_EQ(opened->cosigned_at.size(), 3u);
+  // Witnessed: nothing is asked again (unless rechecked).
+  EXPECT_EQ(CosignCheckpoint(*pool_, id, w.policy, &sizes)->cosignatures, 0);
+  EXPECT_EQ(w.requests[0], 1);
+
+  // Grown, and the publisher restarted (sizes forgotten): each witness's 409 says its size, and
+  // the consistency proof from it (read from the tiles) is accepted.
+  const std::string second = sign(20);
+  EXPECT_FALSE(state().witnessed);
+  w.down[2] = false;
+  WitnessSizes fresh;
+  r = CosignCheckpoint(*pool_, id, w.policy, &fresh);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cosignatures, 3);
+  EXPECT_EQ(w.requests[0], 3);  // 409 (size n1), then 200
+  EXPECT_EQ(w.requests[2], 2);  // once while down; then first contact, old size 0: accepted at once
+  const uint64_t n2 = Memory(id).size();
+  EXPECT_EQ(w.states[0]->records[origin].size, n2);
+  EXPECT_EQ((fresh[{"w1", id}]), n2);
+
+  // Below the quorum: nothing stored, and every witness's problem said.
+  sign(1);
+  const uint64_t n3 = Memory(id).size();
+  w.down[1] = w.down[2] = true;
+  r = CosignCheckpoint(*pool_, id, w.policy, &fresh);
+  EXPECT_EQ(r.status().type(), "witness-quorum");
+  EXPECT_EQ(r.status().message(), "chain " + id + ": 1 of 3 witnesses cosigned the checkpoint at size " +
+                                      std::to_string(n3) + " (quorum 2): w2: unreachable: down; w3: unreachable: down");
+  EXPECT_FALSE(state().witnessed);
+  // A cosignature that does not verify under the witness's key does not count.
+  w.down[1] = false;
+  w.forged[1] = true;
+  r = CosignCheckpoint(*pool_, id, w.policy, &fresh);
+  EXPECT_EQ(r.status().type(), "witness-quorum");
+  EXPECT_NE(r.status().message().find("w2: its answer is not a cosignature that verifies: "), std::string::npos)
+      << r.status().message();
+  w.forged[1] = false;
+  w.down[2] = false;
+  // A checkpoint not yet witnessed is not published when witnesses are required.
+  auto dir = std::filesystem::temp_directory_path() / ("tlog-" + crypto::NewUuidV4());
+  auto store = blob::OpenObjectStore("file://" + dir.string());
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(PublishTlogObjects(*pool_, **store, id, nullptr, /*require_witnessed=*/true).type(), "not-witnessed");
+  EXPECT_FALSE((*store)->Get(TlogPrefix(id) + "checkpoint").value().has_value());
+  ASSERT_TRUE(CosignCheckpoint(*pool_, id, w.policy, &fresh).ok());
+  ASSERT_TRUE(PublishTlogObjects(*pool_, **store, id, nullptr, true).ok());
+  EXPECT_EQ((*store)->Get(TlogPrefix(id) + "checkpoint").value(), state().checkpoint);
+
+  // What a witness has seen and the database has not: each a fork, named, nothing stored.
+  const tlog::WitnessRecord kept = w.states[0]->records[origin];
+  // (1) a larger tree: the database lost its tail.
+  w.states[0]->records[origin] = {n3 + 50, merkle::HashLeaf("x"), "-"};
+  WitnessSizes again;
+  r = CosignCheckpoint(*pool_, id, w.policy, &again, /*recheck=*/true);
+  EXPECT_EQ(r.status().type(), "tlog-fork");
+  EXPECT_EQ(r.status().message(), "chain " + id + ": witness w1 has cosigned a tree of size " + std::to_string(n3 + 50) +
+                                      " of this log, larger than its newest checkpoint's " + std::to_string(n3) +
+                                      " (the database lost the chain's tail)");
+  // (2) another tree of the same size.
+  w.states[0]->records[origin] = {n3, merkle::HashLeaf("x"), "-"};
+  r = CosignCheckpoint(*pool_, id, w.policy, &again, true);
+  EXPECT_EQ(r.status().message(),
+            "chain " + id + ": witness w1 has cosigned another tree of size " + std::to_string(n3) + " of this log");
+  // (3) a smaller tree this one does not extend.
+  w.states[0]->records[origin] = {5, merkle::HashLeaf("x"), "-"};
+  WitnessSizes third;
+  r = CosignCheckpoint(*pool_, id, w.policy, &third, true);
+  EXPECT_EQ(r.status().type(), "tlog-fork");
+  EXPECT_EQ(r.status().message().rfind("chain " + id + ": witness w1 refuses the consistency proof from the tree of size 5 "
+                                       "it cosigned to " + std::to_string(n3) + ": ", 0), 0u)
+      << r.status().message();
+  // Restored: the recheck passes and stores nothing new (the note is witnessed already).
+  w.states[0]->records[origin] = kept;
+  const std::string witnessed = state().checkpoint;
+  r = CosignCheckpoint(*pool_, id, w.policy, &third, true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cosignatures, 3);
+  EXPECT_FALSE(r->stored);
+  EXPECT_EQ(state().checkpoint, witnessed);
+  (void)n1;
+  (void)second;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TlogWitnessSettingsTest, ParsedWithPreciseErrors) {
+  auto k = crypto::SigningKey::Generate().value();
+  const std::string vkey = tlog::EncodeVerifierKey(tlog::MakeNoteKey("w.example/1", k.public_key(), tlog::kAlgCosignatureV1));
+  const std::string vkey2 = tlog::EncodeVerifierKey(tlog::MakeNoteKey("w.example/2", k.public_key(), tlog::kAlgCosignatureV1));
+  auto w = ParseTlogWitnesses(" http://127.0.0.1:8473/ " + vkey + " ,http://w2:80/base " + vkey2 + ",");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->size(), 2u);
+  EXPECT_EQ((*w)[0].url, "http://127.0.0.1:8473");
+  EXPECT_EQ((*w)[1].url, "http://w2:80/base");
+  EXPECT_EQ((*w)[1].key.name, "w.example/2");
+  EXPECT_TRUE(ParseTlogWitnesses("").value().empty());
+  EXPECT_EQ(ParseTlogWitnesses("http://a " + vkey + ",http://b " + vkey).status().message(),
+            "setting tlog_witnesses: entry 'http://b " + vkey + "': a witness named w.example/1 is configured twice");
+  EXPECT_EQ(ParseTlogWitnesses("https://a " + vkey).status().message(),
+            "setting tlog_witnesses: entry 'https://a " + vkey + "': the URL must be http://host[:port][/path]");
+  EXPECT_EQ(ParseTlogWitnesses("http://a").status().message(),
+            "setting tlog_witnesses: entry 'http://a': want \"<url> <verifier key>\"");
+  const std::string ed = tlog::EncodeVerifierKey(tlog::MakeNoteKey("w.example/1", k.public_key()));
+  EXPECT_EQ(ParseTlogWitnesses("http://a " + ed).status().message(),
+            "setting tlog_witnesses: entry 'http://a " + ed + "': not a cosignature/v1 verifier key (type 0x04)");
+  EXPECT_EQ(ParseTlogWitnesses("http://a w+1+2").status().type(), "invalid-setting");
+  EXPECT_EQ(WitnessQuorum(0, 3).value(), 2);
+  EXPECT_EQ(WitnessQuorum(0, 2).value(), 2);
+  EXPECT_EQ(WitnessQuorum(0, 1).value(), 1);
+  EXPECT_EQ(WitnessQuorum(1, 3).value(), 1);
+  EXPECT_EQ(WitnessQuorum(0, 0).value(), 0);
+  EXPECT_EQ(WitnessQuorum(3, 2).status().message(), "setting tlog_witness_quorum: 3 is more than the 2 witnesses configured");
 }
 
 TEST_F(JournalPgTest, QueuedWritesCommitAsOneGroup) {

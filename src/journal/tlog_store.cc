@@ -1,10 +1,12 @@
 #include "journal/tlog_store.h"
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "common/log.h"
 #include "common/sync_point.h"
+#include "journal/merkle_edge.h"
 #include "journal/provider.h"
 #include "tlog/checkpoint.h"
 #include "tlog/note.h"
@@ -172,7 +174,7 @@ Result<std::string> TileReader::Node(int level, uint64_t index) {
 
 Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
   OML_ASSIGN_OR_RETURN(db::Rows r, conn.Scoped(tenant, {"SELECT tiled_size, checkpoint_size, checkpoint, verified_size, "
-                                                        "published_size FROM oml.tlog_state WHERE tenant_id = $1",
+                                                        "published_size, witnessed FROM oml.tlog_state WHERE tenant_id = $1",
                                                         {db::Text(tenant)}}));
   TlogState s;
   if (r.size() == 1) {
@@ -183,6 +185,7 @@ Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
     }
     s.verified_size = r.GetInt(0, 3);
     s.published_size = r.GetInt(0, 4);
+    s.witnessed = r.Get(0, 5) == "t";
   }
   return s;
 }
@@ -344,7 +347,8 @@ Result<std::string> SignCheckpoint(db::Pool& pool, const std::string& tenant, co
   // the start of the last level-0 tile, never forward).
   const int64_t republish_from = size > 0 ? (size - 1) / static_cast<int64_t>(kTileWidth) * static_cast<int64_t>(kTileWidth) : 0;
   OML_RETURN_IF_ERROR(c.Query("UPDATE oml.tlog_state SET checkpoint_size = $2, checkpoint = $3, signed_by = $4, "
-                              "published_size = least(published_size, $5), updated_at = now() WHERE tenant_id = $1",
+                              "published_size = least(published_size, $5), witnessed = false, updated_at = now() "
+                              "WHERE tenant_id = $1",
                               {db::Text(tenant), db::Int(size), db::Text(note),
                                db::Text(CheckpointSigner(key, deployment_origin)), db::Int(republish_from)})
                           .status());
@@ -381,12 +385,16 @@ std::string EntryBundlePath(uint64_t index, uint64_t width) {
 }
 
 Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant,
-                          const std::atomic<bool>* stop) {
+                          const std::atomic<bool>* stop, bool require_witnessed) {
   const auto stopped = [&] { return stop != nullptr && stop->load(); };
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
   OML_ASSIGN_OR_RETURN(TlogState st, ReadTlogState(c, tenant));
   if (!st.checkpoint_size || st.published_size == *st.checkpoint_size) return Status::Ok();
+  if (require_witnessed && !st.witnessed)
+    return FailedPrecondition("chain " + tenant + ": the checkpoint at size " + std::to_string(*st.checkpoint_size) +
+                                  " has no quorum of witness cosignatures yet",
+                              "not-witnessed");
   const uint64_t size = static_cast<uint64_t>(*st.checkpoint_size);
   // A checkpoint behind what was published (restored): everything from the start again.
   const uint64_t published = st.published_size <= *st.checkpoint_size ? static_cast<uint64_t>(st.published_size) : 0;
@@ -474,15 +482,18 @@ Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::s
 }
 
 Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,
-                               const crypto::SigningKey& key, const std::atomic<bool>* stop) {
+                               const crypto::SigningKey& key, const std::atomic<bool>* stop,
+                               const WitnessPolicy* witnesses, WitnessSizes* sizes) {
+  const bool witnessed = witnesses != nullptr && witnesses->enabled();
   // A key no longer in force (rotated by another process: this one still holds the old one)
   // signs nothing: the replica holding the new key publishes.
   OML_RETURN_IF_ERROR(CheckSigningKeyInForce(pool, key));
   std::vector<std::string> tenants;
   {
     OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
-    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.tlog_pending($1) AS t ORDER BY 1",
-                                                 {db::Text(CheckpointSigner(key, deployment_origin))}));
+    OML_ASSIGN_OR_RETURN(db::Rows r, conn->Query("SELECT t::text FROM oml.tlog_pending($1, $2) AS t ORDER BY 1",
+                                                 {db::Text(CheckpointSigner(key, deployment_origin)),
+                                                  db::Text(witnessed ? "true" : "false")}));
     for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
   }
   TlogRound round;
@@ -498,12 +509,14 @@ Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const s
       OML_ASSIGN_OR_RETURN(TlogState s, ReadTlogState(*conn, t));
       if (s.verified_size == 0 && !s.checkpoint_size) return Status::Ok();  // nothing verified yet
       OML_RETURN_IF_ERROR(SignCheckpoint(pool, t, deployment_origin, key).status());
-      if (store != nullptr) OML_RETURN_IF_ERROR(PublishTlogObjects(pool, *store, t, stop));
+      if (witnessed) OML_RETURN_IF_ERROR(CosignCheckpoint(pool, t, *witnesses, sizes).status());
+      if (store != nullptr) OML_RETURN_IF_ERROR(PublishTlogObjects(pool, *store, t, stop, witnessed));
       return Status::Ok();
     }();
     if (st.ok()) {
       ++round.chains;
     } else if (st.type() != "stopped") {
+      if (st.type() == "tlog-fork") round.forks.emplace_back(t, st);
       round.failures.emplace_back(t, st);
     }
   }
@@ -511,17 +524,21 @@ Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const s
 }
 
 TlogPublisher::TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::string deployment_origin,
-                             const crypto::SigningKey* key, std::chrono::milliseconds interval)
+                             const crypto::SigningKey* key, std::chrono::milliseconds interval, WitnessPolicy witnesses,
+                             WitnessSizes sizes, std::function<void(const std::string&, const std::string&)> on_fork)
     : pool_(pool),
       store_(store),
       origin_(std::move(deployment_origin)),
       key_(key),
+      witnesses_(std::move(witnesses)),
+      sizes_(std::move(sizes)),
+      on_fork_(std::move(on_fork)),
       thread_(interval, [this] { RunOnce(); }, /*run_at_start=*/true) {}
 
 TlogPublisher::~TlogPublisher() { stop_ = true; }  // then thread_ joins
 
 void TlogPublisher::RunOnce() {
-  auto r = PublishTlogs(*pool_, store_, origin_, *key_, &stop_);
+  auto r = PublishTlogs(*pool_, store_, origin_, *key_, &stop_, &witnesses_, &sizes_);
   const auto now = std::chrono::steady_clock::now();
   // Each distinct problem is logged once every 10 minutes (a forked chain fails every round).
   auto report = [&](const std::string& tenant, const Status& st) {
@@ -533,7 +550,291 @@ void TlogPublisher::RunOnce() {
   };
   if (!r.ok()) return report("", r.status());  // signing-key-not-in-force too: said once per 10 min
   for (const auto& [tenant, st] : r->failures) report(tenant, st);
+  if (on_fork_)
+    for (const auto& [tenant, st] : r->forks) on_fork_(tenant, st.message());
   if (logged_.size() > 10000) logged_.clear();
+}
+
+// --- Witnesses --------------------------------------------------------------------------------
+
+Result<std::vector<TlogWitness>> ParseTlogWitnesses(const std::string& setting) {
+  std::vector<TlogWitness> out;
+  size_t at = 0;
+  while (at < setting.size()) {
+    size_t comma = setting.find(',', at);
+    if (comma == std::string::npos) comma = setting.size();
+    std::string entry = setting.substr(at, comma - at);
+    at = comma + 1;
+    const auto trim = [](std::string& x) {
+      while (!x.empty() && (x.front() == ' ' || x.front() == '\t' || x.front() == '\n')) x.erase(0, 1);
+      while (!x.empty() && (x.back() == ' ' || x.back() == '\t' || x.back() == '\n')) x.pop_back();
+    };
+    trim(entry);
+    if (entry.empty()) continue;
+    const auto bad = [&](const std::string& why) {
+      return InvalidArgument("setting tlog_witnesses: entry '" + entry + "': " + why, "invalid-setting");
+    };
+    const size_t space = entry.find_first_of(" \t");
+    if (space == std::string::npos) return bad("want \"<url> <verifier key>\"");
+    TlogWitness w;
+    w.url = entry.substr(0, space);
+    std::string vkey = entry.substr(space + 1);
+    trim(vkey);
+    if (w.url.rfind("http://", 0) != 0 || w.url.size() == 7) return bad("the URL must be http://host[:port][/path]");
+    while (!w.url.empty() && w.url.back() == '/') w.url.pop_back();
+    auto key = tlog::ParseVerifierKey(vkey);
+    if (!key.ok()) return bad(key.status().message());
+    if (key->alg != tlog::kAlgCosignatureV1) return bad("not a cosignature/v1 verifier key (type 0x04)");
+    for (const auto& o : out)
+      if (o.key.name == key->name) return bad("a witness named " + key->name + " is configured twice");
+    w.key = std::move(*key);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+Result<int> WitnessQuorum(int configured, size_t count) {
+  if (configured < 0 || static_cast<size_t>(configured) > count)
+    return InvalidArgument("setting tlog_witness_quorum: " + std::to_string(configured) + " is more than the " +
+                               std::to_string(count) + " witnesses configured",
+                           "invalid-setting");
+  if (count == 0) return 0;
+  return configured > 0 ? configured : static_cast<int>(count / 2 + 1);
+}
+
+namespace {
+
+std::optional<uint64_t> DecimalSize(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  if (text.empty() || text.size() > 19 || (text.size() > 1 && text[0] == '0')) return std::nullopt;
+  uint64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return v;
+}
+
+std::string Excerpt(std::string_view body) {
+  std::string out(body.substr(0, 200));
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  for (char& ch : out)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return out;
+}
+
+}  // namespace
+
+Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant, const WitnessPolicy& policy,
+                                      WitnessSizes* sizes, bool recheck) {
+  CosignReport report;
+  OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+  db::Conn& c = *conn;
+  OML_ASSIGN_OR_RETURN(TlogState st, ReadTlogState(c, tenant));
+  if (!st.checkpoint_size)
+    return FailedPrecondition("chain " + tenant + " has no checkpoint to cosign yet", "no-checkpoint");
+  if (st.witnessed && !recheck) return report;
+  const std::string note = st.checkpoint;
+  const uint64_t n = static_cast<uint64_t>(*st.checkpoint_size);
+  TileReader tiles(&c, tenant);
+  std::string lines;
+  for (const TlogWitness& w : policy.witnesses) {
+    uint64_t& known = (*sizes)[{w.key.name, tenant}];
+    if (known > n) known = 0;  // learned before a newer round's answer: ask again
+    std::string problem = "its recorded size kept changing (another publisher is cosigning this chain)";
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::string body = "old " + std::to_string(known) + "\n";
+      if (known > 0 && known < n) {
+        auto proof = merkle::ConsistencyProof(tiles, known, n);
+        if (!proof.ok()) {
+          problem = "no consistency proof from its size " + std::to_string(known) + ": " + proof.status().message();
+          break;
+        }
+        for (const auto& h : *proof) body += crypto::Base64(h) + "\n";
+      }
+      body += "\n";
+      body += note;
+      auto reply = policy.post(w, body);
+      if (!reply.ok()) {
+        problem = "unreachable: " + reply.status().message();
+        break;
+      }
+      if (reply->status == 200) {
+        // One cosignature line, by this witness's key, over this checkpoint.
+        const std::string& line = reply->body;
+        auto opened = line.find('\n') == line.size() - 1 ? tlog::OpenNote(note + line, {w.key})
+                                                         : Result<tlog::Note>(InvalidArgument("not one line"));
+        if (!opened.ok()) {
+          problem = "its answer is not a cosignature that verifies: " + opened.status().message();
+          break;
+        }
+        known = n;
+        lines += line;
+        ++report.cosignatures;
+        problem.clear();
+        break;
+      }
+      if (reply->status == 409 && reply->content_type.rfind("text/x.tlog.size", 0) == 0) {
+        const auto theirs = DecimalSize(reply->body);
+        if (!theirs) {
+          problem = "answered 409 without a size";
+          break;
+        }
+        if (*theirs > n) {
+          // A newer checkpoint stored by another replica meanwhile is not a fork.
+          OML_ASSIGN_OR_RETURN(TlogState now, ReadTlogState(c, tenant));
+          if (now.checkpoint_size && static_cast<uint64_t>(*now.checkpoint_size) >= *theirs) {
+            problem = "a newer checkpoint was stored meanwhile";
+            break;
+          }
+          return Fork(tenant, "witness " + w.key.name + " has cosigned a tree of size " + std::to_string(*theirs) +
+                                  " of this log, larger than its newest checkpoint's " + std::to_string(n) +
+                                  " (the database lost the chain's tail)");
+        }
+        if (*theirs == known)
+          return Fork(tenant, "witness " + w.key.name + " has cosigned another tree of size " + std::to_string(*theirs) +
+                                  " of this log");
+        known = *theirs;
+        continue;
+      }
+      if (reply->status == 422)
+        return Fork(tenant, "witness " + w.key.name + " refuses the consistency proof from the tree of size " +
+                                std::to_string(known) + " it cosigned to " + std::to_string(n) + ": " +
+                                Excerpt(reply->body));
+      problem = "answered " + std::to_string(reply->status) + ": " + Excerpt(reply->body);
+      break;
+    }
+    if (!problem.empty()) report.problems.push_back(w.key.name + ": " + problem);
+  }
+  if (report.cosignatures < policy.quorum) {
+    std::string why;
+    for (const auto& p : report.problems) why += (why.empty() ? "" : "; ") + p;
+    return Unavailable("chain " + tenant + ": " + std::to_string(report.cosignatures) + " of " +
+                           std::to_string(policy.witnesses.size()) + " witnesses cosigned the checkpoint at size " +
+                           std::to_string(n) + " (quorum " + std::to_string(policy.quorum) + "): " + why,
+                       "witness-quorum");
+  }
+  if (st.witnessed) return report;  // a recheck: the stored note has its cosignatures already
+  // Stored with the cosignatures only if it is still the newest checkpoint; published again
+  // from the start of its last tile (a note at a size published unwitnessed is put again).
+  const int64_t republish_from = n > 0 ? static_cast<int64_t>((n - 1) / kTileWidth * kTileWidth) : 0;
+  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
+  OML_ASSIGN_OR_RETURN(std::vector<db::Rows> upd,
+                       c.Pipeline({db::ScopeTo(tenant),
+                                   {"UPDATE oml.tlog_state SET checkpoint = $2 || $3, witnessed = true, "
+                                    "published_size = least(published_size, $4), updated_at = now() "
+                                    "WHERE tenant_id = $1 AND checkpoint = $2 AND NOT witnessed RETURNING 1",
+                                    {db::Text(tenant), db::Text(note), db::Text(lines), db::Int(republish_from)}}}));
+  OML_RETURN_IF_ERROR(txn->Commit());
+  report.stored = upd[1].size() == 1;
+  return report;
+}
+
+Status RepublishTlog(db::Pool& pool, const std::string& tenant) {
+  OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+  return conn->Scoped(tenant, {"UPDATE oml.tlog_state SET published_size = 0 WHERE tenant_id = $1", {db::Text(tenant)}})
+      .status();
+}
+
+Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, WitnessSizes* sizes) {
+  TlogRound round;
+  if (!policy.enabled()) return round;
+  OML_ASSIGN_OR_RETURN(std::vector<TenantInfo> tenants, ListTenants(pool));
+  for (const auto& t : tenants) {
+    auto r = CosignCheckpoint(pool, t.tenant_id, policy, sizes, /*recheck=*/true);
+    if (r.ok() || r.status().type() == "no-checkpoint") {
+      ++round.chains;
+      continue;
+    }
+    if (r.status().type() == "tlog-fork") round.forks.emplace_back(t.tenant_id, r.status());
+    round.failures.emplace_back(t.tenant_id, r.status());
+  }
+  return round;
+}
+
+Status CheckPublishedCheckpoints(db::Pool& pool, blob::ObjectStore& store, const TrustedKeys& keys,
+                                 const std::string& deployment_origin, const WitnessPolicy& policy,
+                                 const std::vector<std::string>& tenants, ForkCheck* out) {
+  OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
+  db::Conn& c = *conn;
+  for (const std::string& t : tenants) {
+    OML_ASSIGN_OR_RETURN(auto bytes, store.Get(TlogPrefix(t) + "checkpoint"));
+    if (!bytes) continue;
+    const std::string origin = CheckpointOrigin(deployment_origin, t);
+    const auto invalid = [&](const std::string& what) {
+      ForkFinding f{t, 0, 0, "published checkpoint: " + what, /*invalid_head=*/true};
+      f.checkpoint = true;
+      out->findings.push_back(std::move(f));
+    };
+    std::vector<tlog::NoteKey> note_keys;
+    for (const auto& [id, pub] : keys) note_keys.push_back(tlog::MakeNoteKey(origin, pub));
+    for (const auto& w : policy.witnesses) note_keys.push_back(w.key);
+    auto opened = tlog::OpenNote(*bytes, note_keys);
+    if (!opened.ok()) {
+      invalid(opened.status().message());
+      continue;
+    }
+    std::set<std::string> witnesses;
+    bool by_log = false;
+    for (const auto& sig : opened->verified) {
+      if (sig.name == origin) by_log = true;
+      else witnesses.insert(sig.name);
+    }
+    if (!by_log) {
+      invalid("not signed by a key of the anchored key chain under " + origin);
+      continue;
+    }
+    auto cp = tlog::ParseCheckpoint(opened->text);
+    if (!cp.ok() || cp->origin != origin) {
+      invalid(cp.ok() ? "its origin is " + cp->origin + ", not " + origin : cp.status().message());
+      continue;
+    }
+    if (static_cast<int>(witnesses.size()) < policy.quorum) {
+      // Not trusted (a checkpoint of before the witnesses were configured, or planted): skipped.
+      log::Warn("published checkpoint skipped by the fork check: too few witness cosignatures",
+                {{"tenant", t}, {"size", static_cast<int64_t>(cp->size)},
+                 {"cosignatures", static_cast<int64_t>(witnesses.size())}, {"quorum", policy.quorum}});
+      continue;
+    }
+    const int64_t size = static_cast<int64_t>(cp->size);
+    const std::string kind = policy.enabled() ? "witnessed checkpoint" : "published checkpoint";
+    OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(t, {"SELECT coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0), "
+                                                  "coalesce((SELECT tiled_size FROM oml.tlog_state WHERE tenant_id = $1), 0), "
+                                                  "(SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2), "
+                                                  "coalesce((SELECT published_size FROM oml.tlog_state WHERE tenant_id = $1), 0)",
+                                                  {db::Text(t), db::Int(size)}}));
+    if (r.GetInt(0, 3) > size) {
+      // This deployment published a larger tree than the store now holds: the store (or its
+      // bucket) was rolled back. Not a fork of the chain; `oml serve` publishes it all again.
+      invalid("its size " + std::to_string(size) + " is behind the size " + std::to_string(r.GetInt(0, 3)) +
+              " this deployment published (the object store was rolled back)");
+      continue;
+    }
+    if (size == 0) continue;
+    const int64_t stored = r.GetInt(0, 0);
+    if (stored < size) {
+      out->findings.push_back({t, size, stored,
+                               "stored chain size " + std::to_string(stored) + " is behind the " + kind + " size " +
+                                   std::to_string(size)});
+      continue;
+    }
+    Result<std::string> root = InvalidArgument("");
+    if (r.GetInt(0, 1) >= size) {
+      TileReader tiles(&c, t);
+      root = merkle::RootAt(tiles, cp->size);
+    } else {
+      auto tree = TreeFromJournal(c, t, size);
+      root = tree.ok() ? Result<std::string>(tree->Root()) : Result<std::string>(tree.status());
+    }
+    if (!root.ok() || *root != cp->root) {
+      out->findings.push_back({t, size, stored,
+                               "the stored chain's tree of size " + std::to_string(size) + " has another root than the " +
+                                   kind + (root.ok() ? "" : " (" + root.status().message() + ")")});
+      continue;
+    }
+    out->heads.push_back(SignedHead{t, size, r.GetBytes(0, 2), "", ""});
+  }
+  return Status::Ok();
 }
 
 }  // namespace oml::journal

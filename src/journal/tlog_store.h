@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -33,7 +34,9 @@
 #include "common/status.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
+#include "journal/heads.h"
 #include "merkle/merkle.h"
+#include "tlog/note.h"
 
 namespace oml::journal {
 
@@ -70,6 +73,7 @@ struct TlogState {
   std::optional<int64_t> checkpoint_size;
   std::string checkpoint;  // the signed note ("" if none)
   int64_t published_size = 0;
+  bool witnessed = false;  // `checkpoint` carries a quorum of witness cosignatures (sql/0031)
 };
 
 // The chain's tlog_state (zeros if it has none yet).
@@ -118,34 +122,125 @@ std::string TlogPrefix(const std::string& tenant);
 std::string TilePath(int level, uint64_t index, uint64_t width);
 std::string EntryBundlePath(uint64_t index, uint64_t width);
 
+// --- Witnesses (C2SP tlog-witness, https://c2sp.org/tlog-witness; tlog/witness.h) -----------
+//
+// With witnesses configured (setting tlog_witnesses), each new checkpoint is sent to every
+// witness with a consistency proof from the size that witness last cosigned for the chain, and
+// it is published (and trusted by the fork checks) only once a quorum of them cosigned it. A
+// witness that answers that it cosigned a larger tree of the chain than the database's newest
+// checkpoint, another tree at the same size, or that the proof from its size does not verify,
+// names a fork: the database lost its tail or was rewritten, even if the published objects were
+// rolled back with it. The chain is then refused ("tlog-fork"), never cosigned or published.
+
+struct TlogWitness {
+  std::string url;   // "http://host[:port][/path]": requests go to <url>/add-checkpoint
+  tlog::NoteKey key;  // its cosignature/v1 verifier key (name = the witness's name)
+};
+
+// Parses the setting tlog_witnesses: entries "<url> <verifier key>" separated by ",". "" gives
+// none. kInvalidArgument "invalid-setting" naming the entry: not http://, a malformed or
+// non-cosignature key, a witness named twice.
+Result<std::vector<TlogWitness>> ParseTlogWitnesses(const std::string& setting);
+// The number of cosignatures a checkpoint needs: `configured`, or a majority of `count` when 0.
+// kInvalidArgument "invalid-setting" when configured > count.
+Result<int> WitnessQuorum(int configured, size_t count);
+
+struct WitnessReply {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+// Sends one add-checkpoint request body to a witness; an error is "unreachable" (the witness may
+// or may not have recorded it). Must be thread-safe if the policy is shared between threads.
+using WitnessPost = std::function<Result<WitnessReply>(const TlogWitness&, const std::string& body)>;
+
+struct WitnessPolicy {
+  std::vector<TlogWitness> witnesses;  // none: checkpoints are published as signed
+  int quorum = 0;                      // WitnessQuorum
+  WitnessPost post;
+  bool enabled() const { return !witnesses.empty(); }
+};
+
+// What each witness last cosigned per chain, learned from its answers: (witness name, tenant)
+// -> size. Unknown starts at 0 (the witness's 409 then says its size). One per publisher thread.
+using WitnessSizes = std::map<std::pair<std::string, std::string>, uint64_t>;
+
+struct CosignReport {
+  int cosignatures = 0;                // valid cosignatures gathered this call
+  bool stored = false;                 // the cosigned note was stored (witnessed)
+  std::vector<std::string> problems;  // per witness that did not cosign: why (not a fork)
+};
+
+// Sends the chain's stored checkpoint to every witness of `policy` and, once `quorum` of them
+// returned a cosignature that verifies under their key, stores the note with those cosignature
+// lines appended and `witnessed` set (unless a newer checkpoint was stored meanwhile). A
+// checkpoint already witnessed is left alone unless `recheck` (the startup check: ask again,
+// to learn whether a witness holds more of the chain than the database). kDataLoss "tlog-fork"
+// naming the witness and the sizes when a witness's answer shows a fork (see above);
+// kUnavailable "witness-quorum" (with every witness's problem) when fewer than `quorum` cosigned;
+// kFailedPrecondition "no-checkpoint" when the chain has no checkpoint yet.
+Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant, const WitnessPolicy& policy,
+                                      WitnessSizes* sizes, bool recheck = false);
+
 // Writes the tiles and entry bundles from published_size up to the checkpoint's size, then the
-// checkpoint, then records published_size. kFailedPrecondition "entry-too-large" for an entry
-// over 65535 bytes (a bundle cannot hold it).
+// checkpoint, then records published_size. With `require_witnessed`, a checkpoint not yet
+// witnessed is not published at all (kFailedPrecondition "not-witnessed").
 // The checkpoint is put only while it is still the newest (under the state row's lock), so a
 // slower replica never puts an older checkpoint over a newer one. Reads the tiles 512 at a time;
 // stops (kAborted "stopped") between reads once *stop is true. A bundle holding an entry over
 // 65535 bytes (its uint16 length prefix) is not written, and logged; the rest is.
 Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::string& tenant,
-                          const std::atomic<bool>* stop = nullptr);
+                          const std::atomic<bool>* stop = nullptr, bool require_witnessed = false);
 
 struct TlogRound {
   int chains = 0;                                         // chains done (or with nothing to do)
   std::vector<std::pair<std::string, Status>> failures;  // chains that failed, and why
+  std::vector<std::pair<std::string, Status>> forks;     // of those, the "tlog-fork" ones
 };
 
-// One round over every chain with work (tlog_pending(signer)): extend the tiles to the commit
-// point's edge, sign a checkpoint over the verified size, write the objects. A chain that
+// One round over every chain with work (tlog_pending(signer, witnessed)): extend the tiles to
+// the commit point's edge, sign a checkpoint over the verified size, have it cosigned when
+// `witnesses` has any (CosignCheckpoint; `sizes` REQUIRED then), write the objects. A chain that
 // fails is listed and the others still done. kFailedPrecondition "signing-key-not-in-force"
 // (nothing done) when `key` is no longer the deployment's key. Stops between chains once *stop
 // is true.
 Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const std::string& deployment_origin,
-                               const crypto::SigningKey& key, const std::atomic<bool>* stop = nullptr);
+                               const crypto::SigningKey& key, const std::atomic<bool>* stop = nullptr,
+                               const WitnessPolicy* witnesses = nullptr, WitnessSizes* sizes = nullptr);
+
+// Makes the publisher write the chain's whole log again (published_size = 0): the repair of a
+// rolled-back object store (CheckPublishedCheckpoints names it).
+Status RepublishTlog(db::Pool& pool, const std::string& tenant);
+
+// The startup witness check (`oml serve` before it accepts writes, `oml doctor`): every chain's
+// stored checkpoint is sent to the witnesses again (CosignCheckpoint with recheck), so that a
+// database restored behind what the witnesses cosigned is refused even when the published
+// objects were rolled back too. Returns the chains found forked (and those that could not be
+// checked, as failures).
+Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, WitnessSizes* sizes);
+
+// The fork check against each listed chain's published checkpoint (`oml-tlog/<tenant>/
+// checkpoint`), beside the head documents' (CheckForks, journal/heads.h). A checkpoint counts
+// only if it opens with a key of the anchored key chain (`keys`) under the chain's origin and,
+// when `policy` has witnesses, carries `quorum` cosignatures by them (else it is skipped, and
+// reported as an invalid head when it does not verify). The database must then hold the chain
+// up to the checkpoint's size with the checkpoint's root at that size (from the tiles, or the
+// journal when they do not reach it); otherwise a finding names the sizes. Each checkpoint that
+// holds is returned as a head (seq = its size, the event hash there) for the ChainGuard. A
+// checkpoint smaller than the size this deployment published (tlog_state.published_size) is
+// named as an invalid checkpoint: the object store was rolled back (RepublishTlog repairs it).
+Status CheckPublishedCheckpoints(db::Pool& pool, blob::ObjectStore& store, const TrustedKeys& keys,
+                                 const std::string& deployment_origin, const WitnessPolicy& policy,
+                                 const std::vector<std::string>& tenants, ForkCheck* out);
 
 // Runs PublishTlogs every `interval` (`oml serve`). None of the pointers is owned.
 class TlogPublisher {
  public:
+  // `on_fork(tenant, what)` is called for each chain found forked (`oml serve`: the ChainGuard
+  // closes it); `witnesses` may be empty; `sizes` carries what the startup check learned.
   TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::string deployment_origin, const crypto::SigningKey* key,
-                std::chrono::milliseconds interval);
+                std::chrono::milliseconds interval, WitnessPolicy witnesses = {}, WitnessSizes sizes = {},
+                std::function<void(const std::string&, const std::string&)> on_fork = nullptr);
   ~TlogPublisher();
 
  private:
@@ -155,6 +250,9 @@ class TlogPublisher {
   blob::ObjectStore* store_;
   const std::string origin_;
   const crypto::SigningKey* key_;
+  const WitnessPolicy witnesses_;
+  WitnessSizes sizes_;  // only RunOnce
+  const std::function<void(const std::string&, const std::string&)> on_fork_;
   std::atomic<bool> stop_{false};
   PeriodicThread thread_;  // last: runs RunOnce
 };

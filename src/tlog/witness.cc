@@ -114,8 +114,19 @@ Status DirWitnessState::Put(const std::string& origin, const WitnessRecord& r) {
 }
 
 Witness::Witness(std::map<std::string, std::vector<NoteKey>> logs, std::string name, const crypto::SigningKey* key,
-                 WitnessState* state)
-    : logs_(std::move(logs)), name_(std::move(name)), key_(key), state_(state) {}
+                 WitnessState* state, std::map<std::string, std::vector<std::string>> deployments)
+    : logs_(std::move(logs)), deployments_(std::move(deployments)), name_(std::move(name)), key_(key), state_(state) {}
+
+std::vector<NoteKey> Witness::KeysOf(const std::string& origin) const {
+  if (auto it = logs_.find(origin); it != logs_.end()) return it->second;
+  const size_t slash = origin.rfind('/');
+  if (slash == std::string::npos || slash + 1 == origin.size() || !IsValidKeyName(origin)) return {};
+  auto it = deployments_.find(origin.substr(0, slash));
+  if (it == deployments_.end()) return {};
+  std::vector<NoteKey> keys;
+  for (const auto& pk : it->second) keys.push_back(MakeNoteKey(origin, pk));
+  return keys;
+}
 
 std::string Witness::VerifierKey() const {
   return EncodeVerifierKey(MakeNoteKey(name_, key_->public_key(), kAlgCosignatureV1));
@@ -149,9 +160,9 @@ WitnessAnswer Witness::AddCheckpoint(std::string_view body, uint64_t now) {
   auto cp = ParseCheckpoint(text);
   if (!cp.ok()) return Answer(400, cp.status().message());
   if (cp->size == 0 && cp->root != merkle::EmptyRoot()) return Answer(400, "a checkpoint of size 0 has the empty tree's root");
-  auto log = logs_.find(cp->origin);
-  if (log == logs_.end()) return Answer(404, "unknown log origin " + cp->origin);
-  if (auto opened = OpenNote(note, log->second); !opened.ok()) return Answer(403, opened.status().message());
+  const std::vector<NoteKey> log_keys = KeysOf(cp->origin);
+  if (log_keys.empty()) return Answer(404, "unknown log origin " + cp->origin);
+  if (auto opened = OpenNote(note, log_keys); !opened.ok()) return Answer(403, opened.status().message());
   if (*old > cp->size) return Answer(400, "the old size " + std::to_string(*old) + " is above the checkpoint's " + std::to_string(cp->size));
 
   std::lock_guard<std::mutex> guard(mu_);

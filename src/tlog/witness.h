@@ -7,6 +7,10 @@
 //   body    "old <size>\n", up to 63 base64 consistency-proof lines, "\n", the signed checkpoint
 //   400     a malformed body, or an old size above the checkpoint's
 //   404     a checkpoint of an origin this witness is not configured for
+// A witness is configured with logs (an origin and its keys) and with deployments: a deployment
+// origin D and its keys witness every log "D/<name>" (oml's per-tenant origins), each verified
+// with the deployment key under the note key name "D/<name>", so tenants created later need no
+// new configuration.
 //   403     no signature by a key configured for that origin verifies
 //   409     `old` is not the size last cosigned for that origin (body: that size and "\n",
 //           Content-Type text/x.tlog.size), or the same size with another root
@@ -77,15 +81,20 @@ struct WitnessAnswer {
 class Witness {
  public:
   // `logs`: origin -> the keys that sign its checkpoints. `name`: the witness's key name.
+  // `deployments`: deployment origin -> the raw Ed25519 public keys that sign its logs'
+  // checkpoints (see above; an exact entry in `logs` wins).
   Witness(std::map<std::string, std::vector<NoteKey>> logs, std::string name, const crypto::SigningKey* key,
-          WitnessState* state);
+          WitnessState* state, std::map<std::string, std::vector<std::string>> deployments = {});
   // Thread-safe. `now`: the cosignature's Unix time.
   WitnessAnswer AddCheckpoint(std::string_view body, uint64_t now);
   // The witness's verifier key for cosignature/v1 ("<name>+<hash>+<base64(0x04 || key)>").
   std::string VerifierKey() const;
 
  private:
+  // The keys of the log `origin` (empty if this witness is not configured for it).
+  std::vector<NoteKey> KeysOf(const std::string& origin) const;
   std::map<std::string, std::vector<NoteKey>> logs_;
+  std::map<std::string, std::vector<std::string>> deployments_;
   std::string name_;
   const crypto::SigningKey* key_;
   WitnessState* state_;

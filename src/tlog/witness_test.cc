@@ -130,5 +130,36 @@ TEST_F(WitnessTest, RefusesUnknownLogsBadSignaturesAndMalformedBodies) {
   EXPECT_EQ(w->AddCheckpoint(Body(0, {}, Checkpoint(5)), 1).status, 200);
 }
 
+TEST_F(WitnessTest, ADeploymentKeyWitnessesEveryLogUnderItsOriginAndNoOther) {
+  auto state = DirWitnessState::Open(dir_.string());
+  ASSERT_TRUE(state.ok());
+  Witness w({}, "witness.test/w1", &*witness_key_, state->get(), {{"oml.test", {log_key_->public_key()}}});
+  const NoteKey cosig = MakeNoteKey("witness.test/w1", witness_key_->public_key(), kAlgCosignatureV1);
+  auto note = [&](const std::string& origin) {
+    return SignNote(EncodeCheckpoint({origin, 3, merkle::RootAt(tree_, 3).value(), {}}), origin, *log_key_).value();
+  };
+  // Two chains of the deployment, each its own log (its own recorded size).
+  for (const std::string origin : {"oml.test/tenant-a", "oml.test/tenant-b"}) {
+    const std::string cp = note(origin);
+    auto a = w.AddCheckpoint(Body(0, {}, cp), 1700000000);
+    ASSERT_EQ(a.status, 200) << origin << ": " << a.body;
+    EXPECT_TRUE(OpenNote(cp + a.body, {cosig}).ok());
+    EXPECT_EQ(state->get()->Get(origin).value()->size, 3u);
+  }
+  // Not under the deployment's origin, or deeper than one name under it: unknown logs.
+  for (const std::string origin : {"oml.other/tenant-a", "oml.test/a/b", "oml.testx/a"}) {
+    auto a = w.AddCheckpoint(Body(0, {}, note(origin)), 1700000000);
+    EXPECT_EQ(a.status, 404) << origin;
+    EXPECT_EQ(a.body, "unknown log origin " + origin + "\n");
+  }
+  // Signed under the right name by another key: 403.
+  auto stranger = crypto::SigningKey::Generate();
+  const std::string origin = "oml.test/tenant-c";
+  const std::string forged =
+      SignNote(EncodeCheckpoint({origin, 3, merkle::RootAt(tree_, 3).value(), {}}), origin, *stranger).value();
+  EXPECT_EQ(w.AddCheckpoint(Body(0, {}, forged), 1700000000).status, 403);
+  EXPECT_FALSE(state->get()->Get(origin).value().has_value());
+}
+
 }  // namespace
 }  // namespace oml::tlog
