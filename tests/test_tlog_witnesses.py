@@ -3,6 +3,9 @@ tlog-witness cosignatures (`oml witness` processes, configured with the deployme
 key), and the fork checks name a restored database, a rolled-back object store, and both at
 once (only the witnesses can tell then). The cosignatures are verified by
 transparency-dev/formats (tests/tlogcheck), not by oml."""
+import base64
+import hashlib
+import json
 import shutil
 import subprocess
 import time
@@ -44,16 +47,25 @@ class Witness:
         return f"http://127.0.0.1:{self.port} {self.vkey}"
 
 
+ORIGIN = "oml.test/log"  # witnesses need a deployment's own tlog_origin, not the default
+
+
 @pytest.fixture
 def witnessed(served):
-    """`served` restarted with two witnesses (quorum: a majority of 2, i.e. both)."""
+    """`served` restarted with its own tlog_origin and two witnesses (quorum: a majority of 2, i.e.
+    both)."""
     d = served
+    d.env["OML_TLOG_ORIGIN"] = ORIGIN
     # The verifier key `oml key public --witness-vkey` prints is the deployment key under tlog_origin.
     vkey = d.run("key", "public", "--witness-vkey").stdout.strip()
-    assert vkey == note_vkey("oml.local", deployment_key(d))
+    assert vkey == note_vkey(ORIGIN, deployment_key(d))
     d.witnesses = [Witness(d, f"witness.test/w{i}", vkey).start() for i in (1, 2)]
-    d.witness_env = {"OML_TLOG_WITNESSES": ",".join(w.entry() for w in d.witnesses)}
-    d.env.update(d.witness_env)  # `oml doctor` and the CLI read the same settings
+    entries = ",".join(w.entry() for w in d.witnesses)
+    # The default origin is every deployment's: refused with witnesses, naming the setting.
+    bad = d.run("doctor", check=False, env={"OML_TLOG_ORIGIN": "oml.local", "OML_TLOG_WITNESSES": entries})
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "setting tlog_witnesses: set tlog_origin to this deployment's own name first" in bad.stderr
+    d.env["OML_TLOG_WITNESSES"] = entries  # `oml doctor` and the CLI read the same settings
     d.stop_server()
     d.serve()
     yield d
@@ -92,7 +104,9 @@ def snapshot_then_advance(d, where, writes):
     """One event, witnessed and published; then, with the server stopped, a snapshot of the
     database (pg_dump) and of the object store (a copy) in `where`; then `writes` more events,
     witnessed and published. The server is left stopped. Returns the two head seqs."""
-    assert d.submit(d.writer, body="then").status_code == 201
+    r = d.submit(d.writer, body="then")
+    assert r.status_code == 201
+    d.then_artifact = r.json()["artifact_id"]
     then = head(d)
     wait_witnessed(d, then)
     d.stop_server()
@@ -116,7 +130,7 @@ def roll_back_objects(d, where):
 def test_checkpoints_are_published_with_a_quorum_of_cosignatures_that_formats_verifies(witnessed, tlogcheck):
     d = witnessed
     t = d.tenant_id
-    origin = f"oml.local/{t}"
+    origin = f"{ORIGIN}/{t}"
     vkey = note_vkey(origin, deployment_key(d))
     assert d.submit(d.writer, body="witnessed 1").status_code == 201
     n1 = head(d)
@@ -146,6 +160,30 @@ def test_checkpoints_are_published_with_a_quorum_of_cosignatures_that_formats_ve
     assert int(body_of(cp2)[1]) == n2
     ok = check(tlogcheck, {"vkey": vkey, "origin": origin, "cosigned": cp2, "cosigner_vkeys": [w.vkey for w in d.witnesses]})
     assert ok["cosigned"] == "ok", ok
+    # An auditor holding the first checkpoint checks offline, in O(log n), that the newer one
+    # (cosigned by both witnesses) extends it.
+    (d.home / "old.cp").write_text(cp)
+    answer = d.get(f"/v1/proofs/consistency?from={n1}", d.writer).json()
+    assert answer["checkpoint"] == cp2
+    (d.home / "proof.json").write_text(json.dumps(answer))
+    witness_args = [a for w in d.witnesses for a in ("--witness", w.vkey)]
+    v = d.run("verify-consistency", str(d.home / "old.cp"), "--proof", str(d.home / "proof.json"), *witness_args)
+    root = base64.b64decode(body_of(cp2)[2]).hex()
+    assert v.stdout == f"consistency OK: {origin} size {n1} -> {n2} ({len(answer['hashes'])} hashes) root {root}\n"
+    bad = dict(answer, hashes=[base64.b64encode(bytes(32)).decode()] + answer["hashes"][1:])
+    (d.home / "bad.json").write_text(json.dumps(bad))
+    v = d.run("verify-consistency", str(d.home / "old.cp"), "--proof", str(d.home / "bad.json"), check=False)
+    assert v.returncode == 3 and v.stdout.startswith("consistency INVALID: "), v.stdout
+    (d.home / "bad.json").write_text(json.dumps(dict(answer, **{"from": n1 - 1})))
+    v = d.run("verify-consistency", str(d.home / "old.cp"), "--proof", str(d.home / "bad.json"), check=False)
+    assert (v.returncode, v.stdout) == (3, f"consistency INVALID: the proof is from size {n1 - 1}, the old checkpoint's is {n1}\n")
+    # A witness that did not cosign it (a key made here, not by oml).
+    typed = b"\x04" + bytes(range(32))
+    w9_hash = hashlib.sha256(b"witness.test/w9\n" + typed).digest()[:4].hex()
+    w9 = f"witness.test/w9+{w9_hash}+{base64.b64encode(typed).decode()}"
+    v = d.run("verify-consistency", str(d.home / "old.cp"), "--proof", str(d.home / "proof.json"), "--witness", w9,
+              check=False)
+    assert (v.returncode, v.stdout) == (3, "consistency INVALID: the new checkpoint has no cosignature by witness.test/w9\n")
     doc = d.run("doctor", check=False)
     assert doc.returncode == 0, doc.stdout + doc.stderr
     assert "witnesses: 2 configured (quorum 2); every chain's newest checkpoint is consistent with what they cosigned" in doc.stdout
@@ -164,7 +202,7 @@ def test_a_restored_database_is_named_by_the_witnessed_checkpoint_and_by_the_wit
     assert doc.returncode == 3, doc.stdout + doc.stderr
     assert f"FORK tenant {t}: stored chain size {early} is behind the witnessed checkpoint size {late}" in doc.stdout
     assert (f"FORK tenant {t}: chain {t}: witness witness.test/w1 has cosigned a tree of size {late} of this log, "
-            f"larger than its newest checkpoint's {early} (the database lost the chain's tail)") in doc.stdout
+            f"larger than the chain's {early} events (the database lost the chain's tail)") in doc.stdout
     d.serve()
     w = d.submit(d.writer, body="onto a fork", path="notes/fork.md")
     assert w.status_code == 503
@@ -187,7 +225,7 @@ def test_a_rolled_back_object_store_is_named_and_published_again(witnessed, tmp_
     cp = wait_witnessed(d, after)
     assert int(body_of(cp)[1]) == after
     assert "the object store was rolled back" in d.log_text()
-    ok = check(tlogcheck, {"vkey": note_vkey(f"oml.local/{t}", deployment_key(d)), "origin": f"oml.local/{t}",
+    ok = check(tlogcheck, {"vkey": note_vkey(f"{ORIGIN}/{t}", deployment_key(d)), "origin": f"{ORIGIN}/{t}",
                            "cosigned": cp, "cosigner_vkeys": [w.vkey for w in d.witnesses],
                            "tiles_dir": str(d.home / "objects" / "oml-tlog" / t), "checkpoint": cp})
     assert (ok["cosigned"], ok["checkpoint"], ok["tiles"]) == ("ok", "ok", "ok"), ok
@@ -204,8 +242,8 @@ def test_a_database_and_object_store_rolled_back_together_are_caught_by_the_witn
     # remember the lost tail.
     doc = d.run("doctor", check=False)
     assert doc.returncode == 3, doc.stdout + doc.stderr
-    what = (f"chain {t}: witness witness.test/w1 has cosigned a tree of size {lost} of this log, larger than its "
-            f"newest checkpoint's {then} (the database lost the chain's tail)")
+    what = (f"chain {t}: witness witness.test/w1 has cosigned a tree of size {lost} of this log, larger than the "
+            f"chain's {then} events (the database lost the chain's tail)")
     assert f"FORK tenant {t}: {what}" in doc.stdout
     assert "fork check: every stored chain head agrees with its published signed head and checkpoint" in doc.stdout
     d.serve()
@@ -213,8 +251,10 @@ def test_a_database_and_object_store_rolled_back_together_are_caught_by_the_witn
     assert w.status_code == 503
     assert w.json()["type"] == "urn:oml:problem:chain-fork"
     assert what in w.json()["detail"]
+    # A CLI write to the chain asks the witnesses too: refused, naming the fork.
+    e = d.run("erase", "--tenant", "acme", d.then_artifact, check=False)
+    assert e.returncode == 5 and what in e.stderr, e.stderr
     # Another tenant's chain is whole: it takes writes.
-    other = d.tenant("other")
+    d.tenant("other")
     tok = d.api_key("other", "writer", "olga")
     assert d.submit(tok, body="elsewhere").status_code == 201
-    assert other

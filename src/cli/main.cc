@@ -15,7 +15,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -197,23 +200,33 @@ Result<crypto::HmacKeyRing> LoadCursorKeys(const Config& c) {
 // journal::WitnessPost over HTTP: POST <url>/add-checkpoint, one keep-alive client per witness
 // (requests serialized: the publisher and the startup check are one thread each).
 journal::WitnessPost MakeWitnessPost(std::chrono::milliseconds timeout) {
+  struct Client {
+    std::mutex mu;  // one request at a time on its connection
+    std::unique_ptr<HttpClient> http;
+  };
   struct Clients {
-    std::mutex mu;
-    std::map<std::string, std::unique_ptr<HttpClient>> by_url;
+    std::mutex mu;  // guards the map only
+    std::map<std::string, std::unique_ptr<Client>> by_url;
   };
   auto clients = std::make_shared<Clients>();
   return [clients, timeout](const journal::TlogWitness& w, const std::string& body) -> Result<journal::WitnessReply> {
+    Client* client;
+    {
+      std::lock_guard<std::mutex> l(clients->mu);
+      auto& slot = clients->by_url[w.url];
+      if (!slot) slot = std::make_unique<Client>();
+      client = slot.get();
+    }
     const size_t slash = w.url.find('/', std::string("http://").size());
     const std::string base = slash == std::string::npos ? w.url : w.url.substr(0, slash);
     const std::string path = slash == std::string::npos ? "" : w.url.substr(slash);
-    std::lock_guard<std::mutex> l(clients->mu);
-    std::unique_ptr<HttpClient>& client = clients->by_url[w.url];
-    if (!client) {
+    std::lock_guard<std::mutex> l(client->mu);
+    if (!client->http) {
       OML_ASSIGN_OR_RETURN(ServerUrl server, ParseServerUrl(base));
-      client = std::make_unique<HttpClient>(std::move(server), timeout);
+      client->http = std::make_unique<HttpClient>(std::move(server), timeout);
     }
-    OML_ASSIGN_OR_RETURN(HttpResponse r, client->Send("POST", path + "/add-checkpoint",
-                                                      {{"Content-Type", "text/plain; charset=utf-8"}}, body));
+    OML_ASSIGN_OR_RETURN(HttpResponse r, client->http->Send("POST", path + "/add-checkpoint",
+                                                            {{"Content-Type", "text/plain; charset=utf-8"}}, body));
     return journal::WitnessReply{r.status, r.Header("Content-Type").value_or(""), std::move(r.body)};
   };
 }
@@ -310,12 +323,13 @@ struct Runtime {
   // Returns the findings.
   Result<journal::ForkCheck> CheckForks(const std::vector<std::string>& only, bool repair) {
     OML_ASSIGN_OR_RETURN(journal::ForkCheck fc, AllForkChecks(*store, only));
+    // Forks close first, so a chain is closed for its finding, not for the conflict between a
+    // published head and the stored hash a checkpoint's head carries (Observe below).
+    for (const auto& f : fc.findings)
+      if (!f.invalid_head) guard->Close(f.tenant, f.what);
     for (const auto& h : fc.heads) guard->Observe(h.tenant, h.seq, h.event_hash);
     for (const auto& f : fc.findings) {
-      if (!f.invalid_head) {
-        guard->Close(f.tenant, f.what);
-        continue;
-      }
+      if (!f.invalid_head) continue;
       Metrics::Get().ChainIntegrity("head-invalid");
       log::Error("published head is invalid", {{"tenant", f.tenant}, {"error", f.what}, {"repair", repair}});
       if (!repair) continue;
@@ -368,6 +382,17 @@ struct Runtime {
     OML_ASSIGN_OR_RETURN(journal::ForkCheck forks, CheckForks(chains, /*repair=*/false));
     for (const auto& f : forks.findings)
       if (!f.invalid_head) return Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork");
+    // With witnesses, the chains it extends are shown to them too (a database and object store
+    // rolled back together pass the checks above); a witness that does not answer is no refusal.
+    if (witnesses.enabled()) {
+      journal::WitnessSizes sizes;
+      std::set<std::string> unreachable;
+      for (const auto& t : chains) {
+        auto r = journal::CosignCheckpoint(*pool, t, witnesses, &sizes, /*recheck=*/true, &unreachable);
+        if (!r.ok() && r.status().type() == "tlog-fork")
+          return Unavailable("tenant " + t + ": " + r.status().message() + " (run `oml doctor`)", "chain-fork");
+      }
+    }
     return Status::Ok();
   }
 
@@ -1340,6 +1365,19 @@ int Main(int argc, char** argv) {
                    "public key file of the key that signed the proof's checkpoint (default: the receipt's, "
                    "--public-key; after a key rotation, the newer key)")
       ->needs(verify_receipt->get_option("--proof"));
+  auto* verify_consistency = app.add_subcommand(
+      "verify-consistency", "check offline, in O(log n), that a newer checkpoint extends an older one");
+  std::string consistency_old, consistency_proof;
+  std::vector<std::string> consistency_witnesses;
+  verify_consistency->add_option("old", consistency_old, "the older checkpoint (a signed note, as published)")->required();
+  verify_consistency
+      ->add_option("--proof", consistency_proof,
+                   "GET /v1/proofs/consistency?from=<old size>'s answer (JSON: from, to, hashes, checkpoint)")
+      ->required();
+  verify_consistency->add_option("--public-key", public_key_file, "public key file (default: <signing key>.pub)");
+  verify_consistency->add_option("--witness", consistency_witnesses,
+                                 "cosignature/v1 verifier key of a witness that must have cosigned the newer "
+                                 "checkpoint (repeatable)");
   auto* canonicalize = app.add_subcommand(
       "canonicalize", "stdin: one JSON document per line; stdout: hex of its RFC 8785 bytes, or `error: <why>`");
 
@@ -1672,6 +1710,51 @@ int Main(int argc, char** argv) {
     }
     std::cout << "inclusion OK: seq " << r->seq << " is leaf " << r->seq - 1 << " of the checkpoint " << origin << " size "
               << c->size << " root " << crypto::Hex(c->root) << "\n";
+    return 0;
+  }
+
+  if (*verify_consistency) {
+    auto pub = ReadPublicKey(public_key_file.empty() ? PublicKeyFile(cfg) : public_key_file);
+    if (!pub.ok()) return Fail(pub.status());
+    auto old_note = ReadExactFile(consistency_old, tlog::kMaxNoteBytes);
+    if (!old_note.ok()) return Fail(old_note.status());
+    auto answer = ReadExactFile(consistency_proof, 1 << 20);
+    if (!answer.ok()) return Fail(answer.status());
+    std::vector<tlog::NoteKey> cosigners;
+    for (const auto& v : consistency_witnesses) {
+      auto k = tlog::ParseVerifierKey(v);
+      if (!k.ok()) return Fail(k.status());
+      cosigners.push_back(std::move(*k));
+    }
+    // The answer: {"from": M, "to": N, "hashes": [base64...], "checkpoint": note}.
+    auto j = json::parse(*answer, nullptr, false);
+    const auto invalid = [](const std::string& why) {
+      std::cout << "consistency INVALID: " << why << "\n";
+      return kExitVerifyFailed;
+    };
+    if (j.is_discarded() || !j.is_object() || !j.contains("from") || !j["from"].is_number_unsigned() ||
+        !j.contains("to") || !j["to"].is_number_unsigned() || !j.contains("hashes") || !j["hashes"].is_array() ||
+        !j.contains("checkpoint") || !j["checkpoint"].is_string())
+      return invalid(consistency_proof + " is not a /v1/proofs/consistency answer (from, to, hashes, checkpoint)");
+    std::vector<std::string> hashes;
+    for (const auto& h : j["hashes"]) {
+      auto raw = h.is_string() ? crypto::FromBase64(h.get<std::string>()) : Result<std::string>(InvalidArgument(""));
+      if (!raw.ok() || raw->size() != 32 || hashes.size() == 64) return invalid("a proof hash is not the base64 of 32 bytes");
+      hashes.push_back(std::move(*raw));
+    }
+    const std::string new_note = j["checkpoint"].get<std::string>();
+    auto old_cp = tlog::ParseCheckpointNote(*old_note);
+    auto new_cp = tlog::ParseCheckpointNote(new_note);
+    if (old_cp.ok() && old_cp->size != j["from"].get<uint64_t>())
+      return invalid("the proof is from size " + std::to_string(j["from"].get<uint64_t>()) + ", the old checkpoint's is " +
+                     std::to_string(old_cp->size));
+    if (new_cp.ok() && new_cp->size != j["to"].get<uint64_t>())
+      return invalid("the proof is to size " + std::to_string(j["to"].get<uint64_t>()) + ", its checkpoint's is " +
+                     std::to_string(new_cp->size));
+    auto c = tlog::VerifyCheckpointConsistency(*old_note, new_note, hashes, *pub, cosigners);
+    if (!c.ok()) return invalid(c.status().message());
+    std::cout << "consistency OK: " << c->origin << " size " << old_cp->size << " -> " << c->size << " ("
+              << hashes.size() << " hashes) root " << crypto::Hex(c->root) << "\n";
     return 0;
   }
 

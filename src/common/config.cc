@@ -291,6 +291,12 @@ Result<Config> LoadConfig() {
     return InvalidArgument("setting tlog_origin: 1..200 printable ASCII characters, no space or '+' (e.g. "
                            "oml.example.com/log): '" + c.tlog_origin + "'");
   c.tlog_witnesses = get("tlog_witnesses");
+  // A witness keeps one record per origin: two deployments under the same origin would each look
+  // like a fork of the other to it (the provider chain's id is the same in every deployment).
+  if (c.tlog_witnesses.find_first_not_of(" \t,") != std::string::npos && c.tlog_origin == "oml.local")
+    return InvalidArgument("setting tlog_witnesses: set tlog_origin to this deployment's own name first (e.g. "
+                           "oml.example.com/log): witnesses keep one record per origin, and the default oml.local is "
+                           "every deployment's that kept it");
   if (!get("tlog_witness_quorum").empty()) {
     OML_RETURN_IF_ERROR(ParseInt("tlog_witness_quorum", get("tlog_witness_quorum"), &v));
     if (v < 0 || v > 100) return InvalidArgument("setting tlog_witness_quorum: 0 (a majority) or 1..the number of tlog_witnesses");

@@ -587,10 +587,18 @@ struct Witnesses {
       const int i = w.key.name[1] - '1';
       ++requests[i];
       if (down[i]) return Unavailable("down", "server-unreachable");
-      if (forged[i]) {
-        WitnessReply r{200, "text/plain", tlog::CosignatureLine(tlog::NoteText(body.substr(body.find("\n\n") + 2)),
-                                                                w.key.name, keys[(i + 1) % 3], 1700000000).value()};
-        return r;
+      if (forged[i]) {  // its own key hash, a signature that does not verify
+        std::string line = tlog::CosignatureLine(tlog::NoteText(body.substr(body.find("\n\n") + 2)), w.key.name,
+                                                 keys[i], 1700000000).value();
+        const size_t b64 = line.rfind(' ') + 1;
+        std::string raw = crypto::FromBase64(line.substr(b64, line.size() - b64 - 1)).value();
+        raw[20] ^= 1;
+        return WitnessReply{200, "text/plain", line.substr(0, b64) + crypto::Base64(raw) + "\n"};
+      }
+      if (extra_line[i]) {  // another algorithm's line first, then its cosignature: the latter counts
+        tlog::WitnessAnswer a = witnesses[static_cast<size_t>(i)]->AddCheckpoint(body, 1700000000);
+        if (a.status == 200) a.body = "\u2014 " + w.key.name + " AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n" + a.body;
+        return WitnessReply{a.status, a.content_type, a.body};
       }
       tlog::WitnessAnswer a = witnesses[static_cast<size_t>(i)]->AddCheckpoint(body, 1700000000);
       return WitnessReply{a.status, a.content_type, a.body};
@@ -607,6 +615,7 @@ struct Witnesses {
   WitnessPolicy policy;
   bool down[3] = {false, false, false};
   bool forged[3] = {false, false, false};
+  bool extra_line[3] = {false, false, false};
   int requests[3] = {0, 0, 0};
 };
 
@@ -685,6 +694,8 @@ TEST_F(TlogStoreTest, WitnessesCosignAQuorumAndNameEveryForkTheyHaveSeen) {
   EXPECT_NE(r.status().message().find("w2: its answer is not a cosignature that verifies: "), std::string::npos)
       << r.status().message();
   w.forged[1] = false;
+  // An answer with a line of another key first: its cosignature line still counts.
+  w.extra_line[0] = true;
   w.down[2] = false;
   // A checkpoint not yet witnessed is not published when witnesses are required.
   auto dir = std::filesystem::temp_directory_path() / ("tlog-" + crypto::NewUuidV4());
@@ -692,10 +703,43 @@ TEST_F(TlogStoreTest, WitnessesCosignAQuorumAndNameEveryForkTheyHaveSeen) {
   ASSERT_TRUE(store.ok());
   EXPECT_EQ(PublishTlogObjects(*pool_, **store, id, nullptr, /*require_witnessed=*/true).type(), "not-witnessed");
   EXPECT_FALSE((*store)->Get(TlogPrefix(id) + "checkpoint").value().has_value());
-  ASSERT_TRUE(CosignCheckpoint(*pool_, id, w.policy, &fresh).ok());
+  auto cosigned = CosignCheckpoint(*pool_, id, w.policy, &fresh);
+  ASSERT_TRUE(cosigned.ok()) << cosigned.status().ToString();
+  EXPECT_EQ(cosigned->cosignatures, 3);
+  w.extra_line[0] = false;
   ASSERT_TRUE(PublishTlogObjects(*pool_, **store, id, nullptr, true).ok());
   EXPECT_EQ((*store)->Get(TlogPrefix(id) + "checkpoint").value(), state().checkpoint);
 
+  // A witness that lost its state (409 "0" below the size we knew): first contact again.
+  w.states[2]->records.clear();
+  EXPECT_TRUE(CosignCheckpoint(*pool_, id, w.policy, &fresh, /*recheck=*/true).ok());
+  EXPECT_EQ(w.states[2]->records[origin].size, n3);
+  // A new set of witnesses (w1 replaced by w4): the note carries one of its cosigners' lines
+  // short of a quorum under it, so it is cosigned again, only by those not on it yet.
+  {
+    Witnesses other(key);
+    WitnessPolicy changed = w.policy;
+    changed.witnesses[0] = other.policy.witnesses[0];
+    changed.witnesses[0].key = tlog::MakeNoteKey("w4", other.keys[0].public_key(), tlog::kAlgCosignatureV1);
+    changed.witnesses[0].url = "http://w4";
+    changed.quorum = 3;
+    tlog::Witness w4({}, "w4", &other.keys[0], other.states[0].get(), {{"oml.test", {key.public_key()}}});
+    changed.post = [&](const TlogWitness& x, const std::string& body) -> Result<WitnessReply> {
+      if (x.key.name != "w4") return w.policy.post(x, body);
+      tlog::WitnessAnswer a = w4.AddCheckpoint(body, 1700000000);
+      return WitnessReply{a.status, a.content_type, a.body};
+    };
+    const int before = w.requests[1];
+    WitnessSizes s4;
+    auto again4 = CosignCheckpoint(*pool_, id, changed, &s4);
+    ASSERT_TRUE(again4.ok()) << again4.status().ToString();
+    EXPECT_TRUE(again4->stored);
+    EXPECT_EQ(w.requests[1], before);  // w2 is on the note already: not asked
+    std::vector<tlog::NoteKey> keys4 = {changed.witnesses[0].key, changed.witnesses[1].key, changed.witnesses[2].key};
+    auto opened4 = tlog::OpenNote(state().checkpoint, keys4);
+    ASSERT_TRUE(opened4.ok());
+    EXPECT_EQ(opened4->verified.size(), 3u);
+  }
   // What a witness has seen and the database has not: each a fork, named, nothing stored.
   const tlog::WitnessRecord kept = w.states[0]->records[origin];
   // (1) a larger tree: the database lost its tail.
@@ -704,8 +748,16 @@ TEST_F(TlogStoreTest, WitnessesCosignAQuorumAndNameEveryForkTheyHaveSeen) {
   r = CosignCheckpoint(*pool_, id, w.policy, &again, /*recheck=*/true);
   EXPECT_EQ(r.status().type(), "tlog-fork");
   EXPECT_EQ(r.status().message(), "chain " + id + ": witness w1 has cosigned a tree of size " + std::to_string(n3 + 50) +
-                                      " of this log, larger than its newest checkpoint's " + std::to_string(n3) +
-                                      " (the database lost the chain's tail)");
+                                      " of this log, larger than the chain's " + std::to_string(n3) +
+                                      " events (the database lost the chain's tail)");
+  // Past the checkpoint but not past the chain (a checkpoint row older than the events, after a
+  // failover): not a fork; the next checkpoint reaches the size and the witness decides then.
+  w.states[0]->records[origin] = {n3 + 2, merkle::HashLeaf("x"), "-"};
+  AppendMany(id, 2);
+  r = CosignCheckpoint(*pool_, id, w.policy, &again, true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->problems, std::vector<std::string>{"w1: it has cosigned size " + std::to_string(n3 + 2) +
+                                                  ", past this checkpoint (the next one reaches it)"});
   // (2) another tree of the same size.
   w.states[0]->records[origin] = {n3, merkle::HashLeaf("x"), "-"};
   r = CosignCheckpoint(*pool_, id, w.policy, &again, true);

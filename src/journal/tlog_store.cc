@@ -1,5 +1,6 @@
 #include "journal/tlog_store.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <vector>
@@ -497,6 +498,7 @@ Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const s
     for (int i = 0; i < r.size(); ++i) tenants.push_back(r.Get(i, 0));
   }
   TlogRound round;
+  std::set<std::string> unreachable;  // witnesses that did not answer: not asked again this round
   for (const std::string& t : tenants) {
     if (stop != nullptr && stop->load()) break;
     Status st = [&]() -> Status {
@@ -509,7 +511,7 @@ Result<TlogRound> PublishTlogs(db::Pool& pool, blob::ObjectStore* store, const s
       OML_ASSIGN_OR_RETURN(TlogState s, ReadTlogState(*conn, t));
       if (s.verified_size == 0 && !s.checkpoint_size) return Status::Ok();  // nothing verified yet
       OML_RETURN_IF_ERROR(SignCheckpoint(pool, t, deployment_origin, key).status());
-      if (witnessed) OML_RETURN_IF_ERROR(CosignCheckpoint(pool, t, *witnesses, sizes).status());
+      if (witnessed) OML_RETURN_IF_ERROR(CosignCheckpoint(pool, t, *witnesses, sizes, false, &unreachable).status());
       if (store != nullptr) OML_RETURN_IF_ERROR(PublishTlogObjects(pool, *store, t, stop, witnessed));
       return Status::Ok();
     }();
@@ -542,7 +544,12 @@ void TlogPublisher::RunOnce() {
   const auto now = std::chrono::steady_clock::now();
   // Each distinct problem is logged once every 10 minutes (a forked chain fails every round).
   auto report = [&](const std::string& tenant, const Status& st) {
-    auto& last = logged_[tenant + "\n" + st.ToString()];
+    // Keyed without digits: a problem whose sizes change every round is still one problem.
+    std::string key = tenant + "\n" + st.ToString();
+    key.erase(std::remove_if(key.begin() + static_cast<std::ptrdiff_t>(tenant.size()), key.end(),
+                             [](char ch) { return ch >= '0' && ch <= '9'; }),
+              key.end());
+    auto& last = logged_[key];
     if (last.time_since_epoch().count() != 0 && now - last < std::chrono::minutes(10)) return;
     last = now;
     log::Error("transparency log: a chain's tiles or checkpoint could not be published",
@@ -626,19 +633,39 @@ std::string Excerpt(std::string_view body) {
 }  // namespace
 
 Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant, const WitnessPolicy& policy,
-                                      WitnessSizes* sizes, bool recheck) {
+                                      WitnessSizes* sizes, bool recheck, std::set<std::string>* unreachable) {
   CosignReport report;
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
   OML_ASSIGN_OR_RETURN(TlogState st, ReadTlogState(c, tenant));
   if (!st.checkpoint_size)
     return FailedPrecondition("chain " + tenant + " has no checkpoint to cosign yet", "no-checkpoint");
-  if (st.witnessed && !recheck) return report;
   const std::string note = st.checkpoint;
+  const std::string text(tlog::NoteText(note));
   const uint64_t n = static_cast<uint64_t>(*st.checkpoint_size);
+  // The configured witnesses whose cosignature the stored note carries already (a note
+  // witnessed under another set of witnesses lacks the quorum under this one).
+  std::set<std::string> present;
+  {
+    std::vector<tlog::NoteKey> keys;
+    for (const auto& w : policy.witnesses) keys.push_back(w.key);
+    auto opened = tlog::OpenNote(note, keys);
+    if (opened.ok())
+      for (const auto& sig : opened->verified) present.insert(sig.name);
+  }
+  const bool has_quorum = st.witnessed && static_cast<int>(present.size()) >= policy.quorum;
+  if (has_quorum && !recheck) return report;
   TileReader tiles(&c, tenant);
-  std::string lines;
+  std::string lines;  // new cosignature lines, by witnesses not in `present`
   for (const TlogWitness& w : policy.witnesses) {
+    if (!recheck && present.count(w.key.name)) {
+      ++report.cosignatures;
+      continue;
+    }
+    if (unreachable != nullptr && unreachable->count(w.key.name)) {
+      report.problems.push_back(w.key.name + ": unreachable earlier in this round");
+      continue;
+    }
     uint64_t& known = (*sizes)[{w.key.name, tenant}];
     if (known > n) known = 0;  // learned before a newer round's answer: ask again
     std::string problem = "its recorded size kept changing (another publisher is cosigning this chain)";
@@ -657,19 +684,34 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
       auto reply = policy.post(w, body);
       if (!reply.ok()) {
         problem = "unreachable: " + reply.status().message();
+        if (unreachable != nullptr) unreachable->insert(w.key.name);
         break;
       }
       if (reply->status == 200) {
-        // One cosignature line, by this witness's key, over this checkpoint.
-        const std::string& line = reply->body;
-        auto opened = line.find('\n') == line.size() - 1 ? tlog::OpenNote(note + line, {w.key})
-                                                         : Result<tlog::Note>(InvalidArgument("not one line"));
-        if (!opened.ok()) {
-          problem = "its answer is not a cosignature that verifies: " + opened.status().message();
+        // One or more signature lines; the one that verifies, alone over the checkpoint's text,
+        // under this witness's cosignature key counts (others, e.g. of other algorithms, are
+        // ignored; one by its key that does not verify refuses the answer).
+        std::string line;
+        std::string_view rest = reply->body;
+        while (!rest.empty() && line.empty()) {
+          const size_t nl = rest.find('\n');
+          if (nl == std::string_view::npos) break;
+          const std::string candidate(rest.substr(0, nl + 1));
+          rest.remove_prefix(nl + 1);
+          auto opened = tlog::OpenNote(text + "\n" + candidate, {w.key});
+          if (opened.ok()) {
+            line = candidate;
+          } else if (opened.status().type() != "unverified-note") {
+            problem = "its answer is not a cosignature that verifies: " + opened.status().message();
+            break;
+          }
+        }
+        if (line.empty()) {
+          if (problem.rfind("its answer", 0) != 0) problem = "its answer holds no cosignature by its key";
           break;
         }
         known = n;
-        lines += line;
+        if (!present.count(w.key.name)) lines += line;
         ++report.cosignatures;
         problem.clear();
         break;
@@ -681,15 +723,21 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
           break;
         }
         if (*theirs > n) {
-          // A newer checkpoint stored by another replica meanwhile is not a fork.
-          OML_ASSIGN_OR_RETURN(TlogState now, ReadTlogState(c, tenant));
-          if (now.checkpoint_size && static_cast<uint64_t>(*now.checkpoint_size) >= *theirs) {
-            problem = "a newer checkpoint was stored meanwhile";
+          // Past the newest checkpoint: a fork only if the chain does not reach it. A newer
+          // checkpoint stored by another replica meanwhile, or one whose row a failover lost
+          // while the events themselves survived, is not: the next checkpoint reaches that size
+          // and the witness checks the consistency proof from it.
+          OML_ASSIGN_OR_RETURN(db::Rows h, c.Scoped(tenant, {"SELECT coalesce((SELECT seq FROM oml.chain_heads "
+                                                             "WHERE tenant_id = $1), 0)",
+                                                             {db::Text(tenant)}}));
+          const int64_t chain = h.GetInt(0, 0);
+          if (chain >= 0 && static_cast<uint64_t>(chain) >= *theirs) {
+            problem = "it has cosigned size " + std::to_string(*theirs) + ", past this checkpoint (the next one reaches it)";
             break;
           }
           return Fork(tenant, "witness " + w.key.name + " has cosigned a tree of size " + std::to_string(*theirs) +
-                                  " of this log, larger than its newest checkpoint's " + std::to_string(n) +
-                                  " (the database lost the chain's tail)");
+                                  " of this log, larger than the chain's " + std::to_string(chain) +
+                                  " events (the database lost the chain's tail)");
         }
         if (*theirs == known)
           return Fork(tenant, "witness " + w.key.name + " has cosigned another tree of size " + std::to_string(*theirs) +
@@ -714,16 +762,16 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
                            std::to_string(n) + " (quorum " + std::to_string(policy.quorum) + "): " + why,
                        "witness-quorum");
   }
-  if (st.witnessed) return report;  // a recheck: the stored note has its cosignatures already
-  // Stored with the cosignatures only if it is still the newest checkpoint; published again
-  // from the start of its last tile (a note at a size published unwitnessed is put again).
+  if (has_quorum && lines.empty()) return report;  // nothing new to store
+  // Stored with the new cosignatures only if it is still the newest checkpoint; published again
+  // from the start of its last tile (a note at a size already published is put again).
   const int64_t republish_from = n > 0 ? static_cast<int64_t>((n - 1) / kTileWidth * kTileWidth) : 0;
   OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
   OML_ASSIGN_OR_RETURN(std::vector<db::Rows> upd,
                        c.Pipeline({db::ScopeTo(tenant),
                                    {"UPDATE oml.tlog_state SET checkpoint = $2 || $3, witnessed = true, "
                                     "published_size = least(published_size, $4), updated_at = now() "
-                                    "WHERE tenant_id = $1 AND checkpoint = $2 AND NOT witnessed RETURNING 1",
+                                    "WHERE tenant_id = $1 AND checkpoint = $2 RETURNING 1",
                                     {db::Text(tenant), db::Text(note), db::Text(lines), db::Int(republish_from)}}}));
   OML_RETURN_IF_ERROR(txn->Commit());
   report.stored = upd[1].size() == 1;
@@ -740,8 +788,9 @@ Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, 
   TlogRound round;
   if (!policy.enabled()) return round;
   OML_ASSIGN_OR_RETURN(std::vector<TenantInfo> tenants, ListTenants(pool));
+  std::set<std::string> unreachable;  // asked once per round: a start waits one timeout per witness at most
   for (const auto& t : tenants) {
-    auto r = CosignCheckpoint(pool, t.tenant_id, policy, sizes, /*recheck=*/true);
+    auto r = CosignCheckpoint(pool, t.tenant_id, policy, sizes, /*recheck=*/true, &unreachable);
     if (r.ok() || r.status().type() == "no-checkpoint") {
       ++round.chains;
       continue;
@@ -758,6 +807,12 @@ Status CheckPublishedCheckpoints(db::Pool& pool, blob::ObjectStore& store, const
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
   for (const std::string& t : tenants) {
+    // What this deployment published, read before the object: a replica publishing a newer
+    // checkpoint in between then never looks like a rollback.
+    OML_ASSIGN_OR_RETURN(db::Rows pub, c.Scoped(t, {"SELECT coalesce((SELECT published_size FROM oml.tlog_state "
+                                                    "WHERE tenant_id = $1), 0)",
+                                                    {db::Text(t)}}));
+    const int64_t published = pub.GetInt(0, 0);
     OML_ASSIGN_OR_RETURN(auto bytes, store.Get(TlogPrefix(t) + "checkpoint"));
     if (!bytes) continue;
     const std::string origin = CheckpointOrigin(deployment_origin, t);
@@ -800,15 +855,14 @@ Status CheckPublishedCheckpoints(db::Pool& pool, blob::ObjectStore& store, const
     const std::string kind = policy.enabled() ? "witnessed checkpoint" : "published checkpoint";
     OML_ASSIGN_OR_RETURN(db::Rows r, c.Scoped(t, {"SELECT coalesce((SELECT seq FROM oml.chain_heads WHERE tenant_id = $1), 0), "
                                                   "coalesce((SELECT tiled_size FROM oml.tlog_state WHERE tenant_id = $1), 0), "
-                                                  "(SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2), "
-                                                  "coalesce((SELECT published_size FROM oml.tlog_state WHERE tenant_id = $1), 0)",
+                                                  "(SELECT event_hash FROM oml.journal WHERE tenant_id = $1 AND seq = $2)",
                                                   {db::Text(t), db::Int(size)}}));
-    if (r.GetInt(0, 3) > size) {
+    if (published > size) {
       // This deployment published a larger tree than the store now holds: the store (or its
-      // bucket) was rolled back. Not a fork of the chain; `oml serve` publishes it all again.
-      invalid("its size " + std::to_string(size) + " is behind the size " + std::to_string(r.GetInt(0, 3)) +
+      // bucket) was rolled back. Not a fork of the chain (`oml serve` publishes it all again);
+      // the chain is still held to the older checkpoint below.
+      invalid("its size " + std::to_string(size) + " is behind the size " + std::to_string(published) +
               " this deployment published (the object store was rolled back)");
-      continue;
     }
     if (size == 0) continue;
     const int64_t stored = r.GetInt(0, 0);

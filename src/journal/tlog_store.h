@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -171,16 +172,22 @@ struct CosignReport {
   std::vector<std::string> problems;  // per witness that did not cosign: why (not a fork)
 };
 
-// Sends the chain's stored checkpoint to every witness of `policy` and, once `quorum` of them
-// returned a cosignature that verifies under their key, stores the note with those cosignature
-// lines appended and `witnessed` set (unless a newer checkpoint was stored meanwhile). A
-// checkpoint already witnessed is left alone unless `recheck` (the startup check: ask again,
-// to learn whether a witness holds more of the chain than the database). kDataLoss "tlog-fork"
-// naming the witness and the sizes when a witness's answer shows a fork (see above);
+// Sends the chain's stored checkpoint to the witnesses of `policy` and, once `quorum` of them
+// cosigned it (a cosignature that verifies under their key, over the checkpoint's text), stores
+// the note with the new cosignature lines appended and `witnessed` set (unless a newer checkpoint
+// was stored meanwhile). Cosignatures the stored note carries already by configured witnesses
+// count (a note witnessed under another set of witnesses is cosigned again); a checkpoint with a
+// quorum of them is left alone unless `recheck` (the startup check: ask every witness again, to
+// learn whether one holds more of the chain than the database). kDataLoss "tlog-fork" naming the
+// witness and the sizes when a witness's answer shows a fork (a size past the chain's events,
+// another tree at a size, a consistency proof it refuses);
 // kUnavailable "witness-quorum" (with every witness's problem) when fewer than `quorum` cosigned;
 // kFailedPrecondition "no-checkpoint" when the chain has no checkpoint yet.
+// `unreachable` (may be null): witnesses that did not answer earlier in the round, not asked
+// again; one that does not answer now is added.
 Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant, const WitnessPolicy& policy,
-                                      WitnessSizes* sizes, bool recheck = false);
+                                      WitnessSizes* sizes, bool recheck = false,
+                                      std::set<std::string>* unreachable = nullptr);
 
 // Writes the tiles and entry bundles from published_size up to the checkpoint's size, then the
 // checkpoint, then records published_size. With `require_witnessed`, a checkpoint not yet

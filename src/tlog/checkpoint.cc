@@ -1,5 +1,6 @@
 #include "tlog/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "crypto/crypto.h"
@@ -125,6 +126,40 @@ Result<Checkpoint> VerifyTlogProof(std::string_view proof_text, std::string_view
     return InvalidArgument("the checkpoint's origin is " + c.origin + ", not " + std::string(origin), "wrong-origin");
   OML_RETURN_IF_ERROR(merkle::VerifyInclusion(p.index, c.size, merkle::HashLeaf(entry), p.hashes, c.root));
   return c;
+}
+
+Result<Checkpoint> VerifyCheckpointConsistency(std::string_view old_note, std::string_view new_note,
+                                               const std::vector<std::string>& proof, std::string_view public_key,
+                                               const std::vector<NoteKey>& cosigners) {
+  // Each note under its own origin's key name: the origins are compared after both verified.
+  const auto open = [&](std::string_view note, const std::vector<NoteKey>& extra) -> Result<std::pair<Checkpoint, Note>> {
+    OML_ASSIGN_OR_RETURN(Checkpoint unverified, ParseCheckpointNote(note));
+    if (!IsValidKeyName(unverified.origin))
+      return InvalidArgument("the checkpoint's origin " + unverified.origin + " is not a note key name", "wrong-origin");
+    std::vector<NoteKey> keys = extra;
+    keys.push_back(MakeNoteKey(unverified.origin, public_key));
+    OML_ASSIGN_OR_RETURN(Note n, OpenNote(note, keys));
+    if (std::none_of(n.verified.begin(), n.verified.end(), [&](const NoteSignature& s) { return s.name == unverified.origin; }))
+      return InvalidArgument("the checkpoint is not signed by the log's key under " + unverified.origin, "unverified-note");
+    OML_ASSIGN_OR_RETURN(Checkpoint c, ParseCheckpoint(n.text));
+    return std::pair<Checkpoint, Note>{std::move(c), std::move(n)};
+  };
+  OML_ASSIGN_OR_RETURN(auto older, open(old_note, {}));
+  OML_ASSIGN_OR_RETURN(auto newer, open(new_note, cosigners));
+  if (older.first.origin != newer.first.origin)
+    return InvalidArgument("the new checkpoint's origin is " + newer.first.origin + ", not " + older.first.origin,
+                           "wrong-origin");
+  for (const NoteKey& k : cosigners) {
+    const auto& v = newer.second.verified;
+    if (std::none_of(v.begin(), v.end(), [&](const NoteSignature& s) { return s.name == k.name && s.hash == k.hash; }))
+      return InvalidArgument("the new checkpoint has no cosignature by " + k.name, "missing-cosignature");
+  }
+  if (newer.first.size < older.first.size)
+    return InvalidArgument("the new checkpoint's size " + std::to_string(newer.first.size) + " is below the old one's " +
+                               std::to_string(older.first.size),
+                           "size-went-back");
+  OML_RETURN_IF_ERROR(merkle::VerifyConsistency(older.first.size, newer.first.size, proof, older.first.root, newer.first.root));
+  return newer.first;
 }
 
 }  // namespace oml::tlog

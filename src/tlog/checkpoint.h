@@ -61,6 +61,7 @@ std::string EncodeTlogProof(const TlogProof& p);
 Result<TlogProof> ParseTlogProof(std::string_view text);
 
 struct NoteKey;
+// (tlog/note.h)
 
 // Checks a tlog-proof offline: it is for leaf `index`, its checkpoint opens with `key` (a
 // signature by it verifies), its origin is `origin`, and the inclusion path leads from
@@ -70,5 +71,17 @@ struct NoteKey;
 // also for an index past the checkpoint's size).
 Result<Checkpoint> VerifyTlogProof(std::string_view proof_text, std::string_view entry, uint64_t index,
                                    const NoteKey& key, std::string_view origin);
+
+// Checks offline that the checkpoint `new_note` extends `old_note` (an auditor holding an older
+// checkpoint, given GET /v1/proofs/consistency's answer): both open with `public_key` under the
+// note key name = their origin, the origins are equal, `proof` is the RFC 9162 consistency proof
+// from the old tree to the new one, and every key of `cosigners` (cosignature/v1 verifier keys
+// of witnesses) cosigned the new checkpoint. O(log n): nothing is read but the proof. Returns
+// the new checkpoint. kInvalidArgument with the reason: a note error (tlog/note.h),
+// "malformed-checkpoint", "wrong-origin", "size-went-back", "missing-cosignature",
+// "invalid-proof" (merkle::VerifyConsistency's message).
+Result<Checkpoint> VerifyCheckpointConsistency(std::string_view old_note, std::string_view new_note,
+                                               const std::vector<std::string>& proof, std::string_view public_key,
+                                               const std::vector<NoteKey>& cosigners = {});
 
 }  // namespace oml::tlog

@@ -275,5 +275,59 @@ TEST(VerifyTlogProofTest, AcceptsTheProofAndNamesEachWrongPart) {
   EXPECT_EQ(VerifyTlogProof("garbage", entries[6], 6, nk, origin).status().type(), "malformed-proof");
 }
 
+TEST(VerifyCheckpointConsistencyTest, EveryPairOfSizesAndEachWrongPartNamed) {
+  auto key = crypto::SigningKey::Generate().value();
+  auto wkey = crypto::SigningKey::Generate().value();
+  merkle::MemoryTree tree;
+  for (int i = 0; i < 40; ++i) tree.Append(merkle::HashLeaf("entry " + std::to_string(i)));
+  const std::string origin = "oml.test/t1";
+  auto note = [&](uint64_t size, const std::string& o = "oml.test/t1") {
+    return SignNote(EncodeCheckpoint({o, size, merkle::RootAt(tree, size).value(), {}}), o, key).value();
+  };
+  for (uint64_t m = 0; m <= 40; ++m) {
+    for (uint64_t n = m; n <= 40; ++n) {
+      const auto proof = merkle::ConsistencyProof(tree, m, n).value();
+      auto ok = VerifyCheckpointConsistency(note(m), note(n), proof, key.public_key());
+      ASSERT_TRUE(ok.ok()) << m << " -> " << n << ": " << ok.status().ToString();
+      EXPECT_EQ(ok->size, n);
+    }
+  }
+  const auto proof = merkle::ConsistencyProof(tree, 13, 29).value();
+  auto wrong = proof;
+  wrong[0][3] ^= 1;
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), note(29), wrong, key.public_key()).status().type(), "invalid-proof");
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), note(30), proof, key.public_key()).status().type(), "invalid-proof");
+  EXPECT_EQ(VerifyCheckpointConsistency(note(29), note(13), proof, key.public_key()).status().message(),
+            "the new checkpoint's size 13 is below the old one's 29");
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), note(29, "oml.test/t2"), proof, key.public_key()).status().message(),
+            "the new checkpoint's origin is oml.test/t2, not oml.test/t1");
+  auto stranger = crypto::SigningKey::Generate().value();
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), note(29), proof, stranger.public_key()).status().type(), "unverified-note");
+  // Another tree at the new size, signed by the log's own key: the proof does not lead to it.
+  const std::string forked =
+      SignNote(EncodeCheckpoint({origin, 29, merkle::HashLeaf("x"), {}}), origin, key).value();
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), forked, proof, key.public_key()).status().type(), "invalid-proof");
+  // Cosigners: each one given must have cosigned the new checkpoint.
+  const NoteKey w = MakeNoteKey("witness.test/w1", wkey.public_key(), kAlgCosignatureV1);
+  const std::string n29 = note(29);
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), n29, proof, key.public_key(), {w}).status().message(),
+            "the new checkpoint has no cosignature by witness.test/w1");
+  const std::string cosigned = n29 + CosignatureLine(NoteText(n29), "witness.test/w1", wkey, 1700000000).value();
+  EXPECT_TRUE(VerifyCheckpointConsistency(note(13), cosigned, proof, key.public_key(), {w}).ok());
+  // Under the witness's name by another key (another key hash): not its cosignature.
+  const std::string by_other = n29 + CosignatureLine(NoteText(n29), "witness.test/w1", stranger, 1700000000).value();
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), by_other, proof, key.public_key(), {w}).status().type(),
+            "missing-cosignature");
+  // Its key hash with a signature that does not verify: the note is refused.
+  std::string line = CosignatureLine(NoteText(n29), "witness.test/w1", wkey, 1700000000).value();
+  const size_t b64 = line.rfind(' ') + 1;
+  std::string raw = crypto::FromBase64(line.substr(b64, line.size() - b64 - 1)).value();
+  raw[20] ^= 1;
+  line = line.substr(0, b64) + crypto::Base64(raw) + "\n";
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), n29 + line, proof, key.public_key(), {w}).status().type(),
+            "invalid-signature");
+  EXPECT_EQ(VerifyCheckpointConsistency("junk", n29, proof, key.public_key()).status().type(), "malformed-checkpoint");
+}
+
 }  // namespace
 }  // namespace oml::tlog
