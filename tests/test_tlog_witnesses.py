@@ -258,3 +258,22 @@ def test_a_database_and_object_store_rolled_back_together_are_caught_by_the_witn
     d.tenant("other")
     tok = d.api_key("other", "writer", "olga")
     assert d.submit(tok, body="elsewhere").status_code == 201
+
+
+def test_a_replica_with_tlog_publish_ms_0_signs_and_publishes_nothing(served):
+    d = served
+    d.stop_server()
+    d.serve(env={"OML_TLOG_PUBLISH_MS": "0"})
+    assert d.submit(d.writer, body="unpublished").status_code == 201
+    n = head(d)
+    time.sleep(2.5)  # two rounds of a default publisher
+    r = d.get(f"/v1/proofs/inclusion?seq={n}", d.writer)
+    assert r.status_code == 409 and r.json()["type"] == "urn:oml:problem:not-checkpointed", r.text
+    assert "tlog_publish_ms is 0: this replica signs and publishes no checkpoint" in d.log_text()
+    # The default publisher (another replica, here the same one restarted) catches up.
+    d.stop_server()
+    d.serve()
+    deadline = time.time() + 30
+    while d.get(f"/v1/proofs/inclusion?seq={n}", d.writer).status_code != 200:
+        assert time.time() < deadline
+        time.sleep(0.2)

@@ -727,14 +727,19 @@ Status Serve(const Config& c, const std::function<void()>& on_ready, bool local_
   journal::TreeBuilder tree_builder(rt->pool.get(), std::chrono::hours(1));
   // Each chain as a transparency log (journal/tlog_store.h): its tiles extended to the commit
   // point's edge, a checkpoint signed over them and the tiles, entry bundles and checkpoint
-  // written to the object store (oml-tlog/<tenant>/), every second.
+  // written to the object store (oml-tlog/<tenant>/), every tlog_publish_ms (busy at most a quarter of the time).
   // With witnesses (tlog_witnesses), each checkpoint is published once a quorum cosigned it; a
   // witness's answer that names a fork closes the chain for writes, as the head check does.
-  journal::TlogPublisher tlog_publisher(rt->pool.get(), rt->store.get(), c.tlog_origin, rt->key.get(),
-                                        std::chrono::milliseconds(1000), rt->witnesses, std::move(witness_sizes),
-                                        [g = rt->guard.get()](const std::string& tenant, const std::string& what) {
-                                          g->Close(tenant, what);
-                                        });
+  // tlog_publish_ms = 0: another replica publishes (or nobody: proofs then answer 409).
+  std::optional<journal::TlogPublisher> tlog_publisher;
+  if (c.tlog_publish_ms > 0)
+    tlog_publisher.emplace(rt->pool.get(), rt->store.get(), c.tlog_origin, rt->key.get(),
+                           std::chrono::milliseconds(c.tlog_publish_ms), rt->witnesses, std::move(witness_sizes),
+                           [g = rt->guard.get()](const std::string& tenant, const std::string& what) {
+                             g->Close(tenant, what);
+                           });
+  else
+    log::Warn("tlog_publish_ms is 0: this replica signs and publishes no checkpoint", {});
   api::ServerDeps deps{&rt->config, rt->pool.get(), rt->journal.get(), &claims, &fork, &cursor_keys, &durability};
   deps.uploads = &uploads;
   api::Server server(deps);
@@ -1375,6 +1380,10 @@ int Main(int argc, char** argv) {
                    "GET /v1/proofs/consistency?from=<old size>'s answer (JSON: from, to, hashes, checkpoint)")
       ->required();
   verify_consistency->add_option("--public-key", public_key_file, "public key file (default: <signing key>.pub)");
+  std::string consistency_old_key;
+  verify_consistency->add_option("--old-key", consistency_old_key,
+                                 "public key file of the key that signed the older checkpoint (default: --public-key; "
+                                 "after a key rotation, the retired key)");
   verify_consistency->add_option("--witness", consistency_witnesses,
                                  "cosignature/v1 verifier key of a witness that must have cosigned the newer "
                                  "checkpoint (repeatable)");
@@ -1751,7 +1760,13 @@ int Main(int argc, char** argv) {
     if (new_cp.ok() && new_cp->size != j["to"].get<uint64_t>())
       return invalid("the proof is to size " + std::to_string(j["to"].get<uint64_t>()) + ", its checkpoint's is " +
                      std::to_string(new_cp->size));
-    auto c = tlog::VerifyCheckpointConsistency(*old_note, new_note, hashes, *pub, cosigners);
+    std::string old_pub;
+    if (!consistency_old_key.empty()) {
+      auto k = ReadPublicKey(consistency_old_key);
+      if (!k.ok()) return Fail(k.status());
+      old_pub = *k;
+    }
+    auto c = tlog::VerifyCheckpointConsistency(*old_note, new_note, hashes, *pub, cosigners, old_pub);
     if (!c.ok()) return invalid(c.status().message());
     std::cout << "consistency OK: " << c->origin << " size " << old_cp->size << " -> " << c->size << " ("
               << hashes.size() << " hashes) root " << crypto::Hex(c->root) << "\n";
@@ -2102,7 +2117,11 @@ int Main(int argc, char** argv) {
           std::cout << "WITNESSES tenant " << tenant << ": " << st.message() << "\n";
         }
       }
-      if (w->failures.empty())
+      for (const auto& [tenant, why] : w->unchecked) {
+        ++problems;
+        std::cout << "WITNESSES tenant " << tenant << ": not every witness checked the chain's checkpoint: " << why << "\n";
+      }
+      if (w->failures.empty() && w->unchecked.empty())
         std::cout << "witnesses: " << R.witnesses.witnesses.size() << " configured (quorum " << R.witnesses.quorum
                   << "); every chain's newest checkpoint is consistent with what they cosigned\n";
     }

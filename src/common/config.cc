@@ -110,7 +110,7 @@ Result<Config> LoadConfig() {
       {"deny_list_file", "OML_DENY_LIST_FILE", ""}, {"clamd_address", "OML_CLAMD_ADDRESS", ""},
       {"clamd_timeout_ms", "OML_CLAMD_TIMEOUT_MS", ""}, {"tlog_origin", "OML_TLOG_ORIGIN", "oml.local"},
       {"tlog_witnesses", "OML_TLOG_WITNESSES", ""}, {"tlog_witness_quorum", "OML_TLOG_WITNESS_QUORUM", ""},
-      {"tlog_witness_timeout_ms", "OML_TLOG_WITNESS_TIMEOUT_MS", ""},
+      {"tlog_witness_timeout_ms", "OML_TLOG_WITNESS_TIMEOUT_MS", ""}, {"tlog_publish_ms", "OML_TLOG_PUBLISH_MS", ""},
       {"inline_body_max_bytes", "OML_INLINE_BODY_MAX_BYTES", ""},
       {"rejected_retention_s", "OML_REJECTED_RETENTION_S", ""},
       {"attachment_serve_max_bytes", "OML_ATTACHMENT_SERVE_MAX_BYTES", ""}, {"review_max_text_bytes", "OML_REVIEW_MAX_TEXT_BYTES", ""},
@@ -306,6 +306,12 @@ Result<Config> LoadConfig() {
     OML_RETURN_IF_ERROR(ParseInt("tlog_witness_timeout_ms", get("tlog_witness_timeout_ms"), &v));
     if (v < 100 || v > 600000) return InvalidArgument("setting tlog_witness_timeout_ms: 100..600000");
     c.tlog_witness_timeout_ms = static_cast<int>(v);
+  }
+  if (!get("tlog_publish_ms").empty()) {
+    OML_RETURN_IF_ERROR(ParseInt("tlog_publish_ms", get("tlog_publish_ms"), &v));
+    if (v != 0 && (v < 100 || v > 3600000))
+      return InvalidArgument("setting tlog_publish_ms: 0 (no publisher on this replica) or 100..3600000");
+    c.tlog_publish_ms = static_cast<int>(v);
   }
   if (c.db_pool_size < 1) return InvalidArgument("setting db_pool_size: must be at least 1");
   if (c.http_threads < 1) return InvalidArgument("setting http_threads: must be at least 1");

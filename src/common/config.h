@@ -62,6 +62,9 @@
 //                                                         cosignatures a checkpoint needs to be published and
 //                                                         trusted by the fork checks)
 //   tlog_witness_timeout_ms  OML_TLOG_WITNESS_TIMEOUT_MS  5000 (100..600000, per request to a witness)
+//   tlog_publish_ms          OML_TLOG_PUBLISH_MS          1000 (100..3600000: the tlog publisher's round interval,
+//                                                         stretched to keep it busy at most a quarter of the time;
+//                                                         0: this replica signs and publishes no checkpoint)
 //   review_max_text_bytes    OML_REVIEW_MAX_TEXT_BYTES    8388608 (1024..1 GiB, extracted text per item)
 //   pdf_extract_memory_mb    OML_PDF_EXTRACT_MEMORY_MB    1024 (192..65536: address space of one PDF extractor
 //                                                         process, review/pdf_sandbox.h; it needs ~151 MiB to start)
@@ -159,6 +162,7 @@ struct Config {
   std::string tlog_witnesses;  // raw; parsed by journal::ParseTlogWitnesses
   int tlog_witness_quorum = 0;
   int tlog_witness_timeout_ms = 5000;
+  int tlog_publish_ms = 1000;  // 0: no tlog publisher in this process
   int clamd_timeout_ms = 30000;
   uint64_t review_max_text_bytes = 8 << 20;
   int64_t pdf_extract_memory_mb = 1024;

@@ -238,5 +238,43 @@ TEST_F(ConfigTest, TlogOriginIsAKeyNamePrefix) {
   unsetenv("OML_TLOG_ORIGIN");
 }
 
+TEST_F(ConfigTest, TlogWitnessAndPublisherSettings) {
+  unsetenv("OML_TLOG_ORIGIN");
+  auto c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->tlog_witnesses, "");
+  EXPECT_EQ(c->tlog_witness_quorum, 0);
+  EXPECT_EQ(c->tlog_witness_timeout_ms, 5000);
+  EXPECT_EQ(c->tlog_publish_ms, 1000);
+  // Witnesses under the default origin: refused, naming the setting.
+  setenv("OML_TLOG_WITNESSES", "http://127.0.0.1:8473 w+00000000+BAAA", 1);
+  c = LoadConfig();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("setting tlog_witnesses: set tlog_origin to this deployment's own name first", 0),
+            0u)
+      << c.status().message();
+  setenv("OML_TLOG_ORIGIN", "oml.example.com/log", 1);
+  c = LoadConfig();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();  // the entries themselves are parsed by journal::ParseTlogWitnesses
+  EXPECT_EQ(c->tlog_witnesses, "http://127.0.0.1:8473 w+00000000+BAAA");
+  setenv("OML_TLOG_WITNESS_QUORUM", "-1", 1);
+  EXPECT_EQ(LoadConfig().status().message(), "setting tlog_witness_quorum: not a non-negative integer: '-1'");
+  setenv("OML_TLOG_WITNESS_QUORUM", "101", 1);
+  EXPECT_EQ(LoadConfig().status().message(), "setting tlog_witness_quorum: 0 (a majority) or 1..the number of tlog_witnesses");
+  setenv("OML_TLOG_WITNESS_QUORUM", "2", 1);
+  EXPECT_EQ(LoadConfig()->tlog_witness_quorum, 2);
+  setenv("OML_TLOG_WITNESS_TIMEOUT_MS", "99", 1);
+  EXPECT_EQ(LoadConfig().status().message(), "setting tlog_witness_timeout_ms: 100..600000");
+  unsetenv("OML_TLOG_WITNESS_TIMEOUT_MS");
+  for (const char* bad : {"50", "99", "3600001"}) {
+    setenv("OML_TLOG_PUBLISH_MS", bad, 1);
+    EXPECT_EQ(LoadConfig().status().message(), "setting tlog_publish_ms: 0 (no publisher on this replica) or 100..3600000")
+        << bad;
+  }
+  setenv("OML_TLOG_PUBLISH_MS", "0", 1);
+  EXPECT_EQ(LoadConfig()->tlog_publish_ms, 0);
+  for (const char* v : {"OML_TLOG_PUBLISH_MS", "OML_TLOG_WITNESS_QUORUM", "OML_TLOG_WITNESSES", "OML_TLOG_ORIGIN"}) unsetenv(v);
+}
+
 }  // namespace
 }  // namespace oml

@@ -15,6 +15,10 @@ class PeriodicThread {
   // Calls `tick` every `interval` (first right away when `run_at_start`, else after one
   // interval), on its own thread, never two at once. `tick` must not throw.
   PeriodicThread(std::chrono::milliseconds interval, std::function<void()> tick, bool run_at_start);
+  // The same, with a tick that returns how long to wait after it (at least `interval`): a loop
+  // that spaces its rounds by what they cost (e.g. at most a share of the time busy).
+  PeriodicThread(std::chrono::milliseconds interval, std::function<std::chrono::milliseconds()> tick,
+                 bool run_at_start);
   // Wakes the thread and joins it: waits for a tick in progress to return.
   ~PeriodicThread();
   PeriodicThread(const PeriodicThread&) = delete;
@@ -23,7 +27,7 @@ class PeriodicThread {
  private:
   void Run();
   const std::chrono::milliseconds interval_;
-  const std::function<void()> tick_;
+  const std::function<std::chrono::milliseconds()> tick_;
   const bool run_at_start_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -595,6 +595,17 @@ struct Witnesses {
         raw[20] ^= 1;
         return WitnessReply{200, "text/plain", line.substr(0, b64) + crypto::Base64(raw) + "\n"};
       }
+      if (bad_after[i]) {  // its cosignature, then a line by its key that does not verify
+        tlog::WitnessAnswer a = witnesses[static_cast<size_t>(i)]->AddCheckpoint(body, 1700000000);
+        if (a.status == 200) {
+          std::string bad = a.body;
+          const size_t b64 = bad.rfind(' ') + 1;
+          std::string raw = crypto::FromBase64(bad.substr(b64, bad.size() - b64 - 1)).value();
+          raw[30] ^= 1;
+          a.body += bad.substr(0, b64) + crypto::Base64(raw) + "\n";
+        }
+        return WitnessReply{a.status, a.content_type, a.body};
+      }
       if (extra_line[i]) {  // another algorithm's line first, then its cosignature: the latter counts
         tlog::WitnessAnswer a = witnesses[static_cast<size_t>(i)]->AddCheckpoint(body, 1700000000);
         if (a.status == 200) a.body = "\u2014 " + w.key.name + " AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n" + a.body;
@@ -616,6 +627,7 @@ struct Witnesses {
   bool down[3] = {false, false, false};
   bool forged[3] = {false, false, false};
   bool extra_line[3] = {false, false, false};
+  bool bad_after[3] = {false, false, false};
   int requests[3] = {0, 0, 0};
 };
 
@@ -709,6 +721,30 @@ TEST_F(TlogStoreTest, WitnessesCosignAQuorumAndNameEveryForkTheyHaveSeen) {
   w.extra_line[0] = false;
   ASSERT_TRUE(PublishTlogObjects(*pool_, **store, id, nullptr, true).ok());
   EXPECT_EQ((*store)->Get(TlogPrefix(id) + "checkpoint").value(), state().checkpoint);
+  // A good cosignature followed by a bad line under the same key: that answer is refused.
+  w.bad_after[1] = true;
+  r = CosignCheckpoint(*pool_, id, w.policy, &fresh, /*recheck=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cosignatures, 2);
+  ASSERT_EQ(r->problems.size(), 1u);
+  EXPECT_EQ(r->problems[0].rfind("w2: its answer is not a cosignature that verifies: ", 0), 0u) << r->problems[0];
+  w.bad_after[1] = false;
+  // The startup recheck with one witness down but a quorum: the chain is named as not checked by
+  // every witness, and the down one is asked once in the round, not once per chain.
+  {
+    WitnessSizes rs;
+    w.down[2] = true;
+    const int asked = w.requests[2];
+    auto round = RecheckWitnesses(*pool_, w.policy, &rs);
+    ASSERT_TRUE(round.ok()) << round.status().ToString();
+    EXPECT_EQ(w.requests[2], asked + 1);
+    std::string why;
+    for (const auto& [tenant, text] : round->unchecked)
+      if (tenant == id) why = text;
+    EXPECT_EQ(why, "w3: unreachable: down");
+    for (const auto& [tenant, st] : round->forks) EXPECT_NE(tenant, id) << st.ToString();
+    w.down[2] = false;
+  }
 
   // A witness that lost its state (409 "0" below the size we knew): first contact again.
   w.states[2]->records.clear();

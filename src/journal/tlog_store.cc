@@ -93,10 +93,17 @@ class BuilderNodes : public merkle::NodeReader {
 // holding the row, its checkpoint put to a slow object store, makes this chain fail for this
 // round, not the whole round wait), rolled back on every early return unless committed, and
 // committed only with the synchronous standbys' acknowledgement (Conn::CommitVerdict).
+// `derived_only`: the transaction writes only what is rebuilt from the journal if lost (tiles,
+// tiled/verified/published sizes), so its COMMIT does not wait for the WAL flush or the standbys
+// (synchronous_commit off): a publisher with many chains to do must not queue behind the commit
+// point's fsyncs. A checkpoint's own COMMIT waits (and flushes the WAL before it, these too).
 class TlogTxn {
  public:
-  static Result<std::unique_ptr<TlogTxn>> Begin(db::Conn& c) {
-    OML_RETURN_IF_ERROR(c.Exec("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'").status());
+  static Result<std::unique_ptr<TlogTxn>> Begin(db::Conn& c, bool derived_only = false) {
+    OML_RETURN_IF_ERROR(c.Exec(derived_only ? "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'; "
+                                              "SET LOCAL synchronous_commit = off"
+                                            : "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '5s'")
+                            .status());
     return std::unique_ptr<TlogTxn>(new TlogTxn(c));
   }
   ~TlogTxn() {
@@ -194,7 +201,7 @@ Result<TlogState> ReadTlogState(db::Conn& conn, const std::string& tenant) {
 Result<ExtendReport> ExtendTiles(db::Pool& pool, const std::string& tenant, int64_t max_leaves) {
   OML_ASSIGN_OR_RETURN(auto conn, pool.Acquire());
   db::Conn& c = *conn;
-  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
+  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c, /*derived_only=*/true));
   // The state row, created if missing and locked: extenders of one chain take turns. The head
   // and the commit point's edge are read in the same statement (one snapshot): the tiles are
   // extended up to the edge's size, and their root there must be the edge's.
@@ -466,8 +473,9 @@ Status PublishTlogObjects(db::Pool& pool, blob::ObjectStore& store, const std::s
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("tlog.publish.before_checkpoint"));  // tests: a newer one is published here
   // The checkpoint last, under the state row's lock: only if it is still the newest (another
   // replica may have signed and published a newer one meanwhile: never put an older one over it),
-  // and published_size recorded in the same transaction (a failed put leaves it behind).
-  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c));
+  // and published_size recorded in the same transaction (a failed put leaves it behind; a lost
+  // one only makes the next round put the objects again).
+  OML_ASSIGN_OR_RETURN(auto txn, TlogTxn::Begin(c, /*derived_only=*/true));
   OML_ASSIGN_OR_RETURN(std::vector<db::Rows> now,
                        c.Pipeline({db::ScopeTo(tenant),
                                    {"SELECT checkpoint_size, checkpoint FROM oml.tlog_state WHERE tenant_id = $1 FOR UPDATE",
@@ -535,7 +543,18 @@ TlogPublisher::TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::stri
       witnesses_(std::move(witnesses)),
       sizes_(std::move(sizes)),
       on_fork_(std::move(on_fork)),
-      thread_(interval, [this] { RunOnce(); }, /*run_at_start=*/true) {}
+      thread_(
+          interval,
+          std::function<std::chrono::milliseconds()>([this] {
+            // At most a quarter of the time busy: a round that took `busy` is followed by a pause
+            // of 3 × busy (at least the interval), so the publisher's transactions, object puts
+            // and fsyncs never crowd out the commit path when many chains are written at once.
+            const auto t0 = std::chrono::steady_clock::now();
+            RunOnce();
+            const auto busy = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+            return 3 * busy;
+          }),
+          /*run_at_start=*/true) {}
 
 TlogPublisher::~TlogPublisher() { stop_ = true; }  // then thread_ joins
 
@@ -544,11 +563,19 @@ void TlogPublisher::RunOnce() {
   const auto now = std::chrono::steady_clock::now();
   // Each distinct problem is logged once every 10 minutes (a forked chain fails every round).
   auto report = [&](const std::string& tenant, const Status& st) {
-    // Keyed without digits: a problem whose sizes change every round is still one problem.
-    std::string key = tenant + "\n" + st.ToString();
-    key.erase(std::remove_if(key.begin() + static_cast<std::ptrdiff_t>(tenant.size()), key.end(),
-                             [](char ch) { return ch >= '0' && ch <= '9'; }),
-              key.end());
+    // Keyed without its numbers (digit runs after a space: sizes, counts), so a problem whose
+    // sizes change every round is still one problem; names (w1, w2) stay apart.
+    std::string key = tenant + "\n";
+    const std::string text = st.ToString();
+    for (size_t i = 0; i < text.size(); ++i) {
+      const bool digit = text[i] >= '0' && text[i] <= '9';
+      if (digit && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '(')) {
+        while (i + 1 < text.size() && text[i + 1] >= '0' && text[i + 1] <= '9') ++i;
+        key += '#';
+      } else {
+        key += text[i];
+      }
+    }
     auto& last = logged_[key];
     if (last.time_since_epoch().count() != 0 && now - last < std::chrono::minutes(10)) return;
     last = now;
@@ -688,26 +715,29 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
         break;
       }
       if (reply->status == 200) {
-        // One or more signature lines; the one that verifies, alone over the checkpoint's text,
-        // under this witness's cosignature key counts (others, e.g. of other algorithms, are
-        // ignored; one by its key that does not verify refuses the answer).
+        // One or more signature lines; one that verifies, alone over the checkpoint's text, under
+        // this witness's cosignature key counts (lines of other keys or algorithms, or malformed
+        // ones, are ignored); a line by its key that does not verify refuses the whole answer.
         std::string line;
+        std::string refused;
         std::string_view rest = reply->body;
-        while (!rest.empty() && line.empty()) {
+        while (!rest.empty()) {
           const size_t nl = rest.find('\n');
-          if (nl == std::string_view::npos) break;
-          const std::string candidate(rest.substr(0, nl + 1));
-          rest.remove_prefix(nl + 1);
+          const std::string candidate(rest.substr(0, nl == std::string_view::npos ? rest.size() : nl + 1));
+          rest.remove_prefix(candidate.size());
           auto opened = tlog::OpenNote(text + "\n" + candidate, {w.key});
           if (opened.ok()) {
-            line = candidate;
-          } else if (opened.status().type() != "unverified-note") {
-            problem = "its answer is not a cosignature that verifies: " + opened.status().message();
-            break;
+            if (line.empty()) line = candidate;
+          } else if (opened.status().type() == "invalid-signature") {
+            refused = opened.status().message();  // a line by its key that does not verify
           }
         }
+        if (!refused.empty()) {
+          problem = "its answer is not a cosignature that verifies: " + refused;
+          break;
+        }
         if (line.empty()) {
-          if (problem.rfind("its answer", 0) != 0) problem = "its answer holds no cosignature by its key";
+          problem = "its answer holds no cosignature by its key";
           break;
         }
         known = n;
@@ -793,6 +823,11 @@ Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, 
     auto r = CosignCheckpoint(pool, t.tenant_id, policy, sizes, /*recheck=*/true, &unreachable);
     if (r.ok() || r.status().type() == "no-checkpoint") {
       ++round.chains;
+      if (r.ok() && !r->problems.empty()) {
+        std::string why;
+        for (const auto& p : r->problems) why += (why.empty() ? "" : "; ") + p;
+        round.unchecked.emplace_back(t.tenant_id, why);
+      }
       continue;
     }
     if (r.status().type() == "tlog-fork") round.forks.emplace_back(t.tenant_id, r.status());
@@ -832,7 +867,11 @@ Status CheckPublishedCheckpoints(db::Pool& pool, blob::ObjectStore& store, const
     std::set<std::string> witnesses;
     bool by_log = false;
     for (const auto& sig : opened->verified) {
-      if (sig.name == origin) by_log = true;
+      // By a key of the key chain (name and key hash), or by a configured witness.
+      const bool log_key = std::any_of(keys.begin(), keys.end(), [&](const auto& k) {
+        return sig.name == origin && sig.hash == tlog::MakeNoteKey(origin, k.second).hash;
+      });
+      if (log_key) by_log = true;
       else witnesses.insert(sig.name);
     }
     if (!by_log) {

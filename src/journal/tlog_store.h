@@ -203,6 +203,9 @@ struct TlogRound {
   int chains = 0;                                         // chains done (or with nothing to do)
   std::vector<std::pair<std::string, Status>> failures;  // chains that failed, and why
   std::vector<std::pair<std::string, Status>> forks;     // of those, the "tlog-fork" ones
+  // RecheckWitnesses: chains checked with a quorum but not by every witness, and which did not
+  // answer and why ("w2: unreachable: ...; w3: ...").
+  std::vector<std::pair<std::string, std::string>> unchecked;
 };
 
 // One round over every chain with work (tlog_pending(signer, witnessed)): extend the tiles to

@@ -130,22 +130,27 @@ Result<Checkpoint> VerifyTlogProof(std::string_view proof_text, std::string_view
 
 Result<Checkpoint> VerifyCheckpointConsistency(std::string_view old_note, std::string_view new_note,
                                                const std::vector<std::string>& proof, std::string_view public_key,
-                                               const std::vector<NoteKey>& cosigners) {
+                                               const std::vector<NoteKey>& cosigners,
+                                               std::string_view old_public_key) {
   // Each note under its own origin's key name: the origins are compared after both verified.
-  const auto open = [&](std::string_view note, const std::vector<NoteKey>& extra) -> Result<std::pair<Checkpoint, Note>> {
+  const auto open = [&](std::string_view note, std::string_view pub,
+                        const std::vector<NoteKey>& extra) -> Result<std::pair<Checkpoint, Note>> {
     OML_ASSIGN_OR_RETURN(Checkpoint unverified, ParseCheckpointNote(note));
     if (!IsValidKeyName(unverified.origin))
       return InvalidArgument("the checkpoint's origin " + unverified.origin + " is not a note key name", "wrong-origin");
+    const NoteKey log_key = MakeNoteKey(unverified.origin, pub);
     std::vector<NoteKey> keys = extra;
-    keys.push_back(MakeNoteKey(unverified.origin, public_key));
+    keys.push_back(log_key);
     OML_ASSIGN_OR_RETURN(Note n, OpenNote(note, keys));
-    if (std::none_of(n.verified.begin(), n.verified.end(), [&](const NoteSignature& s) { return s.name == unverified.origin; }))
+    // The log's own key (name and key hash), not a cosigner's key that happens to share its name.
+    if (std::none_of(n.verified.begin(), n.verified.end(),
+                     [&](const NoteSignature& s) { return s.name == log_key.name && s.hash == log_key.hash; }))
       return InvalidArgument("the checkpoint is not signed by the log's key under " + unverified.origin, "unverified-note");
     OML_ASSIGN_OR_RETURN(Checkpoint c, ParseCheckpoint(n.text));
     return std::pair<Checkpoint, Note>{std::move(c), std::move(n)};
   };
-  OML_ASSIGN_OR_RETURN(auto older, open(old_note, {}));
-  OML_ASSIGN_OR_RETURN(auto newer, open(new_note, cosigners));
+  OML_ASSIGN_OR_RETURN(auto older, open(old_note, old_public_key.empty() ? public_key : old_public_key, {}));
+  OML_ASSIGN_OR_RETURN(auto newer, open(new_note, public_key, cosigners));
   if (older.first.origin != newer.first.origin)
     return InvalidArgument("the new checkpoint's origin is " + newer.first.origin + ", not " + older.first.origin,
                            "wrong-origin");

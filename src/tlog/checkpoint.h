@@ -80,8 +80,10 @@ Result<Checkpoint> VerifyTlogProof(std::string_view proof_text, std::string_view
 // the new checkpoint. kInvalidArgument with the reason: a note error (tlog/note.h),
 // "malformed-checkpoint", "wrong-origin", "size-went-back", "missing-cosignature",
 // "invalid-proof" (merkle::VerifyConsistency's message).
+// `old_public_key` (empty: `public_key`): the key of the older checkpoint, across a rotation.
 Result<Checkpoint> VerifyCheckpointConsistency(std::string_view old_note, std::string_view new_note,
                                                const std::vector<std::string>& proof, std::string_view public_key,
-                                               const std::vector<NoteKey>& cosigners = {});
+                                               const std::vector<NoteKey>& cosigners = {},
+                                               std::string_view old_public_key = {});
 
 }  // namespace oml::tlog

@@ -327,6 +327,19 @@ TEST(VerifyCheckpointConsistencyTest, EveryPairOfSizesAndEachWrongPartNamed) {
   EXPECT_EQ(VerifyCheckpointConsistency(note(13), n29 + line, proof, key.public_key(), {w}).status().type(),
             "invalid-signature");
   EXPECT_EQ(VerifyCheckpointConsistency("junk", n29, proof, key.public_key()).status().type(), "malformed-checkpoint");
+  // A cosigner's key named as the origin does not stand in for the log's signature.
+  const NoteKey impostor = MakeNoteKey(origin, wkey.public_key(), kAlgCosignatureV1);
+  const std::string text29 = std::string(NoteText(n29));
+  const std::string only_cosigned = text29 + "\n" + CosignatureLine(text29, origin, wkey, 1700000000).value();
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), only_cosigned, proof, key.public_key(), {impostor}).status().message(),
+            "the checkpoint is not signed by the log's key under oml.test/t1");
+  // Across a key rotation: the older checkpoint under the older key.
+  auto rotated = crypto::SigningKey::Generate().value();
+  const std::string n29_new = SignNote(text29, origin, rotated).value();
+  EXPECT_EQ(VerifyCheckpointConsistency(note(13), n29_new, proof, rotated.public_key()).status().type(), "unverified-note");
+  auto across = VerifyCheckpointConsistency(note(13), n29_new, proof, rotated.public_key(), {}, key.public_key());
+  ASSERT_TRUE(across.ok()) << across.status().ToString();
+  EXPECT_EQ(across->size, 29u);
 }
 
 }  // namespace
