@@ -545,14 +545,17 @@ TlogPublisher::TlogPublisher(db::Pool* pool, blob::ObjectStore* store, std::stri
       on_fork_(std::move(on_fork)),
       thread_(
           interval,
-          std::function<std::chrono::milliseconds()>([this] {
+          std::function<std::chrono::milliseconds()>([this, interval] {
             // At most a quarter of the time busy: a round that took `busy` is followed by a pause
             // of 3 × busy (at least the interval), so the publisher's transactions, object puts
             // and fsyncs never crowd out the commit path when many chains are written at once.
             const auto t0 = std::chrono::steady_clock::now();
             RunOnce();
+            // The pause is capped (10 s, or the interval if longer): a round slowed by waiting
+            // on others (a witness's timeout, a slow object store) must not stretch the next.
             const auto busy = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-            return 3 * busy;
+            return std::min<std::chrono::milliseconds>(3 * busy, std::max<std::chrono::milliseconds>(
+                                                                     interval, std::chrono::seconds(10)));
           }),
           /*run_at_start=*/true) {}
 
@@ -563,13 +566,14 @@ void TlogPublisher::RunOnce() {
   const auto now = std::chrono::steady_clock::now();
   // Each distinct problem is logged once every 10 minutes (a forked chain fails every round).
   auto report = [&](const std::string& tenant, const Status& st) {
-    // Keyed without its numbers (digit runs after a space: sizes, counts), so a problem whose
-    // sizes change every round is still one problem; names (w1, w2) stay apart.
+    // Keyed without its numbers (digit runs not after a letter: sizes, counts), so a problem
+    // whose sizes change every round is still one problem; names (w1, w2) stay apart.
     std::string key = tenant + "\n";
     const std::string text = st.ToString();
+    const auto letter = [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); };
     for (size_t i = 0; i < text.size(); ++i) {
       const bool digit = text[i] >= '0' && text[i] <= '9';
-      if (digit && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '(')) {
+      if (digit && (i == 0 || !letter(text[i - 1]))) {
         while (i + 1 < text.size() && text[i + 1] >= '0' && text[i + 1] <= '9') ++i;
         key += '#';
       } else {
@@ -696,6 +700,7 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
     uint64_t& known = (*sizes)[{w.key.name, tenant}];
     if (known > n) known = 0;  // learned before a newer round's answer: ask again
     std::string problem = "its recorded size kept changing (another publisher is cosigning this chain)";
+    bool deferred = true;  // (that one is not a problem of the witness; each other is, unless said)
     for (int attempt = 0; attempt < 3; ++attempt) {
       std::string body = "old " + std::to_string(known) + "\n";
       if (known > 0 && known < n) {
@@ -708,6 +713,7 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
       }
       body += "\n";
       body += note;
+      deferred = false;
       auto reply = policy.post(w, body);
       if (!reply.ok()) {
         problem = "unreachable: " + reply.status().message();
@@ -763,6 +769,7 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
           const int64_t chain = h.GetInt(0, 0);
           if (chain >= 0 && static_cast<uint64_t>(chain) >= *theirs) {
             problem = "it has cosigned size " + std::to_string(*theirs) + ", past this checkpoint (the next one reaches it)";
+            deferred = true;
             break;
           }
           return Fork(tenant, "witness " + w.key.name + " has cosigned a tree of size " + std::to_string(*theirs) +
@@ -773,6 +780,7 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
           return Fork(tenant, "witness " + w.key.name + " has cosigned another tree of size " + std::to_string(*theirs) +
                                   " of this log");
         known = *theirs;
+        deferred = true;  // if this was the last attempt: "kept changing"
         continue;
       }
       if (reply->status == 422)
@@ -782,11 +790,12 @@ Result<CosignReport> CosignCheckpoint(db::Pool& pool, const std::string& tenant,
       problem = "answered " + std::to_string(reply->status) + ": " + Excerpt(reply->body);
       break;
     }
-    if (!problem.empty()) report.problems.push_back(w.key.name + ": " + problem);
+    if (!problem.empty()) (deferred ? report.deferred : report.problems).push_back(w.key.name + ": " + problem);
   }
   if (report.cosignatures < policy.quorum) {
     std::string why;
     for (const auto& p : report.problems) why += (why.empty() ? "" : "; ") + p;
+    for (const auto& p : report.deferred) why += (why.empty() ? "" : "; ") + p;
     return Unavailable("chain " + tenant + ": " + std::to_string(report.cosignatures) + " of " +
                            std::to_string(policy.witnesses.size()) + " witnesses cosigned the checkpoint at size " +
                            std::to_string(n) + " (quorum " + std::to_string(policy.quorum) + "): " + why,

@@ -170,6 +170,9 @@ struct CosignReport {
   int cosignatures = 0;                // valid cosignatures gathered this call
   bool stored = false;                 // the cosigned note was stored (witnessed)
   std::vector<std::string> problems;  // per witness that did not cosign: why (not a fork)
+  // Witnesses that did not cosign for a reason that is not theirs nor a fork: another publisher
+  // moved them on meanwhile, or their size is past this checkpoint but within the chain.
+  std::vector<std::string> deferred;
 };
 
 // Sends the chain's stored checkpoint to the witnesses of `policy` and, once `quorum` of them
