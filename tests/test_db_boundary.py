@@ -231,7 +231,8 @@ def plant_operator(c, op, left, right, result, n):
 ARG_VALUES = {"uuid": "'{tenant}'::pg_catalog.uuid", "text": "'default'::pg_catalog.text",
               "bigint": "1::pg_catalog.int8", "integer": "1::pg_catalog.int4", "bytea": "'\\x00'::pg_catalog.bytea",
               "jsonb": "'{{}}'::pg_catalog.jsonb", "json": "'{{}}'::pg_catalog.json",
-              "interval": "'0 seconds'::pg_catalog.interval", "text[]": "'{{}}'::pg_catalog.text[]"}
+              "interval": "'0 seconds'::pg_catalog.interval", "text[]": "'{{}}'::pg_catalog.text[]",
+              "boolean": "true::pg_catalog.bool"}
 
 
 def invocation(su, oid, tenant):
