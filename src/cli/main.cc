@@ -384,15 +384,10 @@ struct Runtime {
       if (!f.invalid_head) return Unavailable("tenant " + f.tenant + ": " + f.what + " (run `oml doctor`)", "chain-fork");
     // With witnesses, the chains it extends are shown to them too (a database and object store
     // rolled back together pass the checks above); a witness that does not answer is no refusal.
-    if (witnesses.enabled()) {
-      journal::WitnessSizes sizes;
-      std::set<std::string> unreachable;
-      for (const auto& t : chains) {
-        auto r = journal::CosignCheckpoint(*pool, t, witnesses, &sizes, /*recheck=*/true, &unreachable);
-        if (!r.ok() && r.status().type() == "tlog-fork")
-          return Unavailable("tenant " + t + ": " + r.status().message() + " (run `oml doctor`)", "chain-fork");
-      }
-    }
+    journal::WitnessSizes sizes;
+    OML_ASSIGN_OR_RETURN(journal::TlogRound w, journal::RecheckWitnesses(*pool, witnesses, &sizes, chains));
+    for (const auto& [tenant, st] : w.forks)
+      return Unavailable("tenant " + tenant + ": " + st.message() + " (run `oml doctor`)", "chain-fork");
     return Status::Ok();
   }
 

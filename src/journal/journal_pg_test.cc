@@ -816,6 +816,40 @@ TEST_F(TlogStoreTest, WitnessesCosignAQuorumAndNameEveryForkTheyHaveSeen) {
   EXPECT_EQ(r->cosignatures, 3);
   EXPECT_FALSE(r->stored);
   EXPECT_EQ(state().checkpoint, witnessed);
+  // Two publishers (two replicas, each with its own learned sizes) cosign the same new
+  // checkpoint at once: B runs whole while A is about to send its first request. Both gather a
+  // quorum; only the first store appends lines, so the note carries each witness once.
+  while (!ExtendTiles(*pool_, id).value().verified) {
+  }
+  const std::string newest = SignCheckpoint(*pool_, id, "oml.test", key).value();
+  ASSERT_NE(newest, witnessed);
+  WitnessSizes sizes_a, sizes_b;
+  Result<CosignReport> b = Status(Code::kInternal, "B did not run");
+  WitnessPolicy racing = w.policy;
+  bool b_pending = true;
+  racing.post = [&](const TlogWitness& x, const std::string& body) -> Result<WitnessReply> {
+    if (b_pending) {
+      b_pending = false;
+      b = CosignCheckpoint(*pool_, id, w.policy, &sizes_b);
+    }
+    return w.policy.post(x, body);
+  };
+  auto a = CosignCheckpoint(*pool_, id, racing, &sizes_a);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(b->stored);
+  EXPECT_FALSE(a->stored);  // the stored note was no longer the one A read
+  EXPECT_EQ(a->cosignatures, 3);
+  const std::string both = state().checkpoint;
+  EXPECT_TRUE(state().witnessed);
+  EXPECT_EQ(both.substr(0, newest.size()), newest);
+  for (const char* name : {"w1", "w2", "w3"}) {
+    size_t count = 0;
+    for (size_t at = both.find(std::string("\u2014 ") + name + " "); at != std::string::npos;
+         at = both.find(std::string("\u2014 ") + name + " ", at + 1))
+      ++count;
+    EXPECT_EQ(count, 1u) << name;
+  }
   (void)n1;
   (void)second;
   std::filesystem::remove_all(dir);

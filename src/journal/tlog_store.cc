@@ -642,15 +642,10 @@ Result<int> WitnessQuorum(int configured, size_t count) {
 
 namespace {
 
+// A witness's 409 body: the size and a newline (text/x.tlog.size).
 std::optional<uint64_t> DecimalSize(std::string_view text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-  if (text.empty() || text.size() > 19 || (text.size() > 1 && text[0] == '0')) return std::nullopt;
-  uint64_t v = 0;
-  for (char ch : text) {
-    if (ch < '0' || ch > '9') return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(ch - '0');
-  }
-  return v;
+  return tlog::ParseDecimal(text);
 }
 
 std::string Excerpt(std::string_view body) {
@@ -823,24 +818,29 @@ Status RepublishTlog(db::Pool& pool, const std::string& tenant) {
       .status();
 }
 
-Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, WitnessSizes* sizes) {
+Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, WitnessSizes* sizes,
+                                   const std::vector<std::string>& only) {
   TlogRound round;
   if (!policy.enabled()) return round;
-  OML_ASSIGN_OR_RETURN(std::vector<TenantInfo> tenants, ListTenants(pool));
+  std::vector<std::string> chains = only;
+  if (chains.empty()) {
+    OML_ASSIGN_OR_RETURN(std::vector<TenantInfo> tenants, ListTenants(pool));
+    for (const auto& t : tenants) chains.push_back(t.tenant_id);
+  }
   std::set<std::string> unreachable;  // asked once per round: a start waits one timeout per witness at most
-  for (const auto& t : tenants) {
-    auto r = CosignCheckpoint(pool, t.tenant_id, policy, sizes, /*recheck=*/true, &unreachable);
+  for (const std::string& tenant : chains) {
+    auto r = CosignCheckpoint(pool, tenant, policy, sizes, /*recheck=*/true, &unreachable);
     if (r.ok() || r.status().type() == "no-checkpoint") {
       ++round.chains;
       if (r.ok() && !r->problems.empty()) {
         std::string why;
         for (const auto& p : r->problems) why += (why.empty() ? "" : "; ") + p;
-        round.unchecked.emplace_back(t.tenant_id, why);
+        round.unchecked.emplace_back(tenant, why);
       }
       continue;
     }
-    if (r.status().type() == "tlog-fork") round.forks.emplace_back(t.tenant_id, r.status());
-    round.failures.emplace_back(t.tenant_id, r.status());
+    if (r.status().type() == "tlog-fork") round.forks.emplace_back(tenant, r.status());
+    round.failures.emplace_back(tenant, r.status());
   }
   return round;
 }

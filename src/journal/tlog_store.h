@@ -230,7 +230,9 @@ Status RepublishTlog(db::Pool& pool, const std::string& tenant);
 // database restored behind what the witnesses cosigned is refused even when the published
 // objects were rolled back too. Returns the chains found forked (and those that could not be
 // checked, as failures).
-Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, WitnessSizes* sizes);
+// `only`: just those chains (a CLI write checks the chains it extends); empty: every chain.
+Result<TlogRound> RecheckWitnesses(db::Pool& pool, const WitnessPolicy& policy, WitnessSizes* sizes,
+                                   const std::vector<std::string>& only = {});
 
 // The fork check against each listed chain's published checkpoint (`oml-tlog/<tenant>/
 // checkpoint`), beside the head documents' (CheckForks, journal/heads.h). A checkpoint counts

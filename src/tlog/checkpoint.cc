@@ -8,9 +8,7 @@
 #include "tlog/note.h"
 
 namespace oml::tlog {
-namespace {
 
-// Strict unsigned decimal: digits only, no sign, no leading zero (but "0"), fits 64 bits.
 std::optional<uint64_t> ParseDecimal(std::string_view s) {
   if (s.empty() || (s.size() > 1 && s[0] == '0')) return std::nullopt;
   uint64_t v = 0;
@@ -18,6 +16,8 @@ std::optional<uint64_t> ParseDecimal(std::string_view s) {
   if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
   return v;
 }
+
+namespace {
 
 // Splits `text` into lines; false unless it ends with "\n".
 bool Lines(std::string_view text, std::vector<std::string_view>* out) {

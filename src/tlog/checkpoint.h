@@ -29,6 +29,11 @@
 
 namespace oml::tlog {
 
+// A size or index as the C2SP formats write it (checkpoint sizes, tlog-proof indexes, a
+// witness's "old" line and 409 body): digits only, no sign, no leading zero (but "0"), fits 64
+// bits; nullopt otherwise.
+std::optional<uint64_t> ParseDecimal(std::string_view s);
+
 struct Checkpoint {
   std::string origin;
   uint64_t size = 0;

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 
@@ -22,14 +21,6 @@ WitnessAnswer Answer(int status, std::string body) {
   a.body = std::move(body);
   if (!a.body.empty() && a.body.back() != '\n') a.body += '\n';
   return a;
-}
-
-std::optional<uint64_t> Decimal(std::string_view s) {
-  if (s.empty() || (s.size() > 1 && s[0] == '0')) return std::nullopt;
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 Status Errno(const std::string& what) { return Internal(what + ": " + std::strerror(errno), "witness-state"); }
@@ -88,7 +79,7 @@ Result<std::optional<WitnessRecord>> DirWitnessState::Get(const std::string& ori
   ::close(fd);
   // "<size>\n<base64 root>\n" then the checkpoint note.
   const size_t a = text.find('\n'), b = a == std::string::npos ? a : text.find('\n', a + 1);
-  auto size = a == std::string::npos ? std::nullopt : Decimal(std::string_view(text).substr(0, a));
+  auto size = a == std::string::npos ? std::nullopt : ParseDecimal(std::string_view(text).substr(0, a));
   auto root = b == std::string::npos ? Result<std::string>(InvalidArgument("")) : crypto::FromBase64(text.substr(a + 1, b - a - 1));
   if (!size || !root.ok() || root->size() != 32)
     return Status(Code::kDataLoss, "witness state " + path + " is malformed", "witness-state");
@@ -143,7 +134,7 @@ WitnessAnswer Witness::AddCheckpoint(std::string_view body, uint64_t now) {
   };
   std::string_view l;
   if (!line(&l) || l.substr(0, 4) != "old ") return Answer(400, "the first line must be \"old <size>\"");
-  auto old = Decimal(l.substr(4));
+  auto old = ParseDecimal(l.substr(4));
   if (!old) return Answer(400, "the old size is not a decimal integer without leading zeros");
   std::vector<std::string> proof;
   for (;;) {
