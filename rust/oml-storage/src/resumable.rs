@@ -13,12 +13,17 @@
 //!   `offset` is refused (NOT_FOUND), never padded. `finish` fsyncs it and renames it into the
 //!   final key (DurableLocal's rename: the directories are fsynced too). No minimum part size.
 //!
+//! A local staging file's writes bypass the page cache where the file system allows it
+//! (`O_DIRECT`, [`write_staging`]): each ciphertext byte is written once by the device's DMA
+//! instead of being copied into the page cache and written back, which on the hosts measured was
+//! the upload's largest CPU cost (docs/performance.md, "Uploads").
+//!
 //! `finish` is idempotent after a crash: when the final key already holds `size` bytes, or the
 //! multipart upload was completed before (the staging object holds `size` bytes), it carries on
 //! from there. `abort` forgets an upload; a missing one is not an error.
 
 use std::ffi::{c_char, CStr};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
@@ -66,6 +71,106 @@ const LOCAL_HANDLE: &str = "local";
 
 fn local_file(root: &std::path::Path, path: &Path) -> std::path::PathBuf {
     root.join(path.as_ref())
+}
+
+/// Direct I/O's alignment of file offsets, lengths and memory: 4 KiB, which covers every logical
+/// block size Linux's block devices use (512 B or 4 KiB).
+const DIO_ALIGN: usize = 4096;
+/// The aligned bounce buffer one thread keeps for direct writes (a direct write goes out in
+/// pieces of at most this size).
+const DIO_BUFFER: usize = 256 << 10;
+/// Below this many aligned bytes a write stays buffered (the open and the head's read would cost
+/// more than the copy saves).
+const DIO_MIN: u64 = 64 << 10;
+
+/// A DIO_ALIGN-aligned buffer of DIO_BUFFER bytes.
+struct AlignedBuffer(std::ptr::NonNull<u8>);
+
+impl AlignedBuffer {
+    fn layout() -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(DIO_BUFFER, DIO_ALIGN).expect("constant layout")
+    }
+    fn new() -> Option<Self> {
+        // SAFETY: the layout's size is not zero.
+        std::ptr::NonNull::new(unsafe { std::alloc::alloc(Self::layout()) }).map(AlignedBuffer)
+    }
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: DIO_BUFFER bytes were allocated at the pointer; `&mut self` makes the slice unique.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), DIO_BUFFER) }
+    }
+}
+
+impl Drop for AlignedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `new` with the same layout.
+        unsafe { std::alloc::dealloc(self.0.as_ptr(), Self::layout()) }
+    }
+}
+
+// SAFETY: the buffer is plain memory owned by the value; it moves between threads whole.
+unsafe impl Send for AlignedBuffer {}
+
+/// Bounce buffers not in use. A put takes one and gives it back, so the process holds as many as
+/// puts ever ran at once (not one per thread that ever wrote: the HTTP workers are many).
+static DIO_POOL: std::sync::Mutex<Vec<AlignedBuffer>> = std::sync::Mutex::new(Vec::new());
+
+fn take_buffer() -> Option<AlignedBuffer> {
+    let pooled = DIO_POOL.lock().ok().and_then(|mut p| p.pop());
+    pooled.or_else(AlignedBuffer::new)
+}
+
+fn give_back(b: AlignedBuffer) {
+    if let Ok(mut p) = DIO_POOL.lock() {
+        p.push(b);
+    }
+}
+
+/// Writes `bytes` at `offset` of the staging file `path` (`f`: the same file, opened for reading
+/// and writing), the aligned middle with O_DIRECT. Contract: what the file holds afterwards is
+/// exactly what `f.write_all_at(bytes, offset)` would leave, whichever way each byte went:
+///  * the block that holds `offset` is completed first with the file's own bytes before `offset`
+///    (read back through the page cache), so the direct write starts on a block boundary;
+///  * the bytes past the last whole block are written through the page cache (the next write's
+///    head reads them back; the kernel writes back and drops cached pages a direct write covers);
+///  * where O_DIRECT is refused at open (EINVAL: tmpfs and other file systems without it), or
+///    fewer than DIO_MIN aligned bytes are involved, every byte is written through the page cache.
+/// Nothing here is durable: the caller's fdatasync (`f.sync_data`) is.
+fn write_staging(f: &std::fs::File, path: &std::path::Path, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+    let align = DIO_ALIGN as u64;
+    let start = offset & !(align - 1);
+    let end = offset + bytes.len() as u64;
+    let direct_end = end & !(align - 1);
+    if direct_end <= start || direct_end - start < DIO_MIN {
+        return f.write_all_at(bytes, offset);
+    }
+    let direct = match std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return f.write_all_at(bytes, offset),
+        Err(e) => return Err(e),
+    };
+    let Some(mut buffer) = take_buffer() else {
+        return f.write_all_at(bytes, offset); // no memory for the bounce buffer
+    };
+    let written = (|| -> std::io::Result<()> {
+        let buf = buffer.bytes();
+        let head = (offset - start) as usize;
+        f.read_exact_at(&mut buf[..head], start)?;
+        let (mut filled, mut at, mut taken) = (head, start, 0usize);
+        let direct_bytes = (direct_end - offset) as usize;
+        while taken < direct_bytes {
+            let n = (DIO_BUFFER - filled).min(direct_bytes - taken);
+            buf[filled..filled + n].copy_from_slice(&bytes[taken..taken + n]);
+            filled += n;
+            taken += n;
+            // `filled` is DIO_BUFFER, or the last piece up to direct_end: a whole number of blocks.
+            direct.write_all_at(&buf[..filled], at)?;
+            at += filled as u64;
+            filled = 0;
+        }
+        f.write_all_at(&bytes[taken..], direct_end)
+    })();
+    give_back(buffer);
+    written
 }
 
 fn io_fail<T>(what: &str, e: std::io::Error) -> FfiResult<T> {
@@ -162,7 +267,7 @@ pub extern "C" fn oml_storage_resumable_put(
                 // SAFETY: the caller passes `len` readable bytes at `data`.
                 let bytes: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(data, len) } };
                 let file = local_file(root, &path);
-                let f = match std::fs::OpenOptions::new().write(true).open(&file) {
+                let f = match std::fs::OpenOptions::new().read(true).write(true).open(&file) {
                     Ok(f) => f,
                     Err(e) => return io_fail(&format!("staging file {}", file.display()), e),
                 };
@@ -175,7 +280,7 @@ pub extern "C" fn oml_storage_resumable_put(
                 }
                 let written = (|| -> std::io::Result<()> {
                     f.set_len(offset)?;
-                    f.write_all_at(bytes, offset)?;
+                    write_staging(&f, &file, offset, bytes)?;
                     if sync != 0 {
                         f.sync_data()?;
                     }
