@@ -229,25 +229,27 @@ class Gcm {
   // Encrypts `plaintext` under `nonce` (12 bytes) and `aad`, appending ciphertext || tag(16)
   // to *out. Requires: created with encrypt = true; plaintext.size() <= INT_MAX.
   Status Seal(const unsigned char* nonce, std::string_view aad, std::string_view plaintext, std::string* out) {
-    if (plaintext.size() > static_cast<size_t>(INT_MAX)) return InvalidArgument("AES-GCM record too large");
-    OML_RETURN_IF_ERROR(Begin(nonce, aad));
     const size_t base = out->size();
     out->resize(base + plaintext.size() + kGcmTagSize);
-    auto* dst = reinterpret_cast<unsigned char*>(out->data()) + base;
+    Status s = SealTo(nonce, aad, plaintext, reinterpret_cast<unsigned char*>(out->data()) + base);
+    if (!s.ok()) out->resize(base);
+    return s;
+  }
+
+  // Seal's work, writing ciphertext || tag(16) at dst (plaintext.size() + 16 bytes).
+  Status SealTo(const unsigned char* nonce, std::string_view aad, std::string_view plaintext, unsigned char* dst) {
+    if (plaintext.size() > static_cast<size_t>(INT_MAX)) return InvalidArgument("AES-GCM record too large");
+    OML_RETURN_IF_ERROR(Begin(nonce, aad));
     int len = 0;
     if (!plaintext.empty() &&
         (EVP_CipherUpdate(ctx_.get(), dst, &len, Bytes(plaintext), static_cast<int>(plaintext.size())) != 1 ||
-         static_cast<size_t>(len) != plaintext.size())) {
-      out->resize(base);
+         static_cast<size_t>(len) != plaintext.size()))
       return OpenSslFailure("AES-GCM encrypt");
-    }
     int tail = 0;
     if (EVP_CipherFinal_ex(ctx_.get(), dst + plaintext.size(), &tail) != 1 || tail != 0 ||
         EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kGcmTagSize),
-                            dst + plaintext.size()) != 1) {
-      out->resize(base);
+                            dst + plaintext.size()) != 1)
       return OpenSslFailure("AES-GCM finish");
-    }
     return Status::Ok();
   }
 
@@ -358,27 +360,43 @@ class SegmentedEncryptor final : public AeadStreamEncryptor {
   ~SegmentedEncryptor() override { Wipe(&pending_); }
 
   Result<std::string> Update(std::string_view plaintext) override {
-    OML_RETURN_IF_ERROR(CheckUsable());
     std::string out;
+    OML_RETURN_IF_ERROR(UpdateInto(plaintext, &out));
+    return out;
+  }
+
+  Status UpdateInto(std::string_view plaintext, std::string* out) override {
+    OML_RETURN_IF_ERROR(CheckUsable());
+    // The segments sealed now: every full one that more bytes follow (the class invariant).
     const size_t total = pending_.size() + plaintext.size();
-    out.reserve(kAeadHeaderSize + (total / segment_size_) * (segment_size_ + kAeadTagSize));
-    AppendHeaderOnce(&out);
-    // Seal full segments while more bytes follow them.
+    const size_t segments = total == 0 ? 0 : (total - 1) / segment_size_;
+    std::string header;
+    AppendHeaderOnce(&header);
+    out->resize(header.size() + segments * (size_t{segment_size_} + kAeadTagSize));
+    auto* dst = reinterpret_cast<unsigned char*>(out->data());
+    std::memcpy(dst, header.data(), header.size());
+    dst += header.size();
+    auto seal = [&](std::string_view segment) {
+      Status s = Fail(SealSegmentTo(segment, /*last=*/false, dst));
+      dst += segment.size() + kGcmTagSize;
+      if (!s.ok()) out->clear();
+      return s;
+    };
     while (pending_.size() + plaintext.size() > segment_size_) {
       if (pending_.empty()) {
         // Fast path: seal straight from the caller's buffer.
-        OML_RETURN_IF_ERROR(Fail(SealSegment(plaintext.substr(0, segment_size_), /*last=*/false, &out)));
+        OML_RETURN_IF_ERROR(seal(plaintext.substr(0, segment_size_)));
         plaintext.remove_prefix(segment_size_);
       } else {
         const size_t take = segment_size_ - pending_.size();
         pending_.append(plaintext.substr(0, take));
         plaintext.remove_prefix(take);
-        OML_RETURN_IF_ERROR(Fail(SealSegment(pending_, /*last=*/false, &out)));
+        OML_RETURN_IF_ERROR(seal(pending_));
         Wipe(&pending_);
       }
     }
     pending_.append(plaintext);
-    return out;
+    return Status::Ok();
   }
 
   Result<AeadEncryptorState> Suspend() const override {
@@ -434,6 +452,14 @@ class SegmentedEncryptor final : public AeadStreamEncryptor {
     if (next_index_ >= kMaxSegments) return InvalidArgument("AEAD stream too long: segment index overflow");
     const auto nonce = SegmentNonce(prefix_, static_cast<uint32_t>(next_index_), last);
     OML_RETURN_IF_ERROR(gcm_.Seal(nonce.data(), aad_, plaintext, out));
+    ++next_index_;
+    return Status::Ok();
+  }
+  // The same, writing ciphertext || tag at dst (plaintext.size() + 16 bytes).
+  Status SealSegmentTo(std::string_view plaintext, bool last, unsigned char* dst) {
+    if (next_index_ >= kMaxSegments) return InvalidArgument("AEAD stream too long: segment index overflow");
+    const auto nonce = SegmentNonce(prefix_, static_cast<uint32_t>(next_index_), last);
+    OML_RETURN_IF_ERROR(gcm_.SealTo(nonce.data(), aad_, plaintext, dst));
     ++next_index_;
     return Status::Ok();
   }

@@ -254,6 +254,10 @@ class AeadStreamEncryptor {
   virtual ~AeadStreamEncryptor() = default;
   // Returns ciphertext bytes ready so far (the header first time, then complete segments).
   virtual Result<std::string> Update(std::string_view plaintext) = 0;
+  // Update's bytes, replacing *out's. *out's memory is reused: a caller that passes one string
+  // for pieces of one size allocates and zero-fills nothing after the first. On error *out is
+  // empty (and the error sticky, as Update's).
+  virtual Status UpdateInto(std::string_view plaintext, std::string* out) = 0;
   // Returns the remaining ciphertext (the last segment). Call exactly once.
   virtual Result<std::string> Finish() = 0;
   // A copy of the state after the last Update (the encryptor stays usable). kFailedPrecondition

@@ -539,6 +539,46 @@ Result<std::string> DecryptChunked(const std::string& ct, size_t chunk, const st
   return out + tail;
 }
 
+// UpdateInto gives Update's bytes exactly (two encryptors resumed from one state, fed the same
+// pieces), whatever *out held before: a string reused across pieces of growing and shrinking size.
+TEST(AeadTest, UpdateIntoGivesUpdatesBytesIntoAReusedString) {
+  for (uint32_t seg : {16u, 1000u}) {
+    auto first = AeadStreamEncryptor::Create(kDek, kAad, seg);
+    ASSERT_TRUE(first.ok());
+    auto state_a = (*first)->Suspend();
+    auto state_b = (*first)->Suspend();
+    ASSERT_TRUE(state_a.ok() && state_b.ok());
+    auto a = AeadStreamEncryptor::Resume(kDek, kAad, std::move(*state_a));
+    auto b = AeadStreamEncryptor::Resume(kDek, kAad, std::move(*state_b));
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::string pt, via_update, via_into, reused = std::string(50000, 'x');
+    uint32_t r = 7;
+    for (size_t n : {size_t{0}, size_t{1}, size_t{seg} - 1, size_t{seg}, size_t{3 * seg + 5}, size_t{20000},
+                     size_t{2}, size_t{seg} + 1, size_t{7 * seg}}) {
+      std::string piece(n, '\0');
+      for (auto& c : piece) c = static_cast<char>((r = r * 1103515245u + 12345u) >> 16);
+      pt += piece;
+      auto u = (*a)->Update(piece);
+      ASSERT_TRUE(u.ok());
+      ASSERT_TRUE((*b)->UpdateInto(piece, &reused).ok());
+      ASSERT_EQ(reused, *u) << "seg " << seg << " piece of " << n;
+      via_update += *u;
+      via_into += reused;
+    }
+    auto ta = (*a)->Finish();
+    auto tb = (*b)->Finish();
+    ASSERT_TRUE(ta.ok() && tb.ok());
+    via_into += *tb;
+    EXPECT_EQ(via_into, via_update + *ta);
+    EXPECT_EQ(via_into.size(), CiphertextSize(pt.size(), seg));
+    auto back = DecryptChunked(via_into, 777);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_TRUE(*back == pt);
+    // After Finish: refused, and *out left empty.
+    EXPECT_EQ((*b)->UpdateInto("more", &reused).code(), Code::kFailedPrecondition);
+  }
+}
+
 TEST(AeadTest, RoundTripAtSegmentBoundaries) {
   for (uint32_t seg : {16u, kDefaultSegmentSize}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{seg} - 1, size_t{seg}, size_t{seg} + 1, 3 * size_t{seg}}) {

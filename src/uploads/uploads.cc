@@ -691,9 +691,10 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       return Status::Ok();
     };
     if (sliced) {
+      std::string piece;  // one buffer for every slice: no fresh (zero-filled) pages per slice
       for (size_t at = 0; at < bytes.size(); at += kWriteSliceBytes) {
         const std::string_view slice = bytes.substr(at, kWriteSliceBytes);
-        OML_ASSIGN_OR_RETURN(std::string piece, enc->Update(slice));
+        OML_RETURN_IF_ERROR(enc->UpdateInto(slice, &piece));
         pt_sha->Update(slice);
         OML_RETURN_IF_ERROR(write_piece(piece, /*sync=*/false));
       }
