@@ -441,6 +441,89 @@ def test_slow_clients_do_not_starve_others_and_are_cut_at_the_request_deadline(h
             s.close()
 
 
+def read_responses(s, n, timeout=10):
+    """Reads n HTTP/1.1 responses with Content-Length bodies from s: [(status, body bytes)]."""
+    s.settimeout(timeout)
+    data, out = b"", []
+    while len(out) < n:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed after {len(out)} responses: {data[:200]!r}"
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = 0
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                length = int(v.strip())
+        while len(rest) < length:
+            chunk = s.recv(65536)
+            assert chunk, "connection closed mid-body"
+            rest += chunk
+        out.append((int(lines[0].split()[1]), rest[:length]))
+        data = rest[length:]
+    return out
+
+
+def claim_request(token, body_text):
+    doc = json.dumps({"body": body_text, "workarea_id": "wa-1", "path": "notes/p.md",
+                      "provenance": "human"}).encode()
+    head = post_head("/v1/claims", ["Content-Type: application/json", f"Content-Length: {len(doc)}"], token)
+    return head, doc
+
+
+# --- Bodies with a Content-Length are read straight into the request (http.cc ReadSizedBody) ---
+def test_sized_bodies_pipelined_split_or_trickled_arrive_whole_and_in_order(hostile):
+    """Three requests in one send (the second's body begins in the read buffer that held the
+    first's header; nothing of the third is read as the second's body); then a body sent a byte
+    at a time; then a 200 KiB body split at odd places: each claim is stored with exactly its
+    text, in the order sent, on one keep-alive connection."""
+    d = hostile
+    texts = [f"pipelined {i} " + secrets.token_hex(8) for i in range(3)]
+    texts.append("trickled " + secrets.token_hex(8))
+    texts.append("large " + "x" * (200 * 1024))
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+        s.sendall(b"".join(h + b for h, b in (claim_request(d.writer, t) for t in texts[:3])))
+        got = read_responses(s, 3)
+        head, body = claim_request(d.writer, texts[3])
+        s.sendall(head)
+        for i in range(len(body)):
+            s.sendall(body[i:i + 1])
+            if i % 16 == 0:
+                time.sleep(0.001)
+        got += read_responses(s, 1)
+        head, body = claim_request(d.writer, texts[4])
+        for cut in (head + body[:1], body[1:70001], body[70001:70002], body[70002:]):
+            s.sendall(cut)
+            time.sleep(0.01)
+        got += read_responses(s, 1)
+    assert [st for st, _ in got] == [201] * 5, got
+    for (_, answer), text in zip(got, texts):
+        artifact = json.loads(answer)["artifact_id"]
+        assert d.get(f"/v1/claims/{artifact}", d.writer).json()["body"] == text, artifact
+
+
+def test_a_sized_body_that_stops_is_408_at_the_deadline_and_one_cut_off_is_dropped(hostile):
+    """Half a declared body, then silence: 408 request-timeout within the deadline plus a
+    second, and no claim. A client that closes mid-body: nothing stored, and the server goes on."""
+    d = hostile
+    before = d.counts()
+    head, body = claim_request(d.writer, "never finished " + "y" * 5000)
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+        t0 = time.monotonic()
+        s.sendall(head + body[:len(body) // 2])
+        status, problem = read_responses(s, 1, timeout=REQUEST_TIMEOUT_S + 2)[0]
+        elapsed = time.monotonic() - t0
+    assert status == 408 and json.loads(problem)["type"].endswith("request-timeout"), (status, problem)
+    assert REQUEST_TIMEOUT_S - 0.5 < elapsed < REQUEST_TIMEOUT_S + 1.0, elapsed
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+        s.sendall(head + body[:100])
+    assert d.submit(d.writer).status_code == 201
+    after = d.counts()
+    assert after["journal"] == before["journal"] + 1, (before["journal"], after["journal"])
+
+
 def test_an_idle_keep_alive_connection_is_closed_at_the_request_deadline(hostile):
     d = hostile
     c = Raw(d.port)
