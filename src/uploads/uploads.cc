@@ -2,7 +2,12 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <cstdio>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <openssl/evp.h>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +30,65 @@ constexpr int64_t kQuotaLockClass = 0x6f6d6c71;
 constexpr unsigned char kStreamStateVersion = 0x01;
 constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 1;
 // What a direct session on a local store encrypts and writes at a time (DoAppend: sliced).
-constexpr size_t kWriteSliceBytes = size_t{1} << 20;
+constexpr size_t kWriteSliceBytes = size_t{512} << 10;
+
+// Runs jobs one at a time, in the order given, on a thread of its own, so that the caller
+// prepares the next one meanwhile (DoAppend: slice n+1 encrypted while slice n is written). One
+// thread per instance, started at construction: a thread per job cost more than the overlap won.
+class BackgroundWriter {
+ public:
+  BackgroundWriter() : thread_([this] { Run(); }) {}
+  ~BackgroundWriter() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // after the job in flight, if any
+  }
+  BackgroundWriter(const BackgroundWriter&) = delete;
+  BackgroundWriter& operator=(const BackgroundWriter&) = delete;
+
+  // Waits for the job in flight; if it failed, returns its error and drops `job`. Else hands
+  // `job` to the thread and returns OK.
+  Status Submit(std::function<Status()> job) {
+    OML_RETURN_IF_ERROR(Wait());
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      job_ = std::move(job);
+    }
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  // Waits for the job in flight; the first error any job returned (sticky).
+  Status Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return !job_; });
+    return status_;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [this] { return stop_ || job_; });
+      if (!job_) return;  // stopping, nothing left
+      l.unlock();
+      Status s = job_();
+      l.lock();
+      if (status_.ok()) status_ = std::move(s);
+      job_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<Status()> job_;  // guarded by mu_; set while a job waits or runs
+  Status status_;                // guarded by mu_
+  bool stop_ = false;            // guarded by mu_
+  std::thread thread_;           // last: started after the members it reads
+};
 
 bool ValidUuid(const std::string& s) {
   static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$");
@@ -680,24 +743,37 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
                       "integrity");
     // Sliced: each slice's ciphertext at its offset in the staging file, not yet fsynced.
     uint64_t written = 0;  // ciphertext bytes the slices wrote
-    auto write_piece = [&](const std::string& piece, bool sync) -> Status {
+    auto write_piece = [&](const std::string& piece, bool sync, bool hashed = false) -> Status {
       if (piece.empty() && !sync) return Status::Ok();
       OML_RETURN_IF_ERROR(ensure_handle());
       auto put = store_->ResumablePut(staging, handle, static_cast<uint32_t>(row.part_count + 1),
                                       row.ciphertext_offset + written, piece, sync);
       if (!put.ok()) return lost(put.status());
-      ct_sha.Update(piece);
+      if (!hashed) ct_sha.Update(piece);
       written += piece.size();
       return Status::Ok();
     };
     if (sliced) {
-      std::string piece;  // one buffer for every slice: no fresh (zero-filled) pages per slice
+      // Two slices in flight: slice n+1 is encrypted and both its texts hashed here while slice n
+      // is written on another thread (the direct write waits for the device). The writes stay in
+      // order, one at a time, so `written` moves as in a loop. The pieces' buffers are reused (no
+      // fresh, zero-filled pages per slice) and outlive `writing`, whose destructor waits for the
+      // write in flight.
+      OML_RETURN_IF_ERROR(ensure_handle());  // its transaction on `c`, here, before any thread writes
+      std::array<std::string, 2> pieces;
+      BackgroundWriter writing;  // destroyed (its write awaited) before `pieces`
+      size_t cur = 0;
       for (size_t at = 0; at < bytes.size(); at += kWriteSliceBytes) {
         const std::string_view slice = bytes.substr(at, kWriteSliceBytes);
-        OML_RETURN_IF_ERROR(enc->UpdateInto(slice, &piece));
+        OML_RETURN_IF_ERROR(enc->UpdateInto(slice, &pieces[cur]));
         pt_sha->Update(slice);
-        OML_RETURN_IF_ERROR(write_piece(piece, /*sync=*/false));
+        ct_sha.Update(pieces[cur]);
+        OML_RETURN_IF_ERROR(writing.Submit([&write_piece, piece = &pieces[cur]] {
+          return write_piece(*piece, /*sync=*/false, /*hashed=*/true);
+        }));
+        cur ^= 1;
       }
+      OML_RETURN_IF_ERROR(writing.Wait());
     }
     if (last) {
       dek->Wipe();
