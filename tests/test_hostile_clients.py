@@ -524,6 +524,29 @@ def test_a_sized_body_that_stops_is_408_at_the_deadline_and_one_cut_off_is_dropp
     assert after["journal"] == before["journal"] + 1, (before["journal"], after["journal"])
 
 
+def test_declared_lengths_that_never_arrive_hold_no_memory(hostile):
+    """64 connections each declare the largest body the transport takes and send 10 bytes of it:
+    the server's peak RSS stays within the bound (the body's string grows with what arrived, never
+    to the declared length up front: 64 x 6 MiB would be 390 MiB), and each gets 408 at the deadline."""
+    d = hostile
+    conns = []
+    try:
+        for _ in range(64):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+            s.sendall(post_head("/v1/claims", ["Content-Type: application/json",
+                                               f"Content-Length: {MAX_REQUEST}"], d.writer) + b'{"body": "')
+            conns.append(s)
+        time.sleep(1.0)
+        assert_memory_bounded(d)
+        for s in conns:
+            status, _ = read_responses(s, 1, timeout=REQUEST_TIMEOUT_S + 2)[0]
+            assert status == 408
+    finally:
+        for s in conns:
+            s.close()
+    assert d.submit(d.writer).status_code == 201
+
+
 def test_an_idle_keep_alive_connection_is_closed_at_the_request_deadline(hostile):
     d = hostile
     c = Raw(d.port)

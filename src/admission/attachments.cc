@@ -90,14 +90,14 @@ class ObjectPlaintext : public review::ByteSource {
     // The decryptor returns whole segments only: loop until it has some plaintext or the end.
     while (pt_.empty() && !done_) {
       if (at_ < size_) {
-        OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store_->GetRange(key_, at_, std::min(kReadChunk, size_ - at_)));
-        if (!ct) return Status(Code::kDataLoss, "object " + key_ + " is missing", "integrity");
-        if (ct->empty())
+        OML_ASSIGN_OR_RETURN(bool found, store_->GetRangeInto(key_, at_, std::min(kReadChunk, size_ - at_), &ct_));
+        if (!found) return Status(Code::kDataLoss, "object " + key_ + " is missing", "integrity");
+        if (ct_.empty())
           return Status(Code::kDataLoss, "object " + key_ + " is " + std::to_string(at_) + " bytes, not " +
                                              std::to_string(size_), "integrity");
-        at_ += ct->size();
-        if (first_) ct_hash_.Update(*ct);
-        OML_ASSIGN_OR_RETURN(pt_, dec_->Update(*ct));
+        at_ += ct_.size();
+        if (first_) ct_hash_.Update(ct_);
+        OML_RETURN_IF_ERROR(dec_->UpdateInto(ct_, &pt_));  // pt_'s and ct_'s memory reused
       } else {
         OML_ASSIGN_OR_RETURN(pt_, dec_->Finish());
         done_ = true;
@@ -134,7 +134,7 @@ class ObjectPlaintext : public review::ByteSource {
   std::unique_ptr<crypto::AeadStreamDecryptor> dec_;
   uint64_t at_ = 0;
   bool done_ = false, first_ = true;
-  std::string pt_;
+  std::string ct_, pt_;  // Next's buffers, reused
   uploads::RunningSha256 ct_hash_, pt_hash_;
 };
 
@@ -409,35 +409,37 @@ class AttachmentReader {
       }
       if (ended_)
         return Status(Code::kDataLoss, what_ + " is shorter than its size", "integrity");
-      OML_ASSIGN_OR_RETURN(std::string pt, Read());
-      Keep(pt);
+      OML_RETURN_IF_ERROR(Read());
+      Keep(pt_);
     }
     if (whole_) OML_RETURN_IF_ERROR(CheckWhole());  // an empty file
     return std::string();
   }
 
  private:
-  // The plaintext of the next ciphertext range (Finish's too at the object's end).
-  Result<std::string> Read() {
-    OML_ASSIGN_OR_RETURN(std::optional<std::string> ct, store_->GetRange(a_.object_key, at_, kServePiece));
-    if (!ct && store_ != bodies_ && a_.location == "quarantine") {
+  // pt_ := the plaintext of the next ciphertext range (Finish's too at the object's end). ct_ and
+  // pt_ keep their memory from piece to piece.
+  Status Read() {
+    OML_ASSIGN_OR_RETURN(bool found, store_->GetRangeInto(a_.object_key, at_, kServePiece, &ct_));
+    if (!found && store_ != bodies_ && a_.location == "quarantine") {
       // Promoted while it was being read: the same bytes are in bodies now.
       store_ = bodies_;
-      OML_ASSIGN_OR_RETURN(ct, store_->GetRange(a_.object_key, at_, kServePiece));
+      OML_ASSIGN_OR_RETURN(found, store_->GetRangeInto(a_.object_key, at_, kServePiece, &ct_));
     }
-    if (!ct) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
-    std::string pt;
-    if (whole_) ct_hash_.Update(*ct);
-    if (!ct->empty()) {
-      at_ += ct->size();
-      OML_ASSIGN_OR_RETURN(pt, dec_->Update(*ct));
+    if (!found) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
+    if (whole_) ct_hash_.Update(ct_);
+    pt_.clear();
+    if (!ct_.empty()) {
+      at_ += ct_.size();
+      OML_RETURN_IF_ERROR(dec_->UpdateInto(ct_, &pt_));
     }
-    if (ct->size() < kServePiece) {  // the object's end: only the last segment's tag can tell
+    if (ct_.size() < kServePiece) {  // the object's end: only the last segment's tag can tell
       OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
-      pt += tail;
+      pt_ += tail;
+      crypto::Wipe(&tail);
       ended_ = true;
     }
-    return pt;
+    return Status::Ok();
   }
 
   // A whole read: the object read to its end is its ciphertext size, its plaintext its digest.
@@ -445,9 +447,9 @@ class AttachmentReader {
     if (checked_) return Status::Ok();
     checked_ = true;
     while (!ended_) {  // the range ended with the file's last byte; the last tag closes the stream
-      OML_ASSIGN_OR_RETURN(std::string pt, Read());
-      hash_.Update(pt);
-      if (!pt.empty())
+      OML_RETURN_IF_ERROR(Read());
+      hash_.Update(pt_);
+      if (!pt_.empty())
         return Status(Code::kDataLoss, what_ + " is longer than its size", "integrity");
     }
     if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256 ||
@@ -457,6 +459,11 @@ class AttachmentReader {
   }
 
   AttachmentReader() = default;
+
+ public:
+  ~AttachmentReader() { crypto::Wipe(&pt_); }
+
+ private:
 
   // Keeps the part of `pt` (plaintext at pos_) inside the range; hashes all of it (whole reads).
   void Keep(const std::string& pt) {
@@ -485,6 +492,7 @@ class AttachmentReader {
   uint64_t pos_ = 0;  // plaintext offset of the next byte the decryptor returns
   uint64_t at_ = 0;   // ciphertext offset of the next read
   std::string pending_;
+  std::string ct_, pt_;  // Read's buffers, reused
   bool whole_ = false, ended_ = false, checked_ = false;
 };
 

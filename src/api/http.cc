@@ -395,18 +395,24 @@ class Session : public std::enable_shared_from_this<Session> {
   // straight into the message's body: the bytes already in the read buffer, then reads of
   // whatever the socket holds, up to what is still missing. Beast's parser would read it 64 KiB
   // at a time through the read buffer and copy it again; a multi-MiB chunk then cost thousands
-  // of reads. Nothing past the body is read: a pipelined next request stays in the socket.
+  // of reads. Nothing past the body is read: a pipelined next request stays in the socket. The
+  // body's string grows with what arrived (to at most twice that, at least 64 KiB ahead), never
+  // to the declared length up front: a client that declares 6 MiB and sends nothing holds no
+  // more memory than Beast's reader would give it.
   void ReadSizedBody(uint64_t length) {
+    sized_length_ = length;
     std::string& body = parser_->get().body();
-    body.resize(length);  // the spare capacity of the last request's body (KeepSpare): no allocation
     const size_t have = std::min<size_t>(buffer_.size(), length);
+    body.resize(have);
     if (have > 0) std::memcpy(body.data(), buffer_.data().data(), have);
     buffer_.consume(have);
     ReadSizedMore(have);
   }
   void ReadSizedMore(size_t got) {
     std::string& body = parser_->get().body();
-    if (got == body.size()) return OnSizedBody();
+    if (got == sized_length_) return OnSizedBody();
+    if (got == body.size())
+      body.resize(std::min<size_t>(sized_length_, std::max<size_t>(got + (size_t{64} << 10), 2 * got)));
     socket_.async_read_some(asio::buffer(body.data() + got, body.size() - got),
                             [self = shared_from_this(), got](beast::error_code ec, size_t n) {
                               if (self->timed_out_) return self->RequestTimeout();
@@ -618,6 +624,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string spare_body_;  // the last body's capacity, for the next request (KeepSpare)
+  uint64_t sized_length_ = 0;  // ReadSizedBody: the Content-Length being read
   size_t spare_bytes_ = 0;  // what this connection counts against kSpareBodyBudget
   const Route* route_ = nullptr;
   std::vector<std::string> captures_;

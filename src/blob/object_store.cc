@@ -173,6 +173,29 @@ class RustObjectStore final : public ObjectStore {
     return std::optional<std::string>(std::move(out));
   }
 
+  Result<bool> GetRangeInto(const std::string& key, uint64_t offset, uint64_t length, std::string* out) override {
+    // Sized once to the range (no fill when *out was at least this long before), cut to what came.
+    if (length > out->max_size()) return InvalidArgument("range of " + std::to_string(length) + " bytes is too large");
+    out->resize(length);
+    OmlStorageError err{};
+    uint64_t got = 0;
+    int32_t rc = oml_storage_store_read_range(handle_, key.c_str(), offset, length,
+                                              reinterpret_cast<uint8_t*>(out->data()), &got, &err);
+    if (rc == OML_STORAGE_NOT_FOUND) {
+      oml_storage_free_string(err.message);
+      out->clear();
+      return false;
+    }
+    if (rc != OML_STORAGE_OK) {
+      out->clear();
+      return FromStorageError(rc, err,
+                              "read range " + std::to_string(offset) + "+" + std::to_string(length) + " of " +
+                                  Describe(key));
+    }
+    out->resize(got);
+    return true;
+  }
+
   Result<std::optional<uint64_t>> Size(const std::string& key) override {
     OmlStorageError err{};
     uint64_t size = 0;
@@ -392,5 +415,7 @@ Result<std::unique_ptr<ObjectStore>> OpenBucket(const Config& config, const std:
   OML_ASSIGN_OR_RETURN(std::string url, BucketUrl(config, bucket));
   return OpenObjectStore(url);
 }
+
+uint64_t DirectWriteCount() { return oml_storage_direct_write_count(); }
 
 }  // namespace oml::blob

@@ -63,6 +63,20 @@ class ObjectStore {
   // at or past the end; offset + length may exceed the size. std::nullopt if it does not exist.
   virtual Result<std::optional<std::string>> GetRange(const std::string& key, uint64_t offset,
                                                       uint64_t length) = 0;
+  // GetRange's bytes into *out, replacing what it held: false (and *out empty) if the object
+  // does not exist. *out's memory is reused, so a reader that passes one string for ranges of one
+  // size allocates nothing after the first (a local store reads the file straight into it). The
+  // default calls GetRange (so a store that wraps another, faults and all, stays whole).
+  // REQUIRES: `length` is a size the caller means to hold: *out is sized to it before the read.
+  virtual Result<bool> GetRangeInto(const std::string& key, uint64_t offset, uint64_t length, std::string* out) {
+    OML_ASSIGN_OR_RETURN(std::optional<std::string> got, GetRange(key, offset, length));
+    if (!got) {
+      out->clear();
+      return false;
+    }
+    *out = std::move(*got);
+    return true;
+  }
   // The object's size in bytes (HEAD); std::nullopt if it does not exist.
   virtual Result<std::optional<uint64_t>> Size(const std::string& key) = 0;
   // Keys under prefix (recursive), sorted.
@@ -120,6 +134,10 @@ class ObjectStore {
   // is never touched; an older one would lose its staging file and fail).
   virtual Result<uint64_t> SweepStaging(std::chrono::seconds grace) = 0;
 };
+
+// Resumable writes to local staging files that went out with O_DIRECT, whole, in this process
+// (tests show with it that the direct path ran; the bytes are the same either way).
+uint64_t DirectWriteCount();
 
 // Runs SweepStaging(grace) on each store at once and then every `interval`, on its own thread,
 // until destroyed; logs what it removed and every failure (the next round retries).

@@ -229,6 +229,7 @@ class Gcm {
   // Encrypts `plaintext` under `nonce` (12 bytes) and `aad`, appending ciphertext || tag(16)
   // to *out. Requires: created with encrypt = true; plaintext.size() <= INT_MAX.
   Status Seal(const unsigned char* nonce, std::string_view aad, std::string_view plaintext, std::string* out) {
+    if (plaintext.size() > static_cast<size_t>(INT_MAX)) return InvalidArgument("AES-GCM record too large");
     const size_t base = out->size();
     out->resize(base + plaintext.size() + kGcmTagSize);
     Status s = SealTo(nonce, aad, plaintext, reinterpret_cast<unsigned char*>(out->data()) + base);
@@ -260,24 +261,31 @@ class Gcm {
   Result<bool> Open(const unsigned char* nonce, std::string_view aad, std::string_view ciphertext,
                     std::string_view tag, std::string* out) {
     if (ciphertext.size() > static_cast<size_t>(INT_MAX)) return InvalidArgument("AES-GCM record too large");
-    if (tag.size() != kGcmTagSize) return false;
-    OML_RETURN_IF_ERROR(Begin(nonce, aad));
     const size_t base = out->size();
     out->resize(base + ciphertext.size());
-    auto* dst = reinterpret_cast<unsigned char*>(out->data()) + base;
+    auto opened = OpenTo(nonce, aad, ciphertext, tag, reinterpret_cast<unsigned char*>(out->data()) + base);
+    if (!opened.ok() || !*opened) out->resize(base);
+    return opened;
+  }
+
+  // Open's work, writing the plaintext at dst (ciphertext.size() bytes), which is wiped unless
+  // the tag verified.
+  Result<bool> OpenTo(const unsigned char* nonce, std::string_view aad, std::string_view ciphertext,
+                      std::string_view tag, unsigned char* dst) {
+    if (ciphertext.size() > static_cast<size_t>(INT_MAX)) return InvalidArgument("AES-GCM record too large");
+    if (tag.size() != kGcmTagSize) return false;
+    OML_RETURN_IF_ERROR(Begin(nonce, aad));
     int len = 0;
     if (!ciphertext.empty() &&
         (EVP_CipherUpdate(ctx_.get(), dst, &len, Bytes(ciphertext), static_cast<int>(ciphertext.size())) != 1 ||
          static_cast<size_t>(len) != ciphertext.size())) {
       OPENSSL_cleanse(dst, ciphertext.size());
-      out->resize(base);
       return OpenSslFailure("AES-GCM decrypt");
     }
     unsigned char tag_copy[kGcmTagSize];  // the ctrl API wants a mutable buffer
     std::memcpy(tag_copy, tag.data(), kGcmTagSize);
     if (EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kGcmTagSize), tag_copy) != 1) {
       OPENSSL_cleanse(dst, ciphertext.size());
-      out->resize(base);
       return OpenSslFailure("AES-GCM set tag");
     }
     int tail = 0;
@@ -285,7 +293,6 @@ class Gcm {
       // Tag mismatch: the only way decrypt-final fails once the tag is set.
       (void)DrainOpenSslErrors();
       OPENSSL_cleanse(dst, ciphertext.size());
-      out->resize(base);
       return false;
     }
     return true;
@@ -366,7 +373,10 @@ class SegmentedEncryptor final : public AeadStreamEncryptor {
   }
 
   Status UpdateInto(std::string_view plaintext, std::string* out) override {
-    OML_RETURN_IF_ERROR(CheckUsable());
+    if (Status s = CheckUsable(); !s.ok()) {
+      out->clear();
+      return s;
+    }
     // The segments sealed now: every full one that more bytes follow (the class invariant).
     const size_t total = pending_.size() + plaintext.size();
     const size_t segments = total == 0 ? 0 : (total - 1) / segment_size_;
@@ -497,27 +507,56 @@ class SegmentedDecryptor final : public AeadStreamDecryptor {
   uint32_t segment_size() const { return segment_size_; }
 
   Result<std::string> Update(std::string_view ciphertext) override {
+    std::string out;
+    OML_RETURN_IF_ERROR(UpdateInto(ciphertext, &out));
+    return out;
+  }
+
+  // Records are opened where they lie in `ciphertext`; only a record that straddles two calls is
+  // put together in buffer_, and only what is left at the end (at most one record) stays there.
+  Status UpdateInto(std::string_view ciphertext, std::string* out) override {
+    out->clear();
     OML_RETURN_IF_ERROR(CheckUsable());
-    buffer_.append(ciphertext);
-    size_t pos = 0;
     if (!have_header_) {
-      if (buffer_.size() < kAeadHeaderSize) return std::string();
+      const size_t take = std::min(kAeadHeaderSize - buffer_.size(), ciphertext.size());
+      buffer_.append(ciphertext.substr(0, take));
+      ciphertext.remove_prefix(take);
+      if (buffer_.size() < kAeadHeaderSize) return Status::Ok();
       OML_RETURN_IF_ERROR(Fail(ParseHeader()));
-      pos = kAeadHeaderSize;
+      buffer_.clear();
     }
     const size_t record = size_t{segment_size_} + kAeadTagSize;
-    std::string out;
-    if (buffer_.size() - pos > record) out.reserve(((buffer_.size() - pos - 1) / record) * segment_size_);
-    while (buffer_.size() - pos > record) {
-      Status s = OpenSegment(std::string_view(buffer_).substr(pos, record), /*last=*/false, &out);
-      if (!s.ok()) {
-        Wipe(&out);  // never hand out anything from a stream that failed
-        return Fail(std::move(s));
-      }
-      pos += record;
+    // Every record that more bytes follow is a full, non-last one: segment_size_ bytes of plaintext.
+    const size_t total = buffer_.size() + ciphertext.size();
+    const size_t records = total > record ? (total - 1) / record : 0;
+    out->resize(records * size_t{segment_size_});
+    auto* dst = reinterpret_cast<unsigned char*>(out->data());
+    auto open = [&](std::string_view r) {
+      Status st = OpenSegmentTo(r, /*last=*/false, dst);
+      dst += segment_size_;
+      return st;
+    };
+    Status s;
+    size_t opened = 0;
+    if (records > 0 && !buffer_.empty()) {  // buffer_ holds at most one record: complete it
+      const size_t take = record - buffer_.size();
+      buffer_.append(ciphertext.substr(0, take));
+      ciphertext.remove_prefix(take);
+      s = open(buffer_);
+      buffer_.clear();
+      ++opened;
     }
-    buffer_.erase(0, pos);
-    return out;
+    for (; s.ok() && opened < records; ++opened) {
+      s = open(ciphertext.substr(0, record));
+      ciphertext.remove_prefix(record);
+    }
+    if (!s.ok()) {
+      Wipe(out);  // never hand out anything from a stream that failed
+      out->clear();
+      return Fail(std::move(s));
+    }
+    buffer_.append(ciphertext);
+    return Status::Ok();
   }
 
   Result<std::string> Finish() override {
@@ -574,6 +613,18 @@ class SegmentedDecryptor final : public AeadStreamDecryptor {
     const auto nonce = SegmentNonce(prefix_, static_cast<uint32_t>(next_index_), last);
     const size_t n = record.size() - kAeadTagSize;
     OML_ASSIGN_OR_RETURN(bool ok, gcm_.Open(nonce.data(), aad_, record.substr(0, n), record.substr(n), out));
+    if (!ok) return IntegrityError(std::string("authentication failed at segment ") + std::to_string(next_index_));
+    ++next_index_;
+    return Status::Ok();
+  }
+
+  // OpenSegment's work for a full record, writing its plaintext at dst (segment_size_ bytes).
+  Status OpenSegmentTo(std::string_view record, bool last, unsigned char* dst) {
+    if (record.size() != size_t{segment_size_} + kAeadTagSize) return IntegrityError("bad segment length");
+    if (next_index_ >= kMaxSegments) return IntegrityError("too many segments");
+    const auto nonce = SegmentNonce(prefix_, static_cast<uint32_t>(next_index_), last);
+    const size_t n = record.size() - kAeadTagSize;
+    OML_ASSIGN_OR_RETURN(bool ok, gcm_.OpenTo(nonce.data(), aad_, record.substr(0, n), record.substr(n), dst));
     if (!ok) return IntegrityError(std::string("authentication failed at segment ") + std::to_string(next_index_));
     ++next_index_;
     return Status::Ok();

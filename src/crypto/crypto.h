@@ -281,6 +281,9 @@ class AeadStreamDecryptor {
   virtual ~AeadStreamDecryptor() = default;
   // Returns plaintext authenticated so far. Never returns bytes of a segment whose tag failed.
   virtual Result<std::string> Update(std::string_view ciphertext) = 0;
+  // Update's bytes, replacing *out's; *out's memory is reused (a caller that passes one string for
+  // pieces of one size allocates and zero-fills nothing after the first). On error *out is empty.
+  virtual Status UpdateInto(std::string_view ciphertext, std::string* out) = 0;
   // Verifies the stream ended with a last segment; returns any remaining plaintext.
   virtual Result<std::string> Finish() = 0;
 };

@@ -539,8 +539,9 @@ Result<std::string> DecryptChunked(const std::string& ct, size_t chunk, const st
   return out + tail;
 }
 
-// UpdateInto gives Update's bytes exactly (two encryptors resumed from one state, fed the same
-// pieces), whatever *out held before: a string reused across pieces of growing and shrinking size.
+// UpdateInto into a string reused across pieces of growing and shrinking size (old bytes and all)
+// gives what a fresh string gets (Update; two encryptors resumed from one state, fed the same
+// pieces), and the stream decrypts whole to the plaintext with the exact ciphertext size.
 TEST(AeadTest, UpdateIntoGivesUpdatesBytesIntoAReusedString) {
   for (uint32_t seg : {16u, 1000u}) {
     auto first = AeadStreamEncryptor::Create(kDek, kAad, seg);
@@ -576,6 +577,7 @@ TEST(AeadTest, UpdateIntoGivesUpdatesBytesIntoAReusedString) {
     EXPECT_TRUE(*back == pt);
     // After Finish: refused, and *out left empty.
     EXPECT_EQ((*b)->UpdateInto("more", &reused).code(), Code::kFailedPrecondition);
+    EXPECT_TRUE(reused.empty());
   }
 }
 

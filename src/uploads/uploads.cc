@@ -74,7 +74,12 @@ class BackgroundWriter {
       cv_.wait(l, [this] { return stop_ || job_; });
       if (!job_) return;  // stopping, nothing left
       l.unlock();
-      Status s = job_();
+      Status s;
+      try {
+        s = job_();
+      } catch (const std::exception& e) {  // would end the process on this thread; the request's answers 500
+        s = Internal(std::string("the background write threw: ") + e.what());
+      }
       l.lock();
       if (status_.ok()) status_ = std::move(s);
       job_ = nullptr;
@@ -625,7 +630,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
 
   // Direct sessions on a store without a minimum part (a local directory) encrypt and write the
   // chunk in slices of kWriteSliceBytes (fsynced once, after the last), so a PATCH holds its body
-  // and one slice of ciphertext, not the whole chunk's (uploads.h "Memory"). A retried last chunk
+  // and two slices of ciphertext, not the whole chunk's (uploads.h "Memory"). A retried last chunk
   // whose object may already be in place (object_key recorded) takes the whole-chunk path: it must
   // know the object's name before it writes.
   const bool sliced = row.direct && !bytes.empty() && store_->ResumableMinPart() == 0 && row.object_key.empty();

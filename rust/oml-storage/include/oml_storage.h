@@ -128,6 +128,16 @@ int32_t oml_storage_store_put_if_absent(const OmlStorageStore* store, const char
 int32_t oml_storage_store_get_range(const OmlStorageStore* store, const char* key,
                                     uint64_t offset, uint64_t length, OmlStorageBuffer* out,
                                     OmlStorageError* err);
+/* Staging writes of resumable local writes that went out with O_DIRECT, whole, in this process
+ * (tests). */
+uint64_t oml_storage_direct_write_count(void);
+/* As oml_storage_store_get_range, into the caller's `length` bytes at dst; *out_len: how many
+ * were read (fewer only at the object's end). A local directory's file is read straight into
+ * dst; S3 goes through get_range and one copy. OML_STORAGE_NOT_FOUND if the object does not
+ * exist. */
+int32_t oml_storage_store_read_range(const OmlStorageStore* store, const char* key, uint64_t offset,
+                                     uint64_t length, uint8_t* dst, uint64_t* out_len,
+                                     OmlStorageError* err);
 /* The object's size in bytes (HEAD) into *out_size. OML_STORAGE_NOT_FOUND if it does not
  * exist (*out_size = 0). */
 int32_t oml_storage_store_head(const OmlStorageStore* store, const char* key,

@@ -774,6 +774,79 @@ pub extern "C" fn oml_storage_store_get_range(
     })
 }
 
+/// As oml_storage_store_get_range, into the caller's `length` bytes at `dst` (*out_len: how many
+/// were read, fewer only at the object's end). On a local directory the file is read straight
+/// into `dst` (no buffer of the adapter's, no copy) when the key holds only characters that
+/// object_store stores unencoded; otherwise, and on S3, through get_range and one copy.
+#[no_mangle]
+pub extern "C" fn oml_storage_store_read_range(
+    store: *const OmlStorageStore,
+    key: *const c_char,
+    offset: u64,
+    length: u64,
+    dst: *mut u8,
+    out_len: *mut u64,
+    err: *mut OmlStorageError,
+) -> i32 {
+    ffi_call(err, || {
+        let out_len = out_arg(out_len, "out_len")?;
+        *out_len = 0;
+        if dst.is_null() && length != 0 {
+            return fail(OML_STORAGE_INVALID_ARGUMENT, "dst is NULL but length > 0");
+        }
+        let len = usize::try_from(length).or_else(|_| fail(OML_STORAGE_INVALID_ARGUMENT, "length too large"))?;
+        // SAFETY: the caller passes `length` writable bytes at `dst`.
+        let dst: &mut [u8] = if len == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(dst, len) } };
+        let store_r = store_ref(store)?;
+        let key_str = cstr_arg(key, "key")?;
+        let plain = key_str.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+        if let (staging::Leftovers::Local(root), true) = (&store_r.leftovers, plain) {
+            let path = key_path(store_r, key_str)?;
+            let file = resumable::local_file(root, &path);
+            let f = match std::fs::File::open(&file) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return fail(OML_STORAGE_NOT_FOUND, format!("object {key_str} not found"))
+                }
+                Err(e) => return fail(OML_STORAGE_UNAVAILABLE, format!("open {}: {e}", file.display())),
+            };
+            let mut got = 0usize;
+            while got < len {
+                match std::os::unix::fs::FileExt::read_at(&f, &mut dst[got..], offset.saturating_add(got as u64)) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return fail(OML_STORAGE_UNAVAILABLE, format!("read {}: {e}", file.display())),
+                }
+            }
+            *out_len = got as u64;
+            return Ok(());
+        }
+        let mut buf = OmlStorageBuffer { data: ptr::null_mut(), len: 0 };
+        let mut inner = OmlStorageError { code: 0, message: ptr::null_mut() };
+        let rc = oml_storage_store_get_range(store, key, offset, length, &mut buf, &mut inner);
+        if rc != OML_STORAGE_OK {
+            // SAFETY: the message, if any, was allocated by to_c_string for this call.
+            let msg = if inner.message.is_null() {
+                String::new()
+            } else {
+                let m = unsafe { CStr::from_ptr(inner.message) }.to_string_lossy().into_owned();
+                oml_storage_free_string(inner.message);
+                m
+            };
+            return fail(rc, msg);
+        }
+        let n = buf.len.min(len);
+        if n > 0 {
+            // SAFETY: get_range filled `buf.len` bytes at `buf.data`.
+            dst[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(buf.data, n) });
+        }
+        oml_storage_free_buffer(&mut buf);
+        *out_len = n as u64;
+        Ok(())
+    })
+}
+
 /// The object's size in bytes (HEAD). OML_STORAGE_NOT_FOUND if it does not exist.
 #[no_mangle]
 pub extern "C" fn oml_storage_store_head(

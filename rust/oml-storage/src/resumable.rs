@@ -69,7 +69,7 @@ async fn copy_streaming(store: &OmlStorageStore, from: &Path, to: &Path, size: u
 pub const OML_STORAGE_RESUMABLE_S3_MIN_PART: u64 = 5 << 20;
 const LOCAL_HANDLE: &str = "local";
 
-fn local_file(root: &std::path::Path, path: &Path) -> std::path::PathBuf {
+pub(crate) fn local_file(root: &std::path::Path, path: &Path) -> std::path::PathBuf {
     root.join(path.as_ref())
 }
 
@@ -92,7 +92,7 @@ impl AlignedBuffer {
     }
     fn new() -> Option<Self> {
         // SAFETY: the layout's size is not zero.
-        std::ptr::NonNull::new(unsafe { std::alloc::alloc(Self::layout()) }).map(AlignedBuffer)
+        std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(Self::layout()) }).map(AlignedBuffer)
     }
     fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: DIO_BUFFER bytes were allocated at the pointer; `&mut self` makes the slice unique.
@@ -132,8 +132,10 @@ fn give_back(b: AlignedBuffer) {
 ///    (read back through the page cache), so the direct write starts on a block boundary;
 ///  * the bytes past the last whole block are written through the page cache (the next write's
 ///    head reads them back; the kernel writes back and drops cached pages a direct write covers);
-///  * where O_DIRECT is refused at open (EINVAL: tmpfs and other file systems without it), or
-///    fewer than DIO_MIN aligned bytes are involved, every byte is written through the page cache.
+///  * where O_DIRECT is refused at open (EINVAL: tmpfs before Linux 6.6 and other file systems
+///    without it), fewer than DIO_MIN aligned bytes are involved, or no bounce buffer can be had,
+///    every byte is written through the page cache; a direct write that fails is redone whole
+///    through the page cache.
 /// Nothing here is durable: the caller's fdatasync (`f.sync_data`) is.
 fn write_staging(f: &std::fs::File, path: &std::path::Path, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
     let align = DIO_ALIGN as u64;
@@ -170,7 +172,26 @@ fn write_staging(f: &std::fs::File, path: &std::path::Path, offset: u64, bytes: 
         f.write_all_at(&bytes[taken..], direct_end)
     })();
     give_back(buffer);
-    written
+    match written {
+        Ok(()) => {
+            DIRECT_WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+        // A write the file system refused after the open (an alignment stricter than DIO_ALIGN, a
+        // short direct write): the whole piece again through the page cache, which leaves the
+        // bytes the contract promises whatever the direct attempt left. A real I/O error fails
+        // here too.
+        Err(_) => f.write_all_at(bytes, offset),
+    }
+}
+
+/// How many writes went out with O_DIRECT in this process (tests: the direct path ran).
+static DIRECT_WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The count of staging writes that went out with O_DIRECT (whole, no fallback) in this process.
+#[no_mangle]
+pub extern "C" fn oml_storage_direct_write_count() -> u64 {
+    DIRECT_WRITES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn io_fail<T>(what: &str, e: std::io::Error) -> FfiResult<T> {
