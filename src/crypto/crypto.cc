@@ -606,21 +606,19 @@ class SegmentedDecryptor final : public AeadStreamDecryptor {
   // Opens one record (ciphertext || tag) as segment next_index_, appending its plaintext to
   // *out. A record longer than a full segment or a failed tag is an integrity error.
   Status OpenSegment(std::string_view record, bool last, std::string* out) {
+    if (record.size() < kAeadTagSize) return IntegrityError("bad segment length");
+    const size_t base = out->size();
+    out->resize(base + record.size() - kAeadTagSize);
+    Status s = OpenSegmentTo(record, last, reinterpret_cast<unsigned char*>(out->data()) + base);
+    if (!s.ok()) out->resize(base);
+    return s;
+  }
+
+  // OpenSegment's work, writing the plaintext at dst (record.size() - 16 bytes).
+  Status OpenSegmentTo(std::string_view record, bool last, unsigned char* dst) {
     if (record.size() < kAeadTagSize || record.size() > size_t{segment_size_} + kAeadTagSize) {
       return IntegrityError("bad segment length");
     }
-    if (next_index_ >= kMaxSegments) return IntegrityError("too many segments");
-    const auto nonce = SegmentNonce(prefix_, static_cast<uint32_t>(next_index_), last);
-    const size_t n = record.size() - kAeadTagSize;
-    OML_ASSIGN_OR_RETURN(bool ok, gcm_.Open(nonce.data(), aad_, record.substr(0, n), record.substr(n), out));
-    if (!ok) return IntegrityError(std::string("authentication failed at segment ") + std::to_string(next_index_));
-    ++next_index_;
-    return Status::Ok();
-  }
-
-  // OpenSegment's work for a full record, writing its plaintext at dst (segment_size_ bytes).
-  Status OpenSegmentTo(std::string_view record, bool last, unsigned char* dst) {
-    if (record.size() != size_t{segment_size_} + kAeadTagSize) return IntegrityError("bad segment length");
     if (next_index_ >= kMaxSegments) return IntegrityError("too many segments");
     const auto nonce = SegmentNonce(prefix_, static_cast<uint32_t>(next_index_), last);
     const size_t n = record.size() - kAeadTagSize;
