@@ -32,13 +32,14 @@ constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 
 // What a direct session on a local store encrypts and writes at a time (DoAppend: sliced).
 constexpr size_t kWriteSliceBytes = size_t{512} << 10;
 
-// Runs jobs one at a time, in the order given, on a thread of its own, so that the caller
-// prepares the next one meanwhile (DoAppend: slice n+1 encrypted while slice n is written). One
-// thread per instance, started at construction: a thread per job cost more than the overlap won.
-class BackgroundWriter {
+// Runs jobs one at a time, in the order given, on a thread of its own, so that the caller works
+// on meanwhile (DoAppend: slice n+1 encrypted while slice n is written, and the chunk's plaintext
+// hashed beside both). One thread per instance, started at construction: a thread per job cost
+// more than the overlap won.
+class SerialWorker {
  public:
-  BackgroundWriter() : thread_([this] { Run(); }) {}
-  ~BackgroundWriter() {
+  SerialWorker() : thread_([this] { Run(); }) {}
+  ~SerialWorker() {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
@@ -46,8 +47,8 @@ class BackgroundWriter {
     cv_.notify_all();
     thread_.join();  // after the job in flight, if any
   }
-  BackgroundWriter(const BackgroundWriter&) = delete;
-  BackgroundWriter& operator=(const BackgroundWriter&) = delete;
+  SerialWorker(const SerialWorker&) = delete;
+  SerialWorker& operator=(const SerialWorker&) = delete;
 
   // Waits for the job in flight; if it failed, returns its error and drops `job`. Else hands
   // `job` to the thread and returns OK.
@@ -78,7 +79,7 @@ class BackgroundWriter {
       try {
         s = job_();
       } catch (const std::exception& e) {  // would end the process on this thread; the request's answers 500
-        s = Internal(std::string("the background write threw: ") + e.what());
+        s = Internal(std::string("a background job threw: ") + e.what());
       }
       l.lock();
       if (status_.ok()) status_ = std::move(s);
@@ -759,19 +760,24 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       return Status::Ok();
     };
     if (sliced) {
-      // Two slices in flight: slice n+1 is encrypted and both its texts hashed here while slice n
+      // Two slices in flight: slice n+1 is encrypted and its ciphertext hashed here while slice n
       // is written on another thread (the direct write waits for the device). The writes stay in
       // order, one at a time, so `written` moves as in a loop. The pieces' buffers are reused (no
       // fresh, zero-filled pages per slice) and outlive `writing`, whose destructor waits for the
       // write in flight.
+      // The plaintext hash needs only `bytes`, all here: it runs on a third thread from the start.
       OML_RETURN_IF_ERROR(ensure_handle());  // its transaction on `c`, here, before any thread writes
+      SerialWorker hashing;  // destroyed (its job awaited) before pt_sha and bytes go
+      OML_RETURN_IF_ERROR(hashing.Submit([&pt_sha, bytes] {
+        pt_sha->Update(bytes);
+        return Status::Ok();
+      }));
       std::array<std::string, 2> pieces;
-      BackgroundWriter writing;  // destroyed (its write awaited) before `pieces`
+      SerialWorker writing;  // destroyed (its write awaited) before `pieces`
       size_t cur = 0;
       for (size_t at = 0; at < bytes.size(); at += kWriteSliceBytes) {
         const std::string_view slice = bytes.substr(at, kWriteSliceBytes);
         OML_RETURN_IF_ERROR(enc->UpdateInto(slice, &pieces[cur]));
-        pt_sha->Update(slice);
         ct_sha.Update(pieces[cur]);
         OML_RETURN_IF_ERROR(writing.Submit([&write_piece, piece = &pieces[cur]] {
           return write_piece(*piece, /*sync=*/false, /*hashed=*/true);
@@ -779,6 +785,7 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
         cur ^= 1;
       }
       OML_RETURN_IF_ERROR(writing.Wait());
+      OML_RETURN_IF_ERROR(hashing.Wait());
     }
     if (last) {
       dek->Wipe();
