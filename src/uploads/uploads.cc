@@ -30,7 +30,7 @@ constexpr int64_t kQuotaLockClass = 0x6f6d6c71;
 constexpr unsigned char kStreamStateVersion = 0x01;
 constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 1;
 // What a direct session on a local store encrypts and writes at a time (DoAppend: sliced).
-constexpr size_t kWriteSliceBytes = size_t{512} << 10;
+constexpr size_t kWriteSliceBytes = size_t{256} << 10;
 
 // Runs jobs one at a time, in the order given, on a thread of its own, so that the caller works
 // on meanwhile (DoAppend: slice n+1 encrypted while slice n is written, and the chunk's plaintext

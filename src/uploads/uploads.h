@@ -90,7 +90,7 @@
 //     kDataLoss "integrity" (500); the client DELETEs and starts again.
 //   * Ended sessions abort their write (S3: AbortMultipartUpload; no incomplete multipart upload
 //     is left) when their leftovers are removed.
-//   * Memory: one chunk (the request body) and, on a local store, two 512 KiB slices of its
+//   * Memory: one chunk (the request body) and, on a local store, two 256 KiB slices of its
 //     ciphertext (slice n+1 is sealed while slice n is written on a thread of the request's; the
 //     slices are fsynced once, before the offset moves) plus a pooled 256 KiB bounce buffer for
 //     the direct write; on S3 the chunk's whole ciphertext (one part) and up to 5 MiB of carry.
