@@ -1,9 +1,12 @@
 #include "admission/attachments.h"
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <set>
 
 #include "common/log.h"
+#include "common/work_pool.h"
 #include "review/media_type.h"
 #include "uploads/running_sha256.h"
 
@@ -416,24 +419,43 @@ class AttachmentReader {
     return std::string();
   }
 
+  // Takes back a piece Next returned (wiped here), so that the next piece reuses its memory.
+  void Recycle(std::string piece) {
+    crypto::Wipe(&piece);
+    spare_ = std::move(piece);
+  }
+
  private:
   // pt_ := the plaintext of the next ciphertext range (Finish's too at the object's end). ct_ and
   // pt_ keep their memory from piece to piece.
+  // A whole read of more than one range hashes its ciphertext on a thread of its own (the ranges
+  // alternate between two buffers: one hashed there while the next is read and decrypted here).
   Status Read() {
-    OML_ASSIGN_OR_RETURN(bool found, store_->GetRangeInto(a_.object_key, at_, kServePiece, &ct_));
+    std::string& ct = ct_[cur_];
+    cur_ ^= 1;
+    OML_ASSIGN_OR_RETURN(bool found, store_->GetRangeInto(a_.object_key, at_, kServePiece, &ct));
     if (!found && store_ != bodies_ && a_.location == "quarantine") {
       // Promoted while it was being read: the same bytes are in bodies now.
       store_ = bodies_;
-      OML_ASSIGN_OR_RETURN(found, store_->GetRangeInto(a_.object_key, at_, kServePiece, &ct_));
+      OML_ASSIGN_OR_RETURN(found, store_->GetRangeInto(a_.object_key, at_, kServePiece, &ct));
     }
     if (!found) return Status(Code::kDataLoss, "object " + a_.object_key + " is missing", "integrity");
-    if (whole_) ct_hash_.Update(ct_);
-    pt_.clear();
-    if (!ct_.empty()) {
-      at_ += ct_.size();
-      OML_RETURN_IF_ERROR(dec_->UpdateInto(ct_, &pt_));
+    if (whole_ && hashing_ == nullptr && static_cast<uint64_t>(a_.ciphertext_size) > kServePiece) {
+      helper_ = std::make_unique<WorkPool>(1);
+      hashing_ = std::make_unique<WorkPool::Group>(*helper_);
     }
-    if (ct_.size() < kServePiece) {  // the object's end: only the last segment's tag can tell
+    if (hashing_) {
+      hashing_->Wait();  // the range before (the other buffer): ct_hash_ sees the ranges in order
+      hashing_->Add([this, &ct] { ct_hash_.Update(ct); });
+    } else if (whole_) {
+      ct_hash_.Update(ct);
+    }
+    pt_.clear();
+    if (!ct.empty()) {
+      at_ += ct.size();
+      OML_RETURN_IF_ERROR(dec_->UpdateInto(ct, &pt_));
+    }
+    if (ct.size() < kServePiece) {  // the object's end: only the last segment's tag can tell
       OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
       pt_ += tail;
       crypto::Wipe(&tail);
@@ -452,6 +474,7 @@ class AttachmentReader {
       if (!pt_.empty())
         return Status(Code::kDataLoss, what_ + " is longer than its size", "integrity");
     }
+    if (hashing_) hashing_->Wait();
     if (at_ != static_cast<uint64_t>(a_.ciphertext_size) || hash_.Digest() != a_.plaintext_sha256 ||
         (!a_.ciphertext_sha256.empty() && ct_hash_.Digest() != a_.ciphertext_sha256))
       return Status(Code::kDataLoss, what_ + " does not match its digests", "integrity");
@@ -476,6 +499,7 @@ class AttachmentReader {
 
   std::string Take() {
     std::string out = std::move(pending_);
+    pending_ = std::move(spare_);  // a piece handed back (Recycle), or nothing
     pending_.clear();
     sent_ += out.size();
     return out;
@@ -492,8 +516,14 @@ class AttachmentReader {
   uint64_t pos_ = 0;  // plaintext offset of the next byte the decryptor returns
   uint64_t at_ = 0;   // ciphertext offset of the next read
   std::string pending_;
-  std::string ct_, pt_;  // Read's buffers, reused
+  std::string spare_;                // a piece given back by Recycle, for the next one's memory
+  std::array<std::string, 2> ct_;    // Read's ranges, alternating (see Read)
+  size_t cur_ = 0;                   // the ct_ the next Read fills
+  std::string pt_;                   // Read's plaintext, reused
   bool whole_ = false, ended_ = false, checked_ = false;
+  // Last: destroyed first, after the hash in flight, while ct_ and ct_hash_ are still there.
+  std::unique_ptr<WorkPool> helper_;
+  std::unique_ptr<WorkPool::Group> hashing_;
 };
 
 }  // namespace
@@ -553,7 +583,7 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
     for (;;) {
       OML_ASSIGN_OR_RETURN(std::string piece, check->Next());
       if (piece.empty()) break;
-      crypto::Wipe(&piece);
+      check->Recycle(std::move(piece));  // wiped, and the next piece's memory
     }
     // A whole read serves the file; ranges serve it once they have covered it from byte 0 to its
     // end without a gap (review_progress, sql/0015), so one byte per file never counts as a review.
@@ -566,6 +596,7 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
   }
   OML_ASSIGN_OR_RETURN(auto reader, open());
   out.next = [reader]() { return reader->Next(); };
+  out.recycle = [reader](std::string piece) { reader->Recycle(std::move(piece)); };
   return out;
 }
 

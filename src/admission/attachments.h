@@ -93,6 +93,8 @@ struct ServedAttachment {
   // are asked for: constant memory whatever the file's size. kDataLoss "integrity" if the object
   // fails a tag, ends early, or (a whole read) does not match its digests at its end.
   std::function<Result<std::string>()> next;
+  // Takes back a piece `next` returned, once sent, for its memory (http::Response::recycle).
+  std::function<void(std::string)> recycle = [](std::string) {};
 };
 
 // An inline body kept as an object (sql/0015): bodies whose ciphertext is above

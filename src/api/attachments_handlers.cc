@@ -86,6 +86,7 @@ void AttachmentResponse(const admission::ServedAttachment& s, http::Response& re
   // The representation's digest, from the journal: known before a byte is read (RFC 9530).
   res.SetHeader("Repr-Digest", "sha-256=:" + crypto::Base64(s.meta.plaintext_sha256) + ":");
   res.stream = s.next;
+  res.recycle = s.recycle;
   res.stream_length = s.length;
 }
 

@@ -497,7 +497,7 @@ class Session : public std::enable_shared_from_this<Session> {
                   std::chrono::duration<double>(Clock::now() - started_).count());
     auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
     ArmWriteTimer();
-    auto stream = std::make_shared<std::function<Result<std::string>()>>(std::move(r.stream));
+    auto stream = std::make_shared<Producer>(Producer{std::move(r.stream), std::move(r.recycle)});
     const uint64_t length = r.stream_length;
     const bool head = wire_method_ == "HEAD";
     bhttp::async_write_header(socket_, *sr, [self = shared_from_this(), res, sr, stream, length, close, dispatched,
@@ -509,9 +509,15 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // A streamed answer's pieces (Response::stream) and where written ones go back (recycle).
+  struct Producer {
+    std::function<Result<std::string>()> next;
+    std::function<void(std::string)> recycle;
+    Result<std::string> operator()() const { return next(); }
+  };
+
   // Produces the next piece on a worker, then writes it on this connection's executor.
-  void NextPiece(std::shared_ptr<std::function<Result<std::string>()>> stream, uint64_t length, uint64_t sent,
-                 bool close, bool dispatched) {
+  void NextPiece(std::shared_ptr<Producer> stream, uint64_t length, uint64_t sent, bool close, bool dispatched) {
     asio::post(srv_->workers, [self = shared_from_this(), stream, length, sent, close, dispatched] {
       // An exception must not escape into the pool (asio would terminate the process).
       Result<std::string> piece = Status(Code::kInternal, "the response stream threw");
@@ -534,6 +540,7 @@ class Session : public std::enable_shared_from_this<Session> {
                           [self, stream, length, sent, close, dispatched, bytes](beast::error_code ec, size_t n) {
                             self->timer_.cancel();
                             if (ec) return self->EndStream(dispatched, /*ok=*/false, close);
+                            if (stream->recycle) stream->recycle(std::move(*bytes));
                             self->NextPiece(stream, length, sent + n, close, dispatched);
                           });
       });

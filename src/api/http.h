@@ -86,6 +86,10 @@ struct Response {
   // sees a body shorter than Content-Length, never a wrong one passed off as whole.
   std::function<Result<std::string>()> stream;
   uint64_t stream_length = 0;
+  // Optional, with `stream`: each piece, once written, is handed back here (on the connection's
+  // executor, before `stream` is called again), so that the producer can fill its memory with
+  // the next piece instead of a fresh allocation's.
+  std::function<void(std::string)> recycle;
 
   void SetHeader(std::string name, std::string value) { headers.emplace_back(std::move(name), std::move(value)); }
 };

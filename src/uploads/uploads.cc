@@ -4,10 +4,6 @@
 
 #include <array>
 #include <cstdio>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <openssl/evp.h>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/sync_point.h"
+#include "common/work_pool.h"
 #include "uploads/running_sha256.h"
 
 namespace oml::uploads {
@@ -31,70 +28,6 @@ constexpr unsigned char kStreamStateVersion = 0x01;
 constexpr size_t kStreamStateFixed = 1 + 4 + crypto::kAeadNoncePrefixSize + 8 + 1;
 // What a direct session on a local store encrypts and writes at a time (DoAppend: sliced).
 constexpr size_t kWriteSliceBytes = size_t{256} << 10;
-
-// Runs jobs one at a time, in the order given, on a thread of its own, so that the caller works
-// on meanwhile (DoAppend: slice n+1 encrypted while slice n is written, and the chunk's plaintext
-// hashed beside both). One thread per instance, started at construction: a thread per job cost
-// more than the overlap won.
-class SerialWorker {
- public:
-  SerialWorker() : thread_([this] { Run(); }) {}
-  ~SerialWorker() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();  // after the job in flight, if any
-  }
-  SerialWorker(const SerialWorker&) = delete;
-  SerialWorker& operator=(const SerialWorker&) = delete;
-
-  // Waits for the job in flight; if it failed, returns its error and drops `job`. Else hands
-  // `job` to the thread and returns OK.
-  Status Submit(std::function<Status()> job) {
-    OML_RETURN_IF_ERROR(Wait());
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      job_ = std::move(job);
-    }
-    cv_.notify_all();
-    return Status::Ok();
-  }
-  // Waits for the job in flight; the first error any job returned (sticky).
-  Status Wait() {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [this] { return !job_; });
-    return status_;
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      cv_.wait(l, [this] { return stop_ || job_; });
-      if (!job_) return;  // stopping, nothing left
-      l.unlock();
-      Status s;
-      try {
-        s = job_();
-      } catch (const std::exception& e) {  // would end the process on this thread; the request's answers 500
-        s = Internal(std::string("a background job threw: ") + e.what());
-      }
-      l.lock();
-      if (status_.ok()) status_ = std::move(s);
-      job_ = nullptr;
-      cv_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<Status()> job_;  // guarded by mu_; set while a job waits or runs
-  Status status_;                // guarded by mu_
-  bool stop_ = false;            // guarded by mu_
-  std::thread thread_;           // last: started after the members it reads
-};
 
 bool ValidUuid(const std::string& s) {
   static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$");
@@ -760,32 +693,32 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       return Status::Ok();
     };
     if (sliced) {
-      // Two slices in flight: slice n+1 is encrypted and its ciphertext hashed here while slice n
-      // is written on another thread (the direct write waits for the device). The writes stay in
-      // order, one at a time, so `written` moves as in a loop. The pieces' buffers are reused (no
-      // fresh, zero-filled pages per slice) and outlive `writing`, whose destructor waits for the
-      // write in flight.
-      // The plaintext hash needs only `bytes`, all here: it runs on a third thread from the start.
+      // Two helper threads (common/work_pool.h): one hashes the chunk's plaintext (it needs only
+      // `bytes`, all here) from the start; the other writes slice n (the direct write waits for
+      // the device) while slice n+1 is sealed and its ciphertext hashed here. A group's tasks run
+      // one at a time, in order, so `written` moves as in a loop. The groups, declared after
+      // `pieces`, wait for their tasks before the buffers, pt_sha or `bytes` can go.
       OML_RETURN_IF_ERROR(ensure_handle());  // its transaction on `c`, here, before any thread writes
-      SerialWorker hashing;  // destroyed (its job awaited) before pt_sha and bytes go
-      OML_RETURN_IF_ERROR(hashing.Submit([&pt_sha, bytes] {
-        pt_sha->Update(bytes);
-        return Status::Ok();
-      }));
-      std::array<std::string, 2> pieces;
-      SerialWorker writing;  // destroyed (its write awaited) before `pieces`
+      std::array<std::string, 2> pieces;     // reused: no fresh, zero-filled pages per slice
+      WorkPool helpers(2);
+      WorkPool::Group hashing(helpers), writing(helpers);
+      hashing.Add([&pt_sha, bytes] { pt_sha->Update(bytes); });
+      Status wrote;  // the first failed write; none is queued after it (read after writing.Wait())
       size_t cur = 0;
       for (size_t at = 0; at < bytes.size(); at += kWriteSliceBytes) {
         const std::string_view slice = bytes.substr(at, kWriteSliceBytes);
         OML_RETURN_IF_ERROR(enc->UpdateInto(slice, &pieces[cur]));
         ct_sha.Update(pieces[cur]);
-        OML_RETURN_IF_ERROR(writing.Submit([&write_piece, piece = &pieces[cur]] {
-          return write_piece(*piece, /*sync=*/false, /*hashed=*/true);
-        }));
+        writing.Wait();  // slice n-1's write: pieces[cur] was written before it
+        OML_RETURN_IF_ERROR(wrote);
+        writing.Add([&write_piece, &wrote, piece = &pieces[cur]] {
+          wrote = write_piece(*piece, /*sync=*/false, /*hashed=*/true);
+        });
         cur ^= 1;
       }
-      OML_RETURN_IF_ERROR(writing.Wait());
-      OML_RETURN_IF_ERROR(hashing.Wait());
+      writing.Wait();
+      hashing.Wait();
+      OML_RETURN_IF_ERROR(wrote);
     }
     if (last) {
       dek->Wipe();
