@@ -419,11 +419,9 @@ class AttachmentReader {
     return std::string();
   }
 
-  // Takes back a piece Next returned (wiped here), so that the next piece reuses its memory.
-  void Recycle(std::string piece) {
-    crypto::Wipe(&piece);
-    spare_ = std::move(piece);
-  }
+  // Takes back a piece Next returned, so that the next piece reuses its memory (wiped then, on
+  // the worker that makes it: this runs on the connection's I/O thread).
+  void Recycle(std::string piece) { spare_ = std::move(piece); }
 
  private:
   // pt_ := the plaintext of the next ciphertext range (Finish's too at the object's end). ct_ and
@@ -450,10 +448,11 @@ class AttachmentReader {
     } else if (whole_) {
       ct_hash_.Update(ct);
     }
-    pt_.clear();
     if (!ct.empty()) {
       at_ += ct.size();
-      OML_RETURN_IF_ERROR(dec_->UpdateInto(ct, &pt_));
+      OML_RETURN_IF_ERROR(dec_->UpdateInto(ct, &pt_));  // replaces pt_ (its memory kept, no fill)
+    } else {
+      pt_.clear();
     }
     if (ct.size() < kServePiece) {  // the object's end: only the last segment's tag can tell
       OML_ASSIGN_OR_RETURN(std::string tail, dec_->Finish());
@@ -484,7 +483,11 @@ class AttachmentReader {
   AttachmentReader() = default;
 
  public:
-  ~AttachmentReader() { crypto::Wipe(&pt_); }
+  ~AttachmentReader() {
+    crypto::Wipe(&pt_);
+    crypto::Wipe(&pending_);
+    crypto::Wipe(&spare_);
+  }
 
  private:
 
@@ -500,7 +503,7 @@ class AttachmentReader {
   std::string Take() {
     std::string out = std::move(pending_);
     pending_ = std::move(spare_);  // a piece handed back (Recycle), or nothing
-    pending_.clear();
+    crypto::Wipe(&pending_);
     sent_ += out.size();
     return out;
   }
@@ -583,7 +586,7 @@ Result<ServedAttachment> Attachments::Serve(const Caller& c, const ClaimMeta& m,
     for (;;) {
       OML_ASSIGN_OR_RETURN(std::string piece, check->Next());
       if (piece.empty()) break;
-      check->Recycle(std::move(piece));  // wiped, and the next piece's memory
+      check->Recycle(std::move(piece));  // the next piece's memory (wiped before it is reused)
     }
     // A whole read serves the file; ranges serve it once they have covered it from byte 0 to its
     // end without a gap (review_progress, sql/0015), so one byte per file never counts as a review.

@@ -529,18 +529,21 @@ class Session : public std::enable_shared_from_this<Session> {
       asio::post(self->socket_.get_executor(), [self, stream, length, sent, close, dispatched,
                                                 piece = std::make_shared<Result<std::string>>(std::move(piece))] {
         if (!piece->ok() || (*piece)->empty() || sent + (*piece)->size() > length) {
+          // Whole only if every byte was sent and the stream says it has ended.
+          const bool whole = piece->ok() && (*piece)->empty() && sent == length;
           if (!piece->ok())
             log::Warn("a streamed response ended early", {{"path", self->path_}, {"error", piece->status().ToString()}});
-          // Whole only if every byte was sent and the stream says it has ended.
-          return self->EndStream(dispatched, piece->ok() && (*piece)->empty() && sent == length, close);
+          else if (stream->recycle)
+            stream->recycle(std::move(**piece));  // an overrunning piece: back like a written one
+          return self->EndStream(dispatched, whole, close);
         }
         self->ArmWriteTimer();
         auto bytes = std::make_shared<std::string>(std::move(**piece));
         asio::async_write(self->socket_, asio::buffer(*bytes),
                           [self, stream, length, sent, close, dispatched, bytes](beast::error_code ec, size_t n) {
                             self->timer_.cancel();
+                            if (stream->recycle) stream->recycle(std::move(*bytes));  // written or not
                             if (ec) return self->EndStream(dispatched, /*ok=*/false, close);
-                            if (stream->recycle) stream->recycle(std::move(*bytes));
                             self->NextPiece(stream, length, sent + n, close, dispatched);
                           });
       });

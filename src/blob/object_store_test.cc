@@ -484,6 +484,41 @@ TEST_P(ObjectStoreContractTest, GetRangeEdges) {
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
 }
 
+// GetRangeInto gives GetRange's bytes, replacing what *out held (a longer string reused, old
+// bytes and all), on the store itself (a local store reads the file into *out) and through a
+// wrapper (the default, by GetRange). A missing object, and a key naming a "directory" of
+// others, are false with *out empty.
+TEST_P(ObjectStoreContractTest, GetRangeIntoGivesGetRangesBytesIntoAReusedString) {
+  const std::string data = Pattern(1000);
+  ASSERT_TRUE(store_->Put("k", data).ok());
+  ASSERT_TRUE(store_->Put("empty", "").ok());
+  ASSERT_TRUE(store_->Put("dir/inner", "x").ok());
+  testing::ForwardingStore wrapped(store_.get());
+  for (ObjectStore* s : {static_cast<ObjectStore*>(store_.get()), static_cast<ObjectStore*>(&wrapped)}) {
+    std::string out(5000, 'x');  // longer than any answer: must be replaced, not appended to
+    auto into = [&](const std::string& key, uint64_t offset, uint64_t length) -> std::string {
+      auto got = s->GetRangeInto(key, offset, length, &out);
+      EXPECT_TRUE(got.ok()) << got.status().ToString();
+      if (!got.ok()) return "<error>";
+      if (!*got) return out.empty() ? "<missing>" : "<missing, not cleared>";
+      return out;
+    };
+    EXPECT_EQ(into("k", 0, 10), data.substr(0, 10));
+    EXPECT_EQ(into("k", 123, 456), data.substr(123, 456));
+    EXPECT_EQ(into("k", 995, 10), data.substr(995));  // runs past the end: what there is
+    EXPECT_EQ(into("k", 0, 1000), data);
+    EXPECT_EQ(into("k", 1000, 10), "");  // starts at the end
+    EXPECT_EQ(into("k", 5000, 10), "");  // past it
+    EXPECT_EQ(into("k", 10, 0), "");
+    EXPECT_EQ(into("empty", 0, 10), "");
+    EXPECT_EQ(into("missing", 0, 10), "<missing>");
+    EXPECT_EQ(into("dir", 0, 10), "<missing>");
+    EXPECT_EQ(into("k", 7, 3), data.substr(7, 3));  // a shorter answer after a longer one
+  }
+  std::string out;
+  EXPECT_EQ(store_->GetRangeInto("../k", 0, 1, &out).status().code(), Code::kInvalidArgument);
+}
+
 TEST_P(ObjectStoreContractTest, SizeIsTheObjectLength) {
   ASSERT_TRUE(store_->Put("k", Pattern(1000)).ok());
   ASSERT_TRUE(store_->Put("empty", "").ok());

@@ -515,14 +515,22 @@ class SegmentedDecryptor final : public AeadStreamDecryptor {
   // Records are opened where they lie in `ciphertext`; only a record that straddles two calls is
   // put together in buffer_, and only what is left at the end (at most one record) stays there.
   Status UpdateInto(std::string_view ciphertext, std::string* out) override {
-    out->clear();
-    OML_RETURN_IF_ERROR(CheckUsable());
+    if (Status s = CheckUsable(); !s.ok()) {
+      out->clear();
+      return s;
+    }
     if (!have_header_) {
       const size_t take = std::min(kAeadHeaderSize - buffer_.size(), ciphertext.size());
       buffer_.append(ciphertext.substr(0, take));
       ciphertext.remove_prefix(take);
-      if (buffer_.size() < kAeadHeaderSize) return Status::Ok();
-      OML_RETURN_IF_ERROR(Fail(ParseHeader()));
+      if (buffer_.size() < kAeadHeaderSize) {
+        out->clear();
+        return Status::Ok();
+      }
+      if (Status s = Fail(ParseHeader()); !s.ok()) {
+        out->clear();
+        return s;
+      }
       buffer_.clear();
     }
     const size_t record = size_t{segment_size_} + kAeadTagSize;

@@ -697,13 +697,13 @@ Result<Session> Uploads::DoAppend(db::Conn& c, const Owner& o, Row& row, uint64_
       // `bytes`, all here) from the start; the other writes slice n (the direct write waits for
       // the device) while slice n+1 is sealed and its ciphertext hashed here. A group's tasks run
       // one at a time, in order, so `written` moves as in a loop. The groups, declared after
-      // `pieces`, wait for their tasks before the buffers, pt_sha or `bytes` can go.
+      // `pieces` and `wrote`, wait for their tasks before those, pt_sha or `bytes` can go.
       OML_RETURN_IF_ERROR(ensure_handle());  // its transaction on `c`, here, before any thread writes
       std::array<std::string, 2> pieces;     // reused: no fresh, zero-filled pages per slice
-      WorkPool helpers(2);
-      WorkPool::Group hashing(helpers), writing(helpers);
-      hashing.Add([&pt_sha, bytes] { pt_sha->Update(bytes); });
       Status wrote;  // the first failed write; none is queued after it (read after writing.Wait())
+      WorkPool helpers(2);
+      WorkPool::Group hashing(helpers), writing(helpers);  // last: they wait before `wrote` goes
+      hashing.Add([&pt_sha, bytes] { pt_sha->Update(bytes); });
       size_t cur = 0;
       for (size_t at = 0; at < bytes.size(); at += kWriteSliceBytes) {
         const std::string_view slice = bytes.substr(at, kWriteSliceBytes);

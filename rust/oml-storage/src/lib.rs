@@ -810,6 +810,13 @@ pub extern "C" fn oml_storage_store_read_range(
                 }
                 Err(e) => return fail(OML_STORAGE_UNAVAILABLE, format!("open {}: {e}", file.display())),
             };
+            // A directory is no object (object_store answers NotFound for one too).
+            if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+                return fail(OML_STORAGE_NOT_FOUND, format!("object {key_str} not found"));
+            }
+            if offset > i64::MAX as u64 {
+                return Ok(()); // past any file's end: no bytes (pread would refuse the offset)
+            }
             let mut got = 0usize;
             while got < len {
                 match std::os::unix::fs::FileExt::read_at(&f, &mut dst[got..], offset.saturating_add(got as u64)) {
