@@ -199,12 +199,12 @@ TEST_F(LocalObjectStoreTest, SweepStagingRemovesOnlyOldStagingFiles) {
 // adapter's write_staging): whatever the offsets, lengths and syncs, and a put that rewinds to an
 // earlier offset, the object holds exactly the bytes a plain pwrite of each put would leave. The
 // sizes straddle the 4 KiB blocks, the 64 KiB direct minimum and the 256 KiB bounce buffer.
-void ResumablePutsLeaveExactlyTheirBytes(ObjectStore* store_) {
-  const std::string staging = "t1/up/object";
+void ResumablePutsLeaveExactlyTheirBytes(ObjectStore* store_, const std::string& name = "t1", uint32_t seed0 = 12345) {
+  const std::string staging = name + "/up/object";
   auto handle = store_->ResumableStart(staging);
   ASSERT_TRUE(handle.ok()) << handle.status().ToString();
   std::string expect;
-  uint32_t seed = 12345;
+  uint32_t seed = seed0;
   auto piece = [&](size_t n) {
     std::string p(n, '\0');
     for (auto& c : p) c = static_cast<char>((seed = seed * 1103515245u + 12345u) >> 16);
@@ -232,8 +232,8 @@ void ResumablePutsLeaveExactlyTheirBytes(ObjectStore* store_) {
   auto past = store_->ResumablePut(staging, *handle, part, expect.size() + 1, piece(100000), /*sync=*/true);
   EXPECT_EQ(past.status().code(), Code::kNotFound) << past.status().ToString();
   ASSERT_TRUE(store_->ResumablePut(staging, *handle, part, expect.size(), "", /*sync=*/true).ok());
-  ASSERT_TRUE(store_->ResumableFinish(staging, *handle, {}, expect.size(), "t1/obj").ok());
-  auto got = store_->Get("t1/obj");
+  ASSERT_TRUE(store_->ResumableFinish(staging, *handle, {}, expect.size(), name + "/obj").ok());
+  auto got = store_->Get(name + "/obj");
   ASSERT_TRUE(got.ok() && got->has_value());
   ASSERT_EQ((*got)->size(), expect.size());
   EXPECT_TRUE(**got == expect) << "the object's bytes differ from the puts'";
@@ -251,6 +251,14 @@ TEST_F(LocalObjectStoreTest, ResumablePutsAtAnyOffsetLeaveExactlyTheirBytes) {
     GTEST_SKIP() << "the temporary directory's file system refuses O_DIRECT: only the fallback ran";
   }
   EXPECT_GE(DirectWriteCount() - direct, 7u);
+}
+
+// Two writes at once (two uploads' PATCHes in one server) share the bounce-buffer pool: each
+// object still holds exactly its own puts' bytes.
+TEST_F(LocalObjectStoreTest, ConcurrentResumableWritesKeepTheirOwnBytes) {
+  std::thread other([&] { ResumablePutsLeaveExactlyTheirBytes(store_.get(), "t2", 777); });
+  ResumablePutsLeaveExactlyTheirBytes(store_.get(), "t1", 12345);
+  other.join();
 }
 
 // The same on tmpfs, which refuses O_DIRECT before Linux 6.6 (every byte through the page cache)

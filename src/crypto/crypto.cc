@@ -366,12 +366,6 @@ class SegmentedEncryptor final : public AeadStreamEncryptor {
   }
   ~SegmentedEncryptor() override { Wipe(&pending_); }
 
-  Result<std::string> Update(std::string_view plaintext) override {
-    std::string out;
-    OML_RETURN_IF_ERROR(UpdateInto(plaintext, &out));
-    return out;
-  }
-
   Status UpdateInto(std::string_view plaintext, std::string* out) override {
     if (Status s = CheckUsable(); !s.ok()) {
       out->clear();
@@ -505,12 +499,6 @@ class SegmentedDecryptor final : public AeadStreamDecryptor {
     return Status::Ok();
   }
   uint32_t segment_size() const { return segment_size_; }
-
-  Result<std::string> Update(std::string_view ciphertext) override {
-    std::string out;
-    OML_RETURN_IF_ERROR(UpdateInto(ciphertext, &out));
-    return out;
-  }
 
   // Records are opened where they lie in `ciphertext`; only a record that straddles two calls is
   // put together in buffer_, and only what is left at the end (at most one record) stays there.

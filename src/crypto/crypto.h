@@ -253,7 +253,11 @@ class AeadStreamEncryptor {
                                                               AeadEncryptorState state);
   virtual ~AeadStreamEncryptor() = default;
   // Returns ciphertext bytes ready so far (the header first time, then complete segments).
-  virtual Result<std::string> Update(std::string_view plaintext) = 0;
+  Result<std::string> Update(std::string_view plaintext) {
+    std::string out;
+    OML_RETURN_IF_ERROR(UpdateInto(plaintext, &out));
+    return out;
+  }
   // Update's bytes, replacing *out's. *out's memory is reused: a caller that passes one string
   // for pieces of one size allocates and zero-fills nothing after the first. On error *out is
   // empty (and the error sticky, as Update's).
@@ -280,7 +284,11 @@ class AeadStreamDecryptor {
                                                                uint32_t* segment_size = nullptr);
   virtual ~AeadStreamDecryptor() = default;
   // Returns plaintext authenticated so far. Never returns bytes of a segment whose tag failed.
-  virtual Result<std::string> Update(std::string_view ciphertext) = 0;
+  Result<std::string> Update(std::string_view ciphertext) {
+    std::string out;
+    OML_RETURN_IF_ERROR(UpdateInto(ciphertext, &out));
+    return out;
+  }
   // Update's bytes, replacing *out's; *out's memory is reused (a caller that passes one string for
   // pieces of one size allocates and zero-fills nothing after the first). On error *out is empty.
   virtual Status UpdateInto(std::string_view ciphertext, std::string* out) = 0;
