@@ -654,9 +654,10 @@ def test_a_patch_holds_no_transaction_while_it_waits_on_the_object_store(served)
             except requests.ConnectionError:
                 assert time.time() < deadline, "server B did not come up"
                 time.sleep(0.05)
-        # OML_FAULT=...:stop sends the process SIGSTOP, which stops it a moment after the point
-        # (the main thread starts the group stop): a chunk whose commit slipped in before is
-        # let through, and the next chunk is held on a new server A.
+        # OML_FAULT=...:stop raises SIGSTOP in the thread at the point, which stops there (and
+        # then the whole process); should a chunk's commit still slip in before (another
+        # request's, a background one), it is let through and the next chunk is held on a new
+        # server A.
         off = 0
         for _ in range(5):
             d.stop_server()

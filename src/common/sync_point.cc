@@ -78,7 +78,10 @@ Status SyncPoints::Process(const char* name) {
         if (!f.fired.exchange(true)) {
           std::fprintf(stderr, "OML_FAULT: SIGSTOP at %s\n", name);
           std::fflush(stderr);
-          ::kill(::getpid(), SIGSTOP);
+          // To this thread (raise: tgkill), which then stops before it runs another instruction
+          // past the point; the stop then takes every thread. kill(getpid()) let the kernel hand
+          // the signal to another thread while this one ran on (into the next commit, say).
+          ::raise(SIGSTOP);
         }
         break;
       case EnvFault::Action::kNone:

@@ -10,9 +10,10 @@
 //   OML_FAULT=<name>:kill  kills the process with SIGKILL the first time it reaches <name>: a
 //                          crash with no cleanup at all (tests/test_lakewriter.py kills the lake
 //                          writer at each step of its protocol this way).
-//   OML_FAULT=<name>:stop  stops the process with SIGSTOP the first time it reaches <name>; it goes
-//                          on (as if the point were not armed) after the test sends SIGCONT. Used to
-//                          hold one process at an exact step while another one runs.
+//   OML_FAULT=<name>:stop  stops the process with SIGSTOP the first time it reaches <name> (the
+//                          thread at <name> runs no further); it goes on (as if the point were not
+//                          armed) after the test sends SIGCONT. Used to hold one process at an
+//                          exact step while another one runs.
 // Point names never contain ':'.
 #pragma once
 
