@@ -535,17 +535,21 @@ def test_the_lake_writer_serves_metrics_lag_batches_commits_retries(served):
     assert all(json.loads(line)["msg"] for line in p.stderr.read().splitlines() if line.strip())
 
 
-def test_kill_9_after_the_silver_commit_then_restart_merges_once(served):
-    """The crash between two table commits: silver committed, gold and the frontier not. The
+def test_a_batch_whose_gold_commit_fails_beside_silvers_then_restart_merges_once(served):
+    """A batch's tables are committed at once: gold's commit fails (on its own thread) while
+    bronze's and silver's land, and the writer gives up (its attempts each fail at gold). The
     restart rebuilds the batch from silver's recorded bounds, skips bronze and silver, commits
     gold, and the demoted row is not merged twice (one MERGE commit for the batch)."""
-    import signal
     d = served
     a = d.submit(d.writer, body="crash a").json()
     verdict(d, d.reviewer, a["artifact_id"], "accept")
     da_seq = demote(d, d.reviewer, a["artifact_id"])
-    first = lakewriter(d, env={"OML_FAULT": "lakewriter.after_commit.silver/claims:kill"}, check=False)
-    assert first.returncode == -signal.SIGKILL, first.stderr
+    first = lakewriter(d, env={"OML_FAULT": "lakewriter.commit.gold/daily_activity"}, check=False)
+    assert first.returncode == 1, first.stderr
+    lines = first.stderr.splitlines()
+    assert lines[-1] == "oml: internal(injected-fault): injected fault at lakewriter.commit.gold/daily_activity"
+    failed = [ln for ln in log_lines("\n".join(lines[:-1])) if ln["msg"] == "lake writer: batch failed"]
+    assert len(failed) == 5 and all("injected" in ln["error"] for ln in failed), failed
     last = last_outbox_seq(d)
     assert (txn_version(d, BRONZE), txn_version(d, SILVER), txn_version(d, GOLD)) == (last, last, None)
     assert frontier(d) == 0

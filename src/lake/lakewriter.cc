@@ -57,6 +57,9 @@ std::string DefaultHolder() {
   return std::string(host) + ":" + std::to_string(getpid()) + ":" + rnd;
 }
 
+// A pending horizon probe is checked every LakeWriterOptions::horizon_poll for this long.
+constexpr auto kHorizonFastPollFor = std::chrono::seconds(1);
+
 bool Stopped(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
 
 // Sleeps `d`, in short steps so that a stop request is seen within 50 ms.
@@ -809,6 +812,38 @@ Result<std::vector<std::string>> LakeWriter::TablesHolding(const OutboxRow& row)
   return out;
 }
 
+// One table's part of a batch through steps 5 and 6 (ApplyParts).
+struct LakeWriter::Part {
+  const TargetTable* target = nullptr;
+  DeltaTable* table = nullptr;
+  std::vector<const OutboxRow*> source;  // its rows: dead-lettered and requeue-skipped ones left out
+  int attempt = 1;
+  // Made by the check and conversion of this attempt:
+  int64_t n = 0;                         // rows to commit
+  std::string jsonl;                     // MERGE tables (silver, gold) and JSON appends
+  std::optional<ArrowBatch> arrow;       // an append's rows (bronze): no JSON on the adapter's side
+  std::vector<const OutboxRow*> lines;   // the outbox row of each JSON line (not for derived)
+  // Made by the commit (on a thread of commit_pool_ or the writer's):
+  std::optional<Result<int64_t>> version;
+  double secs = 0;
+};
+
+void LakeWriter::CommitPart(const Batch& b, Part* p) {
+  const TargetTable& target = *p->target;
+  const auto c0 = Clock::now();
+  // On the committing thread: tests fail one table's commit while the others of the round land.
+  if (Status st = OML_SYNC_POINT(("lakewriter.commit." + target.name).c_str()); !st.ok()) {
+    p->version = std::move(st);
+    return;
+  }
+  TxnCommit txn{app_id_, b.end,
+                {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
+  p->version = target.write == TableWrite::kMerge ? p->table->Merge(p->jsonl, target.merge, txn)
+               : p->arrow                          ? p->table->AppendBatch(&*p->arrow, txn)
+                                                   : p->table->Append(p->jsonl, txn);
+  p->secs = std::chrono::duration<double>(Clock::now() - c0).count();
+}
+
 Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::optional<Poison>* poison) {
   const auto t0 = Clock::now();
   // Where the batch's time went, for the log line: snapshot refreshes, txn checks, row
@@ -817,7 +852,7 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
   auto lap = Clock::now();
   // Group (step 4): each table's rows keep the batch's seq order. Derived tables (gold) are fed
   // from the bronze rows.
-  std::map<std::string, std::vector<const OutboxRow*>> parts;
+  std::map<std::string, std::vector<const OutboxRow*>> by_table;
   int64_t live_rows = 0;
   for (const auto& row : b.rows) {
     // A dead-lettered row stays only in the tables that held it (none: it is left out).
@@ -828,12 +863,12 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
                                  " targets unknown lake table '" + row.target_table + "'"};
       return Status::Ok();
     }
-    parts[row.target_table].push_back(&row);
+    by_table[row.target_table].push_back(&row);
   }
-  nlohmann::json committed = nlohmann::json::array(), skipped = nlohmann::json::array();
-  int64_t rows_written = 0;
+  std::vector<Part> parts;
+  parts.reserve(TargetTables().size());
   for (const auto& target : TargetTables()) {
-    const auto& all = parts[target.derived ? std::string(kBronze) : target.name];
+    const auto& all = by_table[target.derived ? std::string(kBronze) : target.name];
     // A requeued row is not applied to the tables that already hold it, nor a dead-lettered row
     // to the tables that did not (sql/0019).
     auto skipped_here = [&](const OutboxRow* r) {
@@ -841,24 +876,36 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       auto d = dead.find(r->seq);
       return d != dead.end() && std::find(d->second.begin(), d->second.end(), target.name) == d->second.end();
     };
-    std::vector<const OutboxRow*> kept;
-    const bool skips = std::any_of(all.begin(), all.end(), skipped_here);
-    if (skips) {
-      for (const OutboxRow* r : all)
-        if (!skipped_here(r)) kept.push_back(r);
-    }
-    const auto& source = skips ? kept : all;
-    if (source.empty()) continue;
-    OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(target.name));
-    // Check (step 5) and commit (step 6). A commit lost to one that carries no txn of this appId
-    // (a compaction off the batch path, lake/compactor.h; another stream's rows) is checked and
-    // committed again on the new snapshot; one lost to a commit that moved this appId's txn
-    // (another writer of this stream) fails the batch, which recovery then finishes.
-    for (int attempt = 1;; ++attempt) {
+    Part part;
+    for (const OutboxRow* r : all)
+      if (!skipped_here(r)) part.source.push_back(r);
+    if (part.source.empty()) continue;
+    part.target = &target;
+    OML_ASSIGN_OR_RETURN(part.table, Table(target.name));
+    parts.push_back(std::move(part));
+  }
+  nlohmann::json committed = nlohmann::json::array(), skipped = nlohmann::json::array();
+  int64_t rows_written = 0;
+  // Rounds of check (step 5) and commit (step 6). A round checks and converts each table not
+  // yet done, in registry order, on this thread; then commits them all at once, one per thread
+  // (the tables are independent Delta logs, and a batch's commits are most of its time), and
+  // goes through the results in registry order. A commit lost to one that carries no txn of this
+  // appId (a compaction off the batch path, lake/compactor.h; another stream's rows) goes to the
+  // next round, checked and committed again on the new snapshot; one lost to a commit that moved
+  // this appId's txn (another writer of this stream) fails the batch, which recovery then
+  // finishes. The tables of a batch thus land in any order (some may have landed when the batch
+  // fails): recovery finishes whichever are behind (step 2).
+  std::vector<Part*> round;
+  for (Part& part : parts) round.push_back(&part);
+  while (!round.empty()) {
+    std::vector<Part*> ready;
+    for (Part* p : round) {
+      const TargetTable& target = *p->target;
+      DeltaTable* table = p->table;
       // The snapshot the check reads: the handle's own while txn_cache_ knows this stream's txn
       // at its version (this writer's newest commit, or the txn read after a lost commit): no
       // listing or replay of the log. Else refreshed and read. A commit that landed since makes
-      // the conditional commit below lose, and the check is then made again.
+      // the conditional commit lose, and the check is then made again.
       LastTxn last;
       OML_ASSIGN_OR_RETURN(int64_t at, table->SnapshotVersion());
       auto& cached = txn_cache_[target.name];  // {-1, -1} when new: never a snapshot version
@@ -873,7 +920,7 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       if (b.end <= last.version) {
         ++stats_.skipped_tables;
         skipped.push_back(target.name);
-        break;
+        continue;
       }
       // A table that lost commits (its txn below what it recorded, sql/0018) must be refilled
       // first: committing this batch over the hole would make it permanent.
@@ -887,101 +934,124 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       }
       // Rows at or below the table's txn version are in it already (every commit covers its
       // whole range); only a rebuilt batch after a concurrent writer can start below it.
-      std::string jsonl;
-      std::optional<ArrowBatch> arrow;      // an append's rows (bronze): no JSON on the adapter's side
-      std::vector<const OutboxRow*> lines;  // the outbox row of each JSON line (not for derived)
-      int64_t n = 0;
+      p->n = 0;
+      p->jsonl.clear();
+      p->arrow.reset();
+      p->lines.clear();
       if (target.write == TableWrite::kAppend && !target.derived) {
         OML_ASSIGN_OR_RETURN(std::vector<ArrowColumnSpec> columns, LakeTableColumns(target.name));
-        arrow.emplace(std::move(columns));
-        arrow->ReserveRows(static_cast<int64_t>(source.size()));
-        for (const OutboxRow* row : source) {
+        p->arrow.emplace(std::move(columns));
+        p->arrow->ReserveRows(static_cast<int64_t>(p->source.size()));
+        for (const OutboxRow* row : p->source) {
           if (row->seq <= last.version) continue;
-          if (Status st = AppendDeltaRow(*row, &*arrow); !st.ok()) {
+          if (Status st = AppendDeltaRow(*row, &*p->arrow); !st.ok()) {
             if (st.code() != Code::kInvalidArgument) return st;
             *poison = Poison{row, st.message()};
-            return Status::Ok();
+            break;
           }
-          ++n;
+          ++p->n;
         }
       } else if (target.derived) {
         int64_t bad = 0;
-        auto rows = DailyActivityRows(source, last.version, &bad);
+        auto rows = DailyActivityRows(p->source, last.version, &bad);
         if (!rows.ok()) {
-          for (const OutboxRow* r : source)
+          for (const OutboxRow* r : p->source)
             if (r->seq == bad) *poison = Poison{r, rows.status().message()};
-          if (*poison) return Status::Ok();
-          return rows.status();
+          if (!*poison) return rows.status();
+        } else {
+          p->jsonl = std::move(*rows);
+          p->n = static_cast<int64_t>(std::count(p->jsonl.begin(), p->jsonl.end(), '\n'));
         }
-        jsonl = std::move(*rows);
-        n = static_cast<int64_t>(std::count(jsonl.begin(), jsonl.end(), '\n'));
       } else {
-        jsonl.reserve(RowBytesHint(source));
-        for (const OutboxRow* row : source) {
+        p->jsonl.reserve(RowBytesHint(p->source));
+        for (const OutboxRow* row : p->source) {
           if (row->seq <= last.version) continue;
           auto line = ToDeltaRow(*row, target);
           if (!line.ok()) {
             *poison = Poison{row, line.status().message()};
-            return Status::Ok();
+            break;
           }
-          jsonl += *line;
-          lines.push_back(row);
-          ++n;
+          p->jsonl += *line;
+          p->lines.push_back(row);
+          ++p->n;
         }
       }
-      if (n == 0) break;
+      // A poison row stops the batch before its table's commit; the tables before it in the
+      // registry are still committed (a dead letter names the tables that hold its row).
+      if (*poison) break;
       convert_ms += Lap(&lap);
-      OML_RETURN_IF_ERROR(CheckLease());
-      lease_ms += Lap(&lap);
-      OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.before_commit." + target.name).c_str()));
-      // Commit (step 6): rows, txn (appId, batch_end) and bounds in one conditional commit.
-      TxnCommit txn{app_id_, b.end,
-                    {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
-      const auto c0 = Clock::now();
-      auto version = target.write == TableWrite::kMerge ? table->Merge(jsonl, target.merge, txn)
-                     : arrow                              ? table->AppendBatch(&*arrow, txn)
-                                                          : table->Append(jsonl, txn);
-      if (!version.ok()) {
-        if (IsConflict(version.status())) {
-          ++stats_.conflicts;
-          OML_ASSIGN_OR_RETURN(const int64_t at_now, table->Refresh());
-          OML_ASSIGN_OR_RETURN(LastTxn now, table->ReadLastTxn(app_id_));
-          txn_cache_[target.name] = KnownTxn{at_now, now.version};  // the next attempt checks against it
-          if (now.version == last.version && attempt < kMaxCommitAttempts) {
-            ++stats_.retried_commits;
-            Metrics::Get().LakeRetry("rebase");
-            log::Info("lake writer: a commit without this stream's txn landed first; committing again",
-                      {{"stream", stream_.name}, {"table", target.name}, {"batch_end", b.end},
-                       {"attempt", attempt}});
-            continue;
-          }
-        }
-        // Rows that do not fit the table: find the first one; it is the poison (nothing committed).
-        // (An Arrow batch's rows were each checked by AppendDeltaRow: a refusal there is the
-        // table's schema, not a row.)
-        if (version.status().code() == Code::kInvalidArgument && !target.derived && !arrow) {
-          auto check = table->CheckRows(jsonl);
-          if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(lines.size())) {
-            *poison = Poison{lines[check->bad_line], check->error};
-            return Status::Ok();
-          }
-        }
-        return version.status();
-      }
-      const double commit_secs = std::chrono::duration<double>(Clock::now() - c0).count();
-      txn_cache_[target.name] = KnownTxn{*version, b.end};
-      SawTxn(target.name, b.end);
-      commit_ms += Lap(&lap);
-      Metrics::Get().LakeCommit(target.name, n, commit_secs);
-      ++stats_.commits;
-      stats_.rows += n;
-      stats_.rows_by_table[target.name] += n;
-      rows_written += n;
-      committed.push_back({{"table", target.name}, {"version", *version}, {"rows", n}, {"ms", commit_secs * 1000.0}});
-      OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
-      break;
+      if (p->n > 0) ready.push_back(p);
     }
+    if (ready.empty()) break;
+    OML_RETURN_IF_ERROR(CheckLease());
+    lease_ms += Lap(&lap);
+    for (Part* p : ready) OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.before_commit." + p->target->name).c_str()));
+    // Commit (step 6): each table's rows, txn (appId, batch_end) and bounds in one conditional
+    // commit; the first on this thread, the others on commit_pool_ (made here, by this thread,
+    // so its threads start at this thread's nice value).
+    if (ready.size() == 1) {
+      CommitPart(b, ready[0]);
+    } else {
+      if (!commit_pool_) commit_pool_ = std::make_unique<WorkPool>(static_cast<int>(TargetTables().size()) - 1);
+      WorkPool::Group group(*commit_pool_);
+      for (size_t i = 1; i < ready.size(); ++i) group.Add([this, &b, p = ready[i]] { CommitPart(b, p); });
+      CommitPart(b, ready[0]);
+      group.Wait();
+    }
+    commit_ms += Lap(&lap);
+    // The results, in registry order: every landed commit is recorded (and its after_commit
+    // point reached) before a failure of another table is returned.
+    std::vector<Part*> again;
+    std::optional<Status> failed;
+    for (Part* p : ready) {
+      const TargetTable& target = *p->target;
+      const Result<int64_t>& version = *p->version;
+      if (version.ok()) {
+        txn_cache_[target.name] = KnownTxn{*version, b.end};
+        SawTxn(target.name, b.end);
+        Metrics::Get().LakeCommit(target.name, p->n, p->secs);
+        ++stats_.commits;
+        stats_.rows += p->n;
+        stats_.rows_by_table[target.name] += p->n;
+        rows_written += p->n;
+        committed.push_back({{"table", target.name}, {"version", *version}, {"rows", p->n}, {"ms", p->secs * 1000.0}});
+        OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
+        continue;
+      }
+      if (failed) continue;  // the batch fails already; this table is recovered with the others
+      if (IsConflict(version.status())) {
+        ++stats_.conflicts;
+        OML_ASSIGN_OR_RETURN(const int64_t at_now, p->table->Refresh());
+        OML_ASSIGN_OR_RETURN(LastTxn now, p->table->ReadLastTxn(app_id_));
+        const int64_t before = txn_cache_[target.name].txn;
+        txn_cache_[target.name] = KnownTxn{at_now, now.version};  // the next attempt checks against it
+        if (now.version == before && p->attempt < kMaxCommitAttempts) {
+          ++p->attempt;
+          ++stats_.retried_commits;
+          Metrics::Get().LakeRetry("rebase");
+          log::Info("lake writer: a commit without this stream's txn landed first; committing again",
+                    {{"stream", stream_.name}, {"table", target.name}, {"batch_end", b.end}, {"attempt", p->attempt - 1}});
+          again.push_back(p);
+          continue;
+        }
+      }
+      // Rows that do not fit the table: find the first one; it is the poison (nothing of this
+      // table committed). (An Arrow batch's rows were each checked by AppendDeltaRow: a refusal
+      // there is the table's schema, not a row.)
+      if (version.status().code() == Code::kInvalidArgument && !target.derived && !p->arrow) {
+        auto check = p->table->CheckRows(p->jsonl);
+        if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(p->lines.size())) {
+          *poison = Poison{p->lines[check->bad_line], check->error};
+          continue;
+        }
+      }
+      failed = version.status();
+    }
+    if (failed) return *failed;
+    if (*poison) return Status::Ok();
+    round = std::move(again);
   }
+  if (*poison) return Status::Ok();
   // Advance (step 7): every touched table holds the batch now.
   OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.before_frontier_advance"));
   lap = Clock::now();
@@ -1380,7 +1450,11 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
     MaybePrune(/*now=*/false);
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
-      SleepUnlessStopped(opts_.poll_every, stop);
+      // A pending probe waits only for transactions that were running when it was taken: the
+      // commit point's last a few ms, so it is checked again soon. Nothing drawn, or a probe
+      // held back for long: the idle interval.
+      const bool fresh = tracker.pending() && Clock::now() - tracker.pending_since() < kHorizonFastPollFor;
+      SleepUnlessStopped(fresh ? std::min(opts_.horizon_poll, opts_.poll_every) : opts_.poll_every, stop);
       continue;
     }
     OML_RETURN_IF_ERROR(DrainTo(stable, stop));

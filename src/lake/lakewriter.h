@@ -24,16 +24,23 @@
 //   6. Commit.  Each table's rows in one Delta commit with txn (appId, batch_end) and commit
 //               metadata {"oml.batch_start", "oml.batch_end", "oml.stream"}; the commit is
 //               conditional on the snapshot the check read (kAborted "lake-commit-conflict" if any
-//               other commit landed since). A winner that moved this appId's txn is another
-//               writer: fenced, the batch fails and recovery follows. Any other winner (a
-//               compaction, lake/compactor.h): steps 5 and 6 again at once, on a fresh snapshot.
+//               other commit landed since). The touched tables commit at once, one thread each
+//               (they are independent logs), so a failed batch may have reached any subset of
+//               them; recovery (step 2) finishes the others from the bounds one of them recorded.
+//               A winner that moved this appId's txn is another writer: fenced, the batch fails
+//               and recovery follows. Any other winner (a compaction, lake/compactor.h): steps 5
+//               and 6 again for that table, on a fresh snapshot.
 //   7. Advance. UPDATE lake_frontier to batch_end (never backwards; fenced by the lease epoch)
 //               only after every touched table committed.
 //
 // Fault points (common/sync_point.h; OML_FAULT=<point>[:kill|:stop] arms them from outside):
 //   lakewriter.after_cut                   rows of a new cut read, nothing committed yet
-//   lakewriter.before_commit.<table>       check done, the table's commit not yet written
-//   lakewriter.after_commit.<table>        that table's commit written (e.g. ...bronze/events)
+//   lakewriter.before_commit.<table>       every touched table checked, no commit of the batch
+//                                          begun (reached for each table, in registry order)
+//   lakewriter.commit.<table>              on the thread committing that table, its commit not
+//                                          begun; the batch's other tables commit meanwhile
+//   lakewriter.after_commit.<table>        every commit of the batch ended; reached for each
+//                                          table that landed (e.g. ...bronze/events), in order
 //   lakewriter.before_frontier_advance     every touched table committed, frontier not moved
 //   lakewriter.compaction.after_snapshot.<table>  a compaction's snapshot read, its OPTIMIZE not
 //                                          begun (bronze: the compactor's thread, lake/compactor.h;
@@ -56,6 +63,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/work_pool.h"
 #include "crypto/crypto.h"
 #include "db/conn.h"
 #include "lake/compactor.h"
@@ -128,6 +136,10 @@ struct LakeWriterOptions {
   std::string stream = kDefaultStream;
   int64_t max_rows = 10000;                          // rows per batch at most (>= 1)
   std::chrono::milliseconds poll_every{200};         // horizon poll when idle (service mode)
+  // Service mode, a horizon probe pending (rows were drawn; their transactions have not all
+  // ended): how often it is checked (one round trip, no xid) during its first second; then
+  // every poll_every (a long transaction holds it back).
+  std::chrono::milliseconds horizon_poll{5};
   std::chrono::milliseconds standby_poll{500};       // lease poll while standby
   std::chrono::milliseconds once_horizon_wait{60000};  // --once: wait this long for a stable horizon
   std::chrono::milliseconds max_backoff{10000};      // after repeated errors
@@ -301,7 +313,13 @@ class LakeWriter {
   Result<std::vector<std::string>> TablesHolding(const OutboxRow& row);
   // One attempt at steps 4 to 7 without the rows in `dead`. A poison row stops it before the
   // commit of its table (earlier tables may have committed): *poison is set and OK returned.
+  // The touched tables' commits run at once (commit_pool_); a failed batch may leave any of
+  // them committed.
   Status ApplyParts(const Batch& b, const DeadLetters& dead, std::optional<Poison>* poison);
+  struct Part;
+  // Step 6 for one table: its conditional commit, into p->version and p->secs. Touches only *p
+  // and its table handle (runs on a commit_pool_ thread beside the others of the round).
+  void CommitPart(const Batch& b, Part* p);
   // Counts an attempt; past the budget moves the row to dead_letter (true), *applied then the
   // tables that hold it (TablesHolding). false: not yet.
   Result<bool> HandlePoison(const Poison& p, std::vector<std::string>* applied);
@@ -349,6 +367,10 @@ class LakeWriter {
   std::unique_ptr<db::Conn> conn_;
   std::unique_ptr<db::Conn> reader_;  // reads the next cut while a batch is applied (no lease)
   std::map<std::string, DeltaTable> tables_;
+  // Commits a batch's tables beside the writer's thread (ApplyParts); made on first use by the
+  // writer's thread, so its threads have that thread's nice value. Declared after tables_: its
+  // threads are joined before the handles go.
+  std::unique_ptr<WorkPool> commit_pool_;
   bool lease_held_ = false;
   int64_t epoch_ = 0;
   int64_t frontier_ = 0;

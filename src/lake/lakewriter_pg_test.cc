@@ -105,12 +105,12 @@ class LakeWriterTest : public ::testing::Test {
   }
 
   // The bounds each writer commit recorded, from the JSON log (versions 1..).
-  std::vector<Bounds> CommitBounds() {
+  std::vector<Bounds> CommitBounds(const std::string& table = kBronze) {
     std::vector<Bounds> out;
     for (int64_t v = 1;; ++v) {
       char name[32];
       std::snprintf(name, sizeof(name), "%020lld.json", static_cast<long long>(v));
-      std::ifstream in(lake_->path() / kBronze / "_delta_log" / name);
+      std::ifstream in(lake_->path() / table / "_delta_log" / name);
       if (!in) break;
       int64_t txn = -1;
       Bounds b{v, -1, -1};
@@ -506,20 +506,32 @@ TEST_F(LakeWriterTest, ACommitThatLosesToACompactionIsCommittedAgainAtOnce) {
 
 // A failure at each step leaves the lake and frontier such that a new writer (a restarted
 // process) ends with every row exactly once, and a batch that reached a table is finished from
-// the bounds that table recorded, never re-cut and never committed twice.
+// the bounds that table recorded, never re-cut and never committed twice. A batch's tables are
+// committed at once: every before_commit point comes before any of them starts, every
+// after_commit point after all of them landed, and lakewriter.commit.<table> fails one table's
+// commit on its own thread while the other lands (so either table can be the one ahead).
 TEST_F(LakeWriterTest, AFailureAtEveryStepIsRecoveredByTheNextWriter) {
-  const std::vector<std::string> points = {"lakewriter.after_cut", "lakewriter.before_commit.bronze/events",
-                                           "lakewriter.after_commit.bronze/events",
-                                           "lakewriter.before_commit.gold/daily_activity",
-                                           "lakewriter.after_commit.gold/daily_activity",
-                                           "lakewriter.before_frontier_advance"};
-  for (size_t i = 0; i < points.size(); ++i) {
-    SCOPED_TRACE(points[i]);
+  const std::string kGold = "gold/daily_activity";
+  struct Step {
+    std::string point;
+    bool bronze, gold;  // the failing batch reached the table
+  };
+  const std::vector<Step> steps = {{"lakewriter.after_cut", false, false},
+                                   {"lakewriter.before_commit.bronze/events", false, false},
+                                   {"lakewriter.before_commit.gold/daily_activity", false, false},
+                                   {"lakewriter.commit.bronze/events", false, true},
+                                   {"lakewriter.commit.gold/daily_activity", true, false},
+                                   {"lakewriter.after_commit.bronze/events", true, true},
+                                   {"lakewriter.after_commit.gold/daily_activity", true, true},
+                                   {"lakewriter.before_frontier_advance", true, true}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    SCOPED_TRACE(step.point);
     SetUp();
     AddEvents("fault-" + std::to_string(i));
     // A first writer drains a batch, then fails at the point in the second batch for good.
-    int hits = 0;
-    SyncPoints::Set(points[i], [&] {
+    std::atomic<int> hits{0};
+    SyncPoints::Set(step.point, [&] {
       return ++hits >= 2 ? Status(Code::kInternal, "injected", "injected-fault") : Status::Ok();
     });
     {
@@ -533,19 +545,30 @@ TEST_F(LakeWriterTest, AFailureAtEveryStepIsRecoveredByTheNextWriter) {
     }
     SyncPoints::ClearAll();
     const auto before = CommitBounds();
-    const bool committed = i >= 2;  // the failing batch reached bronze
-    ASSERT_EQ(before.size(), committed ? 2u : 1u);
+    const auto gold_before = CommitBounds(kGold);
+    ASSERT_EQ(before.size(), step.bronze ? 2u : 1u);
+    ASSERT_EQ(gold_before.size(), step.gold ? 2u : 1u);
     EXPECT_EQ(PgFrontier(), before[0].end);
+    if (step.bronze != step.gold) {  // the table ahead recorded the failed batch's bounds
+      const auto& ahead = step.bronze ? before.back() : gold_before.back();
+      EXPECT_EQ(ahead.start, before[0].end);
+    }
 
     LakeWriter next(Opts(4));
     Status st = next.RunOnce();
     ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(next.stats().recovered_batches, committed ? 1 : 0);
+    EXPECT_EQ(next.stats().recovered_batches, step.bronze || step.gold ? 1 : 0);
     ExpectDrainedExactlyOnce();
-    const auto after = CommitBounds();
-    ASSERT_GE(after.size(), before.size());
-    // The commits of the first writer are untouched, and the failed batch was not written again.
-    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
+    // The commits of the first writer are untouched, and the failed batch was not written again:
+    // the table behind got it from the bounds the other recorded.
+    for (const auto& [table, was] : {std::pair{std::string(kBronze), before}, std::pair{kGold, gold_before}}) {
+      SCOPED_TRACE(table);
+      const auto after = CommitBounds(table);
+      ASSERT_GE(after.size(), 2u);
+      EXPECT_TRUE(std::equal(was.begin(), was.end(), after.begin()));
+      EXPECT_EQ(after[1].start, before[0].end);
+      if (step.bronze || step.gold) EXPECT_EQ(after[1].end, (step.bronze ? before : gold_before)[1].end);
+    }
     TearDown();
   }
 }

@@ -136,6 +136,7 @@ Result<int64_t> HorizonTracker::Poll(db::Conn& c) {
     if (l <= stable_) return stable_;  // nothing drawn since: no probe, so no xid spent
     OML_ASSIGN_OR_RETURN(HorizonProbe p, FenceAfter(c, l));
     pending_ = p;
+    pending_since_ = std::chrono::steady_clock::now();
   }
   OML_ASSIGN_OR_RETURN(bool stable, IsStable(c, *pending_));
   if (stable) {

@@ -126,12 +126,15 @@ class HorizonTracker {
   int64_t stable() const { return stable_; }
   // The probe waiting for its xmin (nullopt between probes): HorizonHolders takes it.
   const std::optional<HorizonProbe>& pending() const { return pending_; }
+  // When the pending probe was taken (meaningless without one).
+  std::chrono::steady_clock::time_point pending_since() const { return pending_since_; }
   const OutboxStream& stream() const { return stream_; }
 
  private:
   OutboxStream stream_;
   int64_t stable_;
   std::optional<HorizonProbe> pending_;
+  std::chrono::steady_clock::time_point pending_since_{};
 };
 
 // The outbox rows with from_exclusive < seq <= to_inclusive, ascending by seq, every tenant's.
