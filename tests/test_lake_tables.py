@@ -535,30 +535,38 @@ def test_the_lake_writer_serves_metrics_lag_batches_commits_retries(served):
     assert all(json.loads(line)["msg"] for line in p.stderr.read().splitlines() if line.strip())
 
 
-def test_a_batch_whose_gold_commit_fails_beside_silvers_then_restart_merges_once(served):
-    """A batch's tables are committed at once: gold's commit fails (on its own thread) while
-    bronze's and silver's land, and the writer gives up (its attempts each fail at gold). The
-    restart rebuilds the batch from silver's recorded bounds, skips bronze and silver, commits
-    gold, and the demoted row is not merged twice (one MERGE commit for the batch)."""
+@pytest.mark.parametrize("failing", [BRONZE, SILVER, GOLD])
+def test_a_batch_whose_table_commit_fails_beside_the_others_then_restart_applies_it_once(served, failing):
+    """A batch's tables are committed at once: one table's commit fails (on its own thread)
+    while the other two land, and the writer gives up (each of its attempts fails there). The
+    restart rebuilds the batch from the bounds a table ahead recorded, skips the two, commits
+    the failing one, and nothing is applied twice: bronze holds each event once, the demoted
+    row is merged once (one MERGE commit for the batch), gold counts each event once."""
     d = served
     a = d.submit(d.writer, body="crash a").json()
     verdict(d, d.reviewer, a["artifact_id"], "accept")
     da_seq = demote(d, d.reviewer, a["artifact_id"])
-    first = lakewriter(d, env={"OML_FAULT": "lakewriter.commit.gold/daily_activity"}, check=False)
+    first = lakewriter(d, env={"OML_FAULT": f"lakewriter.commit.{failing}"}, check=False)
     assert first.returncode == 1, first.stderr
     lines = first.stderr.splitlines()
-    assert lines[-1] == "oml: internal(injected-fault): injected fault at lakewriter.commit.gold/daily_activity"
+    assert lines[-1] == f"oml: internal(injected-fault): injected fault at lakewriter.commit.{failing}"
     failed = [ln for ln in log_lines("\n".join(lines[:-1])) if ln["msg"] == "lake writer: batch failed"]
     assert len(failed) == 5 and all("injected" in ln["error"] for ln in failed), failed
     last = last_outbox_seq(d)
-    assert (txn_version(d, BRONZE), txn_version(d, SILVER), txn_version(d, GOLD)) == (last, last, None)
+    tables = [BRONZE, SILVER, GOLD]
+    # Sequential commits would have stopped at the failing table: the ones after it would be empty.
+    assert [txn_version(d, t) for t in tables] == [None if t == failing else last for t in tables]
     assert frontier(d) == 0
     second = lakewriter(d)
     recovered = [ln for ln in log_lines(second.stderr) if ln["msg"] == "lake writer: recovering a batch from the Delta log"]
     assert [(ln["batch_start"], ln["batch_end"]) for ln in recovered] == [(0, last)]
     applied = batches(second.stderr)
     assert [sorted(applied[0]["skipped"]), [c["table"] for c in applied[0]["committed"]]] == \
-        [[BRONZE, SILVER], [GOLD]]
+        [sorted(t for t in tables if t != failing), [failing]]
+    assert [txn_version(d, t) for t in tables] == [last] * 3
+    with d.su() as c:
+        journal = sorted((str(t), s) for t, s in c.execute("SELECT tenant_id, seq FROM oml.journal").fetchall())
+    assert sorted((r["tenant_id"], r["seq"]) for r in deltalake_rows(d, BRONZE)) == journal
     rows = both_readers(d, SILVER, silver_key)
     assert [(r["state"], r["last_event_seq"]) for r in rows] == [("demoted", da_seq)]
     merges = [a for _, a in log_actions(d, SILVER) if "commitInfo" in a and "oml.batch_end" in a["commitInfo"]]

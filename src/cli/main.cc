@@ -877,7 +877,7 @@ Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
   blob::StagingSweeper staging_sweeper({lake_store.get()}, {"lake"}, std::chrono::seconds(c.staging_grace_s),
                                        StagingSweepInterval(c));
   log::Info("oml lakewriter", {{"stream", o.stream}, {"lake_root", o.lake_root}, {"once", once},
-                               {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()},
+                               {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()}, {"min_batch_ms", o.min_batch_interval.count()},
                                {"dead_letter_after", o.dead_letter_after},
                                {"metrics", c.lakewriter_metrics_listen}});
   std::unique_ptr<api::http::Server> metrics;
@@ -1399,6 +1399,7 @@ int Main(int argc, char** argv) {
   bool lw_once = false, lw_bypass_lease = false;
   int64_t lw_max_rows = 10000;
   int lw_poll_ms = 200;
+  int lw_min_batch_ms = 150;
   int lw_nice = 5;
   int lw_compact_every = 100;
   int lw_compact_target_mb = 128;
@@ -1438,6 +1439,10 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   lakewriter->add_option("--poll-ms", lw_poll_ms, "horizon poll interval when idle (default 200)")
       ->check(CLI::Range(1, 60000));
+  lakewriter->add_option("--min-batch-ms", lw_min_batch_ms,
+                         "start batches at most this often when keeping up (default 150; a backlog drains "
+                         "without waiting)")
+      ->check(CLI::Range(0, 60000));
   lakewriter->add_option("--nice", lw_nice,
                          "lower the writer's CPU priority by this much (0..19, default 5): the commit point keeps "
                          "the CPU when both want it; compaction threads run at nice 10, or at this if it is higher")
@@ -1626,6 +1631,7 @@ int Main(int argc, char** argv) {
     o.stream = lw_stream;
     o.max_rows = lw_max_rows;
     o.poll_every = std::chrono::milliseconds(lw_poll_ms);
+    o.min_batch_interval = std::chrono::milliseconds(lw_min_batch_ms);
     o.compact_every = lw_compact_every;
     o.compact_target_bytes = static_cast<uint64_t>(lw_compact_target_mb) << 20;
     o.vacuum_every = std::chrono::seconds(lw_vacuum_every_s);

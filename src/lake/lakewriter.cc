@@ -999,10 +999,13 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       group.Wait();
     }
     commit_ms += Lap(&lap);
-    // The results, in registry order: every landed commit is recorded (and its after_commit
-    // point reached) before a failure of another table is returned.
-    std::vector<Part*> again;
+    // The results, in registry order. Every landed commit is recorded first, then the
+    // after_commit points are reached; then the failures: an error fails the batch (over any
+    // poison), else the first MERGE refusal in registry order is the poison (over one found
+    // converting a later table), else lost commits are checked and committed again.
+    std::vector<Part*> landed, lost;
     std::optional<Status> failed;
+    std::optional<Poison> refused;
     for (Part* p : ready) {
       const TargetTable& target = *p->target;
       const Result<int64_t>& version = *p->version;
@@ -1015,40 +1018,47 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
         stats_.rows_by_table[target.name] += p->n;
         rows_written += p->n;
         committed.push_back({{"table", target.name}, {"version", *version}, {"rows", p->n}, {"ms", p->secs * 1000.0}});
-        OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + target.name).c_str()));
+        landed.push_back(p);
         continue;
       }
-      if (failed) continue;  // the batch fails already; this table is recovered with the others
       if (IsConflict(version.status())) {
         ++stats_.conflicts;
-        OML_ASSIGN_OR_RETURN(const int64_t at_now, p->table->Refresh());
-        OML_ASSIGN_OR_RETURN(LastTxn now, p->table->ReadLastTxn(app_id_));
-        const int64_t before = txn_cache_[target.name].txn;
-        txn_cache_[target.name] = KnownTxn{at_now, now.version};  // the next attempt checks against it
-        if (now.version == before && p->attempt < kMaxCommitAttempts) {
-          ++p->attempt;
-          ++stats_.retried_commits;
-          Metrics::Get().LakeRetry("rebase");
-          log::Info("lake writer: a commit without this stream's txn landed first; committing again",
-                    {{"stream", stream_.name}, {"table", target.name}, {"batch_end", b.end}, {"attempt", p->attempt - 1}});
-          again.push_back(p);
-          continue;
-        }
+        lost.push_back(p);
+        continue;
       }
       // Rows that do not fit the table: find the first one; it is the poison (nothing of this
       // table committed). (An Arrow batch's rows were each checked by AppendDeltaRow: a refusal
       // there is the table's schema, not a row.)
-      if (version.status().code() == Code::kInvalidArgument && !target.derived && !p->arrow) {
+      if (!refused && version.status().code() == Code::kInvalidArgument && !target.derived && !p->arrow) {
         auto check = p->table->CheckRows(p->jsonl);
         if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(p->lines.size())) {
-          *poison = Poison{p->lines[check->bad_line], check->error};
+          refused = Poison{p->lines[check->bad_line], check->error};
           continue;
         }
       }
-      failed = version.status();
+      if (!failed) failed = version.status();
     }
+    for (Part* p : landed) OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + p->target->name).c_str()));
     if (failed) return *failed;
+    if (refused) *poison = std::move(refused);
     if (*poison) return Status::Ok();
+    // A lost commit: if this stream's txn did not move, the winner was not another writer of
+    // it; the table is checked and committed again in the next round.
+    std::vector<Part*> again;
+    for (Part* p : lost) {
+      const TargetTable& target = *p->target;
+      OML_ASSIGN_OR_RETURN(const int64_t at_now, p->table->Refresh());
+      OML_ASSIGN_OR_RETURN(LastTxn now, p->table->ReadLastTxn(app_id_));
+      const int64_t before = txn_cache_[target.name].txn;
+      txn_cache_[target.name] = KnownTxn{at_now, now.version};  // the next attempt checks against it
+      if (now.version != before || p->attempt >= kMaxCommitAttempts) return p->version->status();
+      ++p->attempt;
+      ++stats_.retried_commits;
+      Metrics::Get().LakeRetry("rebase");
+      log::Info("lake writer: a commit without this stream's txn landed first; committing again",
+                {{"stream", stream_.name}, {"table", target.name}, {"batch_end", b.end}, {"attempt", p->attempt - 1}});
+      again.push_back(p);
+    }
     round = std::move(again);
   }
   if (*poison) return Status::Ok();
@@ -1437,6 +1447,7 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
   HorizonTracker tracker(stream_, frontier_);
   auto lag_at = Clock::now() - std::chrono::seconds(1);
   auto checked_at = Clock::now();
+  std::optional<Clock::time_point> drained_at;  // when the last drain began
   while (!Stopped(stop)) {
     if (Clock::now() - lag_at >= std::chrono::seconds(1)) {
       OML_RETURN_IF_ERROR(PublishLag());
@@ -1448,15 +1459,24 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
     }
     MaybeVacuum();
     MaybePrune(/*now=*/false);
+    if (!tracker.pending() && drained_at) {
+      const auto since = Clock::now() - *drained_at;
+      if (since < opts_.min_batch_interval) {
+        SleepUnlessStopped(std::chrono::ceil<std::chrono::milliseconds>(opts_.min_batch_interval - since), stop);
+        continue;
+      }
+    }
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
       // A pending probe waits only for transactions that were running when it was taken: the
       // commit point's last a few ms, so it is checked again soon. Nothing drawn, or a probe
       // held back for long: the idle interval.
       const bool fresh = tracker.pending() && Clock::now() - tracker.pending_since() < kHorizonFastPollFor;
-      SleepUnlessStopped(fresh ? std::min(opts_.horizon_poll, opts_.poll_every) : opts_.poll_every, stop);
+      const auto fast = std::clamp(opts_.horizon_poll, std::chrono::milliseconds(1), opts_.poll_every);
+      SleepUnlessStopped(fresh ? fast : opts_.poll_every, stop);
       continue;
     }
+    drained_at = Clock::now();
     OML_RETURN_IF_ERROR(DrainTo(stable, stop));
     lag_at = Clock::now();
   }

@@ -35,12 +35,14 @@
 //
 // Fault points (common/sync_point.h; OML_FAULT=<point>[:kill|:stop] arms them from outside):
 //   lakewriter.after_cut                   rows of a new cut read, nothing committed yet
-//   lakewriter.before_commit.<table>       every touched table checked, no commit of the batch
+//   lakewriter.before_commit.<table>       the round's tables checked, none of its commits
 //                                          begun (reached for each table, in registry order)
 //   lakewriter.commit.<table>              on the thread committing that table, its commit not
-//                                          begun; the batch's other tables commit meanwhile
-//   lakewriter.after_commit.<table>        every commit of the batch ended; reached for each
+//                                          begun; the round's other tables commit meanwhile
+//   lakewriter.after_commit.<table>        every commit of the round ended; reached for each
 //                                          table that landed (e.g. ...bronze/events), in order
+//   (A round: the tables of a batch committed at once; one that lost to a compaction is
+//   committed again in the next round.)
 //   lakewriter.before_frontier_advance     every touched table committed, frontier not moved
 //   lakewriter.compaction.after_snapshot.<table>  a compaction's snapshot read, its OPTIMIZE not
 //                                          begun (bronze: the compactor's thread, lake/compactor.h;
@@ -139,7 +141,14 @@ struct LakeWriterOptions {
   // Service mode, a horizon probe pending (rows were drawn; their transactions have not all
   // ended): how often it is checked (one round trip, no xid) during its first second; then
   // every poll_every (a long transaction holds it back).
-  std::chrono::milliseconds horizon_poll{5};
+  std::chrono::milliseconds horizon_poll{5};  // (at least 1 ms is used)
+  // Service mode: a drain starts at least this long after the last one started (the new probe
+  // is taken after the wait, so the batch takes what was committed meanwhile). Each batch costs
+  // a Delta commit per table and a frontier transaction, fsyncs on the commit point's disk
+  // included, whatever its size: batches back to back at a few hundred events/s would cost the
+  // commit point more than they gain in lag. A backlog (a drain of several batches) is not held
+  // back. 0: none.
+  std::chrono::milliseconds min_batch_interval{150};
   std::chrono::milliseconds standby_poll{500};       // lease poll while standby
   std::chrono::milliseconds once_horizon_wait{60000};  // --once: wait this long for a stable horizon
   std::chrono::milliseconds max_backoff{10000};      // after repeated errors
@@ -312,9 +321,10 @@ class LakeWriter {
   // feeds whose Delta txn of this stream is at or past its seq, and those its requeue skipped.
   Result<std::vector<std::string>> TablesHolding(const OutboxRow& row);
   // One attempt at steps 4 to 7 without the rows in `dead`. A poison row stops it before the
-  // commit of its table (earlier tables may have committed): *poison is set and OK returned.
-  // The touched tables' commits run at once (commit_pool_); a failed batch may leave any of
-  // them committed.
+  // commit of its table: *poison is set and OK returned. Found converting, the tables before it
+  // in the registry are committed first; found by a MERGE's refusal, the other tables of that
+  // round have committed. The touched tables' commits run at once (commit_pool_); a failed
+  // batch may leave any of them committed.
   Status ApplyParts(const Batch& b, const DeadLetters& dead, std::optional<Poison>* poison);
   struct Part;
   // Step 6 for one table: its conditional commit, into p->version and p->secs. Touches only *p
