@@ -1000,9 +1000,11 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
     }
     commit_ms += Lap(&lap);
     // The results, in registry order. Every landed commit is recorded first, then the
-    // after_commit points are reached; then the failures: an error fails the batch (over any
-    // poison), else the first MERGE refusal in registry order is the poison (over one found
-    // converting a later table), else lost commits are checked and committed again.
+    // after_commit points are reached. Then the failures, in this order: a commit lost to
+    // another writer of this stream (its txn moved: recovery at once), any other error, the
+    // first MERGE refusal in registry order as the poison (over one found converting a later
+    // table), and last the commits lost to a commit without this stream's txn, which are
+    // checked and committed again in the next round.
     std::vector<Part*> landed, lost;
     std::optional<Status> failed;
     std::optional<Poison> refused;
@@ -1029,34 +1031,38 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       // Rows that do not fit the table: find the first one; it is the poison (nothing of this
       // table committed). (An Arrow batch's rows were each checked by AppendDeltaRow: a refusal
       // there is the table's schema, not a row.)
-      if (!refused && version.status().code() == Code::kInvalidArgument && !target.derived && !p->arrow) {
+      if (version.status().code() == Code::kInvalidArgument && !target.derived && !p->arrow) {
         auto check = p->table->CheckRows(p->jsonl);
         if (check.ok() && check->bad_line >= 0 && check->bad_line < static_cast<int64_t>(p->lines.size())) {
-          refused = Poison{p->lines[check->bad_line], check->error};
+          if (!refused) refused = Poison{p->lines[check->bad_line], check->error};
           continue;
         }
       }
       if (!failed) failed = version.status();
     }
     for (Part* p : landed) OML_RETURN_IF_ERROR(OML_SYNC_POINT(("lakewriter.after_commit." + p->target->name).c_str()));
-    if (failed) return *failed;
-    if (refused) *poison = std::move(refused);
-    if (*poison) return Status::Ok();
-    // A lost commit: if this stream's txn did not move, the winner was not another writer of
-    // it; the table is checked and committed again in the next round.
-    std::vector<Part*> again;
+    // Each lost table's txn, read again (the next check reads against it). If it moved, the
+    // winner was another writer of this stream.
+    std::optional<Status> fenced;
     for (Part* p : lost) {
       const TargetTable& target = *p->target;
       OML_ASSIGN_OR_RETURN(const int64_t at_now, p->table->Refresh());
       OML_ASSIGN_OR_RETURN(LastTxn now, p->table->ReadLastTxn(app_id_));
       const int64_t before = txn_cache_[target.name].txn;
-      txn_cache_[target.name] = KnownTxn{at_now, now.version};  // the next attempt checks against it
-      if (now.version != before || p->attempt >= kMaxCommitAttempts) return p->version->status();
+      txn_cache_[target.name] = KnownTxn{at_now, now.version};
+      if (!fenced && (now.version != before || p->attempt >= kMaxCommitAttempts)) fenced = p->version->status();
+    }
+    if (fenced) return *fenced;
+    if (failed) return *failed;
+    if (refused) *poison = std::move(refused);
+    if (*poison) return Status::Ok();
+    std::vector<Part*> again;
+    for (Part* p : lost) {
       ++p->attempt;
       ++stats_.retried_commits;
       Metrics::Get().LakeRetry("rebase");
       log::Info("lake writer: a commit without this stream's txn landed first; committing again",
-                {{"stream", stream_.name}, {"table", target.name}, {"batch_end", b.end}, {"attempt", p->attempt - 1}});
+                {{"stream", stream_.name}, {"table", p->target->name}, {"batch_end", b.end}, {"attempt", p->attempt - 1}});
       again.push_back(p);
     }
     round = std::move(again);
@@ -1472,7 +1478,7 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       // commit point's last a few ms, so it is checked again soon. Nothing drawn, or a probe
       // held back for long: the idle interval.
       const bool fresh = tracker.pending() && Clock::now() - tracker.pending_since() < kHorizonFastPollFor;
-      const auto fast = std::clamp(opts_.horizon_poll, std::chrono::milliseconds(1), opts_.poll_every);
+      const auto fast = std::max(std::chrono::milliseconds(1), std::min(opts_.horizon_poll, opts_.poll_every));
       SleepUnlessStopped(fresh ? fast : opts_.poll_every, stop);
       continue;
     }

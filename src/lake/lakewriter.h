@@ -227,7 +227,7 @@ struct LakeWriterStats {
   std::map<std::string, int64_t> rows_by_table;  // the same, per table
   int64_t commits = 0;            // Delta commits written
   int64_t skipped_tables = 0;     // table parts skipped by the txn check
-  int64_t conflicts = 0;          // commits lost to another writer (lake-commit-conflict)
+  int64_t conflicts = 0;          // commits lost (lake-commit-conflict): to another writer, or a compaction
   int64_t recovered_batches = 0;  // batches rebuilt from a table ahead of the frontier
   int64_t refilled_batches = 0;   // batches applied again to a table behind what it committed
   int64_t lease_acquisitions = 0;

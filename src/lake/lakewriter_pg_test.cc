@@ -508,7 +508,7 @@ TEST_F(LakeWriterTest, ACommitThatLosesToACompactionIsCommittedAgainAtOnce) {
 // process) ends with every row exactly once, and a batch that reached a table is finished from
 // the bounds that table recorded, never re-cut and never committed twice. A batch's tables are
 // committed at once: every before_commit point comes before any of them starts, every
-// after_commit point after all of them landed, and lakewriter.commit.<table> fails one table's
+// after_commit point after all of them ended, and lakewriter.commit.<table> fails one table's
 // commit on its own thread while the other lands (so either table can be the one ahead).
 TEST_F(LakeWriterTest, AFailureAtEveryStepIsRecoveredByTheNextWriter) {
   const std::string kGold = "gold/daily_activity";
