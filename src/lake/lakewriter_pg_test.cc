@@ -598,6 +598,43 @@ TEST_F(LakeWriterTest, TwoWritersAtOnceTheDeltaConflictFencesTheSecond) {
   EXPECT_EQ(CommitBounds().size(), 1u);
 }
 
+// The same race with the tables committed at once, split between the writers: A's bronze commit
+// lands while its gold commit is held on its own thread; B finds bronze holding the batch, skips
+// it, commits gold and advances the frontier; A's gold commit then loses to B's, A is fenced
+// (the txn moved) and recovers without writing. Each table holds the batch once: bronze A's
+// commit, gold B's.
+TEST_F(LakeWriterTest, TwoWritersSplitABatchsTablesAndEachTableHoldsItOnce) {
+  AddEvents("race-split");
+  LakeWriterOptions oa = Opts(1000, "writer-a"), ob = Opts(1000, "writer-b");
+  oa.bypass_lease = ob.bypass_lease = true;
+  LakeWriter a(oa), b(ob);
+  Status sa;
+  {
+    oml::testing::HoldFirst hold("lakewriter.commit.gold/daily_activity");
+    std::thread ta([&] { sa = a.RunOnce(); });
+    hold.WaitUntilHeld();
+    // A's bronze commit runs beside the held gold commit; wait for it to land.
+    oml::testing::WaitUntil([&] { return CommitBounds().size() == 1; }, "A's bronze commit");
+    Status sb = b.RunOnce();
+    ASSERT_TRUE(sb.ok()) << sb.ToString();
+    EXPECT_EQ(b.stats().commits, 1);  // gold only
+    EXPECT_EQ(b.stats().skipped_tables, 1);  // bronze held the batch already
+    EXPECT_EQ(PgFrontier(), LastOutboxSeq());
+    hold.Release();
+    ta.join();
+  }
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  EXPECT_EQ(a.stats().commits, 1);    // bronze
+  EXPECT_EQ(a.stats().conflicts, 1);  // gold, lost to B's
+  EXPECT_EQ(a.stats().retried_commits, 0);  // fenced, not committed again
+  ExpectDrainedExactlyOnce();
+  const auto bronze = CommitBounds(), gold = CommitBounds("gold/daily_activity");
+  ASSERT_EQ(bronze.size(), 1u);
+  ASSERT_EQ(gold.size(), 1u);
+  EXPECT_EQ(bronze[0].start, gold[0].start);
+  EXPECT_EQ(bronze[0].end, gold[0].end);
+}
+
 // Conformance, the stable-prefix race at the writer's level (ARCHITECTURE.md "The outbox cut"):
 // tenant B's transaction draws seq s and stays open, tenant A's event draws s+1 and commits. The
 // running writer must not cut past s-1 while B is open, and takes both once B commits.
