@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -62,6 +63,25 @@ class LakeWriterTest : public ::testing::Test {
     o.once_horizon_wait = std::chrono::milliseconds(10000);
     o.standby_poll = std::chrono::milliseconds(50);
     o.holder = holder;
+    return o;
+  }
+
+  // Two writers of one stream at once, the lease bypassed on purpose: writer A's RunOnce runs
+  // until it is held at `point`, then `meanwhile` runs (the other writer's part), then A goes on.
+  // Returns A's status. (A is released and joined even if `meanwhile` fails an ASSERT.)
+  Status WhileHeldAt(LakeWriter& a, const std::string& point, const std::function<void()>& meanwhile) {
+    Status sa;
+    oml::testing::HoldFirst hold(point);
+    std::thread ta([&] { sa = a.RunOnce(); });
+    hold.WaitUntilHeld();
+    meanwhile();
+    hold.Release();
+    ta.join();
+    return sa;
+  }
+  LakeWriterOptions Racing(const std::string& holder) {
+    LakeWriterOptions o = Opts(1000, holder);
+    o.bypass_lease = true;
     return o;
   }
 
@@ -577,20 +597,12 @@ TEST_F(LakeWriterTest, AFailureAtEveryStepIsRecoveredByTheNextWriter) {
 // everything, then A's commit loses to B's on the Delta log and A recovers without writing.
 TEST_F(LakeWriterTest, TwoWritersAtOnceTheDeltaConflictFencesTheSecond) {
   AddEvents("race-a");
-  LakeWriterOptions oa = Opts(1000, "writer-a"), ob = Opts(1000, "writer-b");
-  oa.bypass_lease = ob.bypass_lease = true;
-  LakeWriter a(oa), b(ob);
-  Status sa;
-  {
-    oml::testing::HoldFirst hold("lakewriter.before_commit.bronze/events");
-    std::thread ta([&] { sa = a.RunOnce(); });
-    hold.WaitUntilHeld();
+  LakeWriter a(Racing("writer-a")), b(Racing("writer-b"));
+  Status sa = WhileHeldAt(a, "lakewriter.before_commit.bronze/events", [&] {
     Status sb = b.RunOnce();
     ASSERT_TRUE(sb.ok()) << sb.ToString();
     EXPECT_EQ(b.stats().commits, 2);  // bronze and gold
-    hold.Release();
-    ta.join();
-  }
+  });
   ASSERT_TRUE(sa.ok()) << sa.ToString();
   EXPECT_EQ(a.stats().conflicts, 2);  // bronze's and gold's commits, made at once, both lost
   EXPECT_EQ(a.stats().commits, 0);
@@ -605,27 +617,19 @@ TEST_F(LakeWriterTest, TwoWritersAtOnceTheDeltaConflictFencesTheSecond) {
 // commit, gold B's.
 TEST_F(LakeWriterTest, TwoWritersSplitABatchsTablesAndEachTableHoldsItOnce) {
   AddEvents("race-split");
-  LakeWriterOptions oa = Opts(1000, "writer-a"), ob = Opts(1000, "writer-b");
-  oa.bypass_lease = ob.bypass_lease = true;
-  LakeWriter a(oa), b(ob);
-  Status sa;
-  {
-    oml::testing::HoldFirst hold("lakewriter.commit.gold/daily_activity");
-    std::thread ta([&] { sa = a.RunOnce(); });
-    hold.WaitUntilHeld();
+  LakeWriter a(Racing("writer-a")), b(Racing("writer-b"));
+  Status sa = WhileHeldAt(a, "lakewriter.commit.gold/daily_activity", [&] {
     // A's bronze commit runs beside the held gold commit; wait for it to land.
     oml::testing::WaitUntil([&] { return CommitBounds().size() == 1; }, "A's bronze commit");
     Status sb = b.RunOnce();
     ASSERT_TRUE(sb.ok()) << sb.ToString();
-    EXPECT_EQ(b.stats().commits, 1);  // gold only
+    EXPECT_EQ(b.stats().commits, 1);         // gold only
     EXPECT_EQ(b.stats().skipped_tables, 1);  // bronze held the batch already
     EXPECT_EQ(PgFrontier(), LastOutboxSeq());
-    hold.Release();
-    ta.join();
-  }
+  });
   ASSERT_TRUE(sa.ok()) << sa.ToString();
-  EXPECT_EQ(a.stats().commits, 1);    // bronze
-  EXPECT_EQ(a.stats().conflicts, 1);  // gold, lost to B's
+  EXPECT_EQ(a.stats().commits, 1);          // bronze
+  EXPECT_EQ(a.stats().conflicts, 1);        // gold, lost to B's
   EXPECT_EQ(a.stats().retried_commits, 0);  // fenced, not committed again
   ExpectDrainedExactlyOnce();
   const auto bronze = CommitBounds(), gold = CommitBounds("gold/daily_activity");
