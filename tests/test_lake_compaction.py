@@ -151,6 +151,35 @@ def test_the_writers_compaction_yields_to_an_outside_optimize_of_the_files_it_re
     assert_verify_from_lake(d)
 
 
+def test_the_writers_compaction_writes_zstd_level_1_files_that_both_readers_read(deployment):
+    """The compactor's files carry the adapter's own Parquet settings (zstd level 1, created_by
+    "oml-storage (delta-rs OPTIMIZE)"), not delta-rs's OPTIMIZE default (level 4, several times
+    slower: docs/performance.md); the batches' own files stay Snappy. Both readers read the
+    compacted table back whole."""
+    d = deployment
+    add_events(d, "zst-a")
+    lakewriter(d, "--max-rows", "3", "--compact-every", "0")  # several small bronze files
+    add_events(d, "zst-b", tenants=1)
+    lakewriter(d, "--max-rows", "3", "--compact-every", "1")
+    compacted, appended = set(), set()
+    info = {v: a["commitInfo"] for v, a in log_actions(d, BRONZE) if "commitInfo" in a}
+    for v, a in log_actions(d, BRONZE):
+        if "add" in a:
+            (compacted if info[v].get("operation") == "OPTIMIZE" else appended).add(unquote(a["add"]["path"]))
+    assert compacted and appended
+    for paths, created_by, codec in ((compacted, "oml-storage (delta-rs OPTIMIZE)", "ZSTD"),
+                                     (appended, None, "SNAPPY")):
+        for p in paths:
+            meta = pq.ParquetFile(d.home / "lake" / BRONZE / p).metadata
+            if created_by is not None:
+                assert meta.created_by == created_by, p
+            assert {meta.row_group(g).column(c).compression for g in range(meta.num_row_groups)
+                    for c in range(meta.num_columns)} == {codec}, p
+    assert assert_bronze_once(d) == 2 + 3 * 4 + 4
+    assert frontier(d) == last_outbox_seq(d)
+    assert_verify_from_lake(d)
+
+
 def test_on_s3_the_writers_compaction_yields_to_an_outside_optimize_too(s3_lake, tmp_path):
     """The same on an S3 lake (moto, commits by If-None-Match): the adapter's check reads the
     winners' commit objects there."""
