@@ -452,6 +452,40 @@ TEST_F(DeltaAdapterTest, ALocalCommitIsFsyncedBeforeItReturns) {
   EXPECT_EQ(oml_storage_durable_syncs() - before, static_cast<uint64_t>(2 * adds + 2));
 }
 
+// A commit's cost must not grow with the log's length: delta-rs 1.1 ran its expired-log cleanup,
+// which lists the whole `_delta_log`, after every commit (at a batch every 150 ms that log holds
+// millions of files within its 30-day retention). Appends past a checkpoint and MERGEs list it
+// never; an OPTIMIZE once (delta-rs's own, which takes no commit properties); VACUUM's commits
+// still clean it (upkeep).
+TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt) {
+  const fs::path dir = MakeTable("t");
+  DeltaTable t = OpenOrDie(dir);
+  const uint64_t before = oml_storage_durable_log_lists();
+  int64_t seq = 0;
+  for (int i = 0; i < 12; ++i) {  // past the checkpoint delta-rs writes at version 9
+    auto v = t.Append(Row("a" + std::to_string(i), 1, "promoted", "/x", seq + 1), Txn(seq, seq + 1));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ++seq;
+  }
+  EXPECT_TRUE(fs::exists(dir / "_delta_log" / "00000000000000000009.checkpoint.parquet"));
+  const MergeSpec spec{{"artifact_id", "version"}, std::vector<std::string>{"state", "seq"}};
+  for (int i = 0; i < 2; ++i) {
+    auto v = t.Merge(Row("a1", 1, "demoted", "/y", seq + 1), spec, Txn(seq, seq + 1));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ++seq;
+  }
+  EXPECT_EQ(oml_storage_durable_log_lists() - before, 0u);
+
+  auto optimized = t.Optimize(uint64_t{64} << 20);
+  ASSERT_TRUE(optimized.ok()) << optimized.status().ToString();
+  EXPECT_GE(optimized->first, 2);  // it rewrote files: one commit
+  EXPECT_EQ(oml_storage_durable_log_lists() - before, 1u);
+
+  auto deleted = t.Vacuum(0);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_GE(oml_storage_durable_log_lists() - before, 2u);
+}
+
 // `oml lake rebuild` (lake/rebuild.h): one commit removes every file and moves the stream's txn
 // back to 0, read back as 0 by a refreshed handle and a fresh one; it never lands over a commit
 // it did not see.

@@ -75,6 +75,11 @@ const char* oml_storage_version(void);
  * started (tests prove a commit was made durable with it). */
 uint64_t oml_storage_durable_syncs(void);
 
+/* Whole listings of a local Delta table's log (`_delta_log`, no start offset) since the process
+ * started. An append, MERGE or commit makes none: delta-rs's expired-log cleanup, which lists the
+ * whole log, runs only with OPTIMIZE's and VACUUM's commits (tests read this to prove it). */
+uint64_t oml_storage_durable_log_lists(void);
+
 /* ---- Object store ------------------------------------------------------------------------ */
 /* Opens a store. url:
  *   file:///abs/dir   local directory, created if missing

@@ -38,6 +38,15 @@ pub(crate) fn sync_count() -> u64 {
     SYNCS.load(Ordering::Relaxed)
 }
 
+/// Whole listings of a Delta log (`list` of a prefix ending in `_delta_log`, no offset) by every
+/// DurableLocal of the process (tests read it through oml_storage_durable_log_lists, to prove a
+/// commit does not list the whole log: its cost would grow with the log's length).
+static LOG_LISTS: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn log_list_count() -> u64 {
+    LOG_LISTS.load(Ordering::Relaxed)
+}
+
 #[derive(Debug)]
 pub(crate) struct DurableLocal {
     inner: Arc<LocalFileSystem>,
@@ -263,6 +272,9 @@ impl ObjectStore for DurableLocal {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        if prefix.is_some_and(|p| p.as_ref().ends_with("_delta_log")) {
+            LOG_LISTS.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.list(prefix)
     }
 

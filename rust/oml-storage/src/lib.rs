@@ -475,6 +475,12 @@ pub extern "C" fn oml_storage_durable_syncs() -> u64 {
     durable_local::sync_count()
 }
 
+/// Whole listings of a local table's log so far. See oml_storage.h.
+#[no_mangle]
+pub extern "C" fn oml_storage_durable_log_lists() -> u64 {
+    durable_local::log_list_count()
+}
+
 /// Opens a store. See oml_storage.h.
 #[no_mangle]
 pub extern "C" fn oml_storage_store_open(
@@ -1663,7 +1669,17 @@ fn commit_properties(
         .with_application_transaction(Transaction::new(app_id, txn_version))
         .with_metadata(metadata)
         .with_max_retries(0)
+        .with_cleanup_expired_logs(Some(false))
 }
+
+/// delta-rs 1.1 runs its expired-log cleanup after *every* commit when the table's
+/// delta.enableExpiredLogCleanup is on (the default), not only after a checkpoint, and the
+/// cleanup lists the whole `_delta_log` (every commit and checkpoint of the last
+/// delta.logRetentionDuration, 30 days: at a batch every 150 ms, millions of files; on S3 one
+/// LIST request per 1,000 of them). So the batch path's commits (append, MERGE, commit) never
+/// run it. OPTIMIZE's commit still does (delta-rs 1.1 takes only the app metadata from its
+/// commit properties): once per compaction, every `--compact-every` commits. VACUUM's commits
+/// (every `vacuum_every`, upkeep) keep the table's setting and clean the log too.
 
 fn txn_args<'a>(app_id: *const c_char, txn_version: i64) -> FfiResult<&'a str> {
     let app_id = cstr_arg(app_id, "app_id")?;
