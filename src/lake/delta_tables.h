@@ -237,7 +237,8 @@ class DeltaTable {
   // VACUUM (full mode) after refreshing to the latest version: deletes unreferenced data files
   // older than retention_hours (not clamped to delta.deletedFileRetentionDuration). Returns the
   // number of files deleted. 0 hours can delete a concurrent writer's not-yet-committed files:
-  // tests only.
+  // tests only. Then removes the log files older than delta.logRetentionDuration (30 days) below
+  // a checkpoint, unless delta.enableExpiredLogCleanup is off: the batch commits never do.
   Result<int64_t> Vacuum(int64_t retention_hours);
 
  private:

@@ -455,8 +455,8 @@ TEST_F(DeltaAdapterTest, ALocalCommitIsFsyncedBeforeItReturns) {
 // A commit's cost must not grow with the log's length: delta-rs 1.1 ran its expired-log cleanup,
 // which lists the whole `_delta_log`, after every commit (at a batch every 150 ms that log holds
 // millions of files within its 30-day retention). Appends past a checkpoint and MERGEs list it
-// never; an OPTIMIZE once (delta-rs's own, which takes no commit properties); VACUUM's commits
-// still clean it (upkeep).
+// never; an OPTIMIZE once (delta-rs's own cleanup: it takes only the app metadata from its
+// commit properties); the VACUUM round cleans it (upkeep), even when it deletes nothing.
 TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt) {
   const fs::path dir = MakeTable("t");
   DeltaTable t = OpenOrDie(dir);
@@ -483,7 +483,20 @@ TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt)
 
   auto deleted = t.Vacuum(0);
   ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
-  EXPECT_GE(oml_storage_durable_log_lists() - before, 2u);
+  EXPECT_GE(*deleted, 2);  // the files the MERGEs and the OPTIMIZE replaced
+  // VACUUM's two commits (START, END; delta-rs cleans after each) and the adapter's own cleanup.
+  EXPECT_EQ(oml_storage_durable_log_lists() - before, 4u);
+
+  // An append-only table gives VACUUM nothing to delete, so it commits nothing: the adapter's
+  // cleanup still lists (and cleans) its log, every round.
+  const fs::path only_appends = MakeTable("appends");
+  DeltaTable a = OpenOrDie(only_appends);
+  ASSERT_TRUE(a.Append(Row("x", 1, "promoted", "/x", 1), Txn(0, 1)).ok());
+  const uint64_t before_vacuum = oml_storage_durable_log_lists();
+  auto none = a.Vacuum(0);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(*none, 0);
+  EXPECT_EQ(oml_storage_durable_log_lists() - before_vacuum, 1u);
 }
 
 // `oml lake rebuild` (lake/rebuild.h): one commit removes every file and moves the stream's txn

@@ -202,8 +202,9 @@ struct LakeWriterOptions {
   // 7 days, after which VACUUM could no longer tell a removed file's age). The first VACUUM runs a
   // minute after the writer starts (or one `vacuum_every`, if shorter). Checkpoints need nothing here:
   // every commit writes one each delta.checkpointInterval (10) versions. Expired log files
-  // (delta.logRetentionDuration, 30 days) are removed by VACUUM's and OPTIMIZE's commits only:
-  // the batch commits skip delta-rs's cleanup, which lists the whole log (docs/data/delta-tables.md).
+  // (delta.logRetentionDuration, 30 days) are removed by each VACUUM round and by OPTIMIZE's
+  // commits only: the batch commits skip delta-rs's cleanup, which lists the whole log
+  // (docs/data/delta-tables.md).
   std::chrono::seconds vacuum_every{6 * 3600};
   int64_t vacuum_retention_hours = 7 * 24;
   // Outbox pruning (issue 20, sql/0025): every `prune_every` (0: never) a writer holding the lease

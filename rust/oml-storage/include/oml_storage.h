@@ -76,8 +76,9 @@ const char* oml_storage_version(void);
 uint64_t oml_storage_durable_syncs(void);
 
 /* Whole listings of a local Delta table's log (`_delta_log`, no start offset) since the process
- * started. An append, MERGE or commit makes none: delta-rs's expired-log cleanup, which lists the
- * whole log, runs only with OPTIMIZE's and VACUUM's commits (tests read this to prove it). */
+ * started. An append, MERGE or commit makes none: the expired-log cleanup, which lists the whole
+ * log, runs with OPTIMIZE's commit and in oml_storage_delta_vacuum (opening a table lists it too).
+ * Tests read this to prove it. */
 uint64_t oml_storage_durable_log_lists(void);
 
 /* ---- Object store ------------------------------------------------------------------------ */

@@ -1659,6 +1659,15 @@ const OML_METADATA_PREFIX: &str = "oml.";
 /// One commit: the txn action (app_id, txn_version) and the metadata, and no retry: delta-rs
 /// would otherwise rebase onto a newer table version after its own conflict check, which would
 /// let a second writer commit on top of the first instead of being fenced.
+///
+/// And no expired-log cleanup: delta-rs 1.1 runs it after *every* commit when the table's
+/// delta.enableExpiredLogCleanup is on (the default), not only after a checkpoint, and it lists
+/// the whole `_delta_log` (every commit and checkpoint of the last delta.logRetentionDuration,
+/// 30 days: at a batch every 150 ms, over half a million files a day; on S3 one LIST request per
+/// 1,000 of them), so a batch's cost grew with the log's length. The batch path's appends,
+/// MERGEs and commits skip it; oml_storage_delta_vacuum cleans the log instead (upkeep, every
+/// `vacuum_every`), and OPTIMIZE's commit still cleans it too (delta-rs 1.1 takes only the app
+/// metadata from OPTIMIZE's commit properties): once per compaction.
 fn commit_properties(
     app_id: &str,
     txn_version: i64,
@@ -1671,15 +1680,6 @@ fn commit_properties(
         .with_max_retries(0)
         .with_cleanup_expired_logs(Some(false))
 }
-
-/// delta-rs 1.1 runs its expired-log cleanup after *every* commit when the table's
-/// delta.enableExpiredLogCleanup is on (the default), not only after a checkpoint, and the
-/// cleanup lists the whole `_delta_log` (every commit and checkpoint of the last
-/// delta.logRetentionDuration, 30 days: at a batch every 150 ms, millions of files; on S3 one
-/// LIST request per 1,000 of them). So the batch path's commits (append, MERGE, commit) never
-/// run it. OPTIMIZE's commit still does (delta-rs 1.1 takes only the app metadata from its
-/// commit properties): once per compaction, every `--compact-every` commits. VACUUM's commits
-/// (every `vacuum_every`, upkeep) keep the table's setting and clean the log too.
 
 fn txn_args<'a>(app_id: *const c_char, txn_version: i64) -> FfiResult<&'a str> {
     let app_id = cstr_arg(app_id, "app_id")?;
@@ -2695,20 +2695,32 @@ pub extern "C" fn oml_storage_delta_vacuum(
         })?;
         *t = vacuumed;
         *out = metrics.files_deleted.len() as i64;
+        // Expired log files (see commit_properties): VACUUM commits only when it deletes a file,
+        // and an append-only table (bronze with compaction off) never gives it one, so the log
+        // is cleaned here, every round, as delta.enableExpiredLogCleanup says.
+        use deltalake::table::config::TablePropertiesExt as _;
+        if t.snapshot().map_err(map_delta_error)?.table_config().enable_expired_log_cleanup() {
+            block_on(deltalake::checkpoints::cleanup_metadata(&t, None))?.map_err(|e| {
+                let mut f = map_delta_error(e);
+                f.message = format!("vacuum {}: expired log cleanup: {}", h.uri, f.message);
+                f
+            })?;
+        }
         Ok(())
     })
 }
 
 /// The Parquet settings of the files a compaction writes: zstd at level 1. delta-rs's OPTIMIZE
-/// defaults to level 4, which cost the lake writer's host 2-6 s of a core per small-tier run of
-/// bronze (each run rewrites up to one partly filled 16 MiB bin); level 1 compresses several
-/// times faster for slightly larger files (docs/performance.md "Lake"). Readers are unaffected:
-/// every Parquet reader decodes any zstd level.
+/// defaults to level 4: a small-tier run of bronze under steady load took 2.6 s at level 4 and
+/// 0.5-0.6 s at level 1 (docs/performance.md "Compaction at zstd level 1"). Every Parquet
+/// reader decodes any zstd level. created_by follows the "<app> version <v> (build <b>)" form
+/// that parquet-java parses: it ignores the string columns' statistics of a file whose
+/// created_by it cannot parse.
 fn compaction_writer_properties() -> deltalake::parquet::file::properties::WriterProperties {
     use deltalake::parquet::basic::{Compression, ZstdLevel};
     let level = ZstdLevel::try_new(1).expect("zstd level 1 is valid");
     deltalake::parquet::file::properties::WriterProperties::builder()
-        .set_created_by("oml-storage (delta-rs OPTIMIZE)".to_string())
+        .set_created_by(format!("oml-storage version {} (build compaction)", env!("CARGO_PKG_VERSION")))
         .set_compression(Compression::ZSTD(level))
         .build()
 }
