@@ -488,15 +488,30 @@ TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt)
   EXPECT_EQ(oml_storage_durable_log_lists() - before, 4u);
 
   // An append-only table gives VACUUM nothing to delete, so it commits nothing: the adapter's
-  // cleanup still lists (and cleans) its log, every round.
+  // cleanup still cleans its log, every round. Commits 0..8 are made older than the 30-day
+  // log retention (a local store's last_modified is the file's mtime): they lie below the
+  // checkpoint at 9 and go; the rest stays, and the table reads the same.
   const fs::path only_appends = MakeTable("appends");
   DeltaTable a = OpenOrDie(only_appends);
-  ASSERT_TRUE(a.Append(Row("x", 1, "promoted", "/x", 1), Txn(0, 1)).ok());
+  for (int64_t i = 0; i < 12; ++i)
+    ASSERT_TRUE(a.Append(Row("x" + std::to_string(i), 1, "promoted", "/x", i + 1), Txn(i, i + 1)).ok());
+  const auto log_file = [&](int64_t v, const char* ext) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%020lld.%s", static_cast<long long>(v), ext);
+    return only_appends / "_delta_log" / name;
+  };
+  for (int64_t v = 0; v <= 8; ++v)
+    fs::last_write_time(log_file(v, "json"), fs::file_time_type::clock::now() - std::chrono::hours(24 * 40));
   const uint64_t before_vacuum = oml_storage_durable_log_lists();
   auto none = a.Vacuum(0);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_EQ(*none, 0);
   EXPECT_EQ(oml_storage_durable_log_lists() - before_vacuum, 1u);
+  for (int64_t v = 0; v <= 8; ++v) EXPECT_FALSE(fs::exists(log_file(v, "json"))) << v;
+  for (int64_t v = 9; v <= 12; ++v) EXPECT_TRUE(fs::exists(log_file(v, "json"))) << v;
+  EXPECT_TRUE(fs::exists(log_file(9, "checkpoint.parquet")));
+  DeltaTable reopened = OpenOrDie(only_appends);
+  EXPECT_EQ(Rows(reopened).size(), 12u);
 }
 
 // `oml lake rebuild` (lake/rebuild.h): one commit removes every file and moves the stream's txn
