@@ -484,8 +484,14 @@ TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt)
   auto deleted = t.Vacuum(0);
   ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
   EXPECT_GE(*deleted, 2);  // the files the MERGEs and the OPTIMIZE replaced
-  // VACUUM's two commits (START, END; delta-rs cleans after each) and the adapter's own cleanup.
-  EXPECT_EQ(oml_storage_durable_log_lists() - before, 4u);
+  // VACUUM's two commits (START, END): delta-rs cleans after each; the adapter adds none.
+  EXPECT_EQ(oml_storage_durable_log_lists() - before, 3u);
+  // Nothing is older than the 30-day retention: every commit below the checkpoint stays.
+  for (int v = 0; v <= 8; ++v) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%020d.json", v);
+    EXPECT_TRUE(fs::exists(dir / "_delta_log" / name)) << v;
+  }
 
   // An append-only table gives VACUUM nothing to delete, so it commits nothing: the adapter's
   // cleanup still cleans its log, every round. Commits 0..8 are made older than the 30-day
@@ -500,13 +506,24 @@ TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt)
     std::snprintf(name, sizeof name, "%020lld.%s", static_cast<long long>(v), ext);
     return only_appends / "_delta_log" / name;
   };
-  for (int64_t v = 0; v <= 8; ++v)
-    fs::last_write_time(log_file(v, "json"), fs::file_time_type::clock::now() - std::chrono::hours(24 * 40));
+  const auto age = [&](int64_t from, int64_t to) {
+    for (int64_t v = from; v <= to; ++v)
+      fs::last_write_time(log_file(v, "json"), fs::file_time_type::clock::now() - std::chrono::hours(24 * 40));
+  };
+  // Only 0..4 expired: the newest commit still within the retention is 5, and no checkpoint lies
+  // at or below it, so nothing can go (a reader of version 5 replays 0..5).
+  age(0, 4);
   const uint64_t before_vacuum = oml_storage_durable_log_lists();
   auto none = a.Vacuum(0);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_EQ(*none, 0);
-  EXPECT_EQ(oml_storage_durable_log_lists() - before_vacuum, 1u);
+  EXPECT_EQ(oml_storage_durable_log_lists() - before_vacuum, 1u);  // the adapter's cleanup
+  for (int64_t v = 0; v <= 12; ++v) EXPECT_TRUE(fs::exists(log_file(v, "json"))) << v;
+  // 0..8 expired: they lie below the checkpoint at 9 and go.
+  age(5, 8);
+  auto again = a.Vacuum(0);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, 0);
   for (int64_t v = 0; v <= 8; ++v) EXPECT_FALSE(fs::exists(log_file(v, "json"))) << v;
   for (int64_t v = 9; v <= 12; ++v) EXPECT_TRUE(fs::exists(log_file(v, "json"))) << v;
   EXPECT_TRUE(fs::exists(log_file(9, "checkpoint.parquet")));

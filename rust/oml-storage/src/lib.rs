@@ -1665,8 +1665,9 @@ const OML_METADATA_PREFIX: &str = "oml.";
 /// the whole `_delta_log` (every commit and checkpoint of the last delta.logRetentionDuration,
 /// 30 days: at a batch every 150 ms, over half a million files a day; on S3 one LIST request per
 /// 1,000 of them), so a batch's cost grew with the log's length. The batch path's appends,
-/// MERGEs and commits skip it; oml_storage_delta_vacuum cleans the log instead (upkeep, every
-/// `vacuum_every`), and OPTIMIZE's commit still cleans it too (delta-rs 1.1 takes only the app
+/// MERGEs and commits skip it; each VACUUM round cleans the log instead (upkeep, every
+/// `vacuum_every`: delta-rs after VACUUM's commits, or oml_storage_delta_vacuum when VACUUM
+/// deleted nothing and so committed nothing), and OPTIMIZE's commit still cleans it too (delta-rs 1.1 takes only the app
 /// metadata from OPTIMIZE's commit properties): once per compaction.
 fn commit_properties(
     app_id: &str,
@@ -2695,16 +2696,27 @@ pub extern "C" fn oml_storage_delta_vacuum(
         })?;
         *t = vacuumed;
         *out = metrics.files_deleted.len() as i64;
-        // Expired log files (see commit_properties): VACUUM commits only when it deletes a file,
-        // and an append-only table (bronze with compaction off) never gives it one, so the log
-        // is cleaned here, every round, as delta.enableExpiredLogCleanup says.
+        // Expired log files (see commit_properties). A VACUUM that deleted files committed, and
+        // delta-rs cleaned the log after those commits. One that deleted none committed nothing
+        // (an append-only table, bronze with compaction off, never gives it a file), so the log
+        // is cleaned here, as delta.enableExpiredLogCleanup says. A file another cleanup (the
+        // compactor's OPTIMIZE, on its own thread) removed first is what this one wanted gone:
+        // on a local store its NotFound is not a failure; the next round finishes the rest.
         use deltalake::table::config::TablePropertiesExt as _;
-        if t.snapshot().map_err(map_delta_error)?.table_config().enable_expired_log_cleanup() {
-            block_on(deltalake::checkpoints::cleanup_metadata(&t, None))?.map_err(|e| {
-                let mut f = map_delta_error(e);
-                f.message = format!("vacuum {}: expired log cleanup: {}", h.uri, f.message);
-                f
-            })?;
+        if metrics.files_deleted.is_empty()
+            && t.snapshot().map_err(map_delta_error)?.table_config().enable_expired_log_cleanup()
+        {
+            match block_on(deltalake::checkpoints::cleanup_metadata(&t, None))? {
+                Ok(_)
+                | Err(DeltaTableError::ObjectStore {
+                    source: object_store::Error::NotFound { .. },
+                }) => {}
+                Err(e) => {
+                    let mut f = map_delta_error(e);
+                    f.message = format!("vacuum {}: expired log cleanup: {}", h.uri, f.message);
+                    return Err(f);
+                }
+            }
         }
         Ok(())
     })
