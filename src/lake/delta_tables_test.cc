@@ -531,6 +531,37 @@ TEST_F(DeltaAdapterTest, BatchCommitsNeverListTheWholeLogAndVacuumStillCleansIt)
   EXPECT_EQ(Rows(reopened).size(), 12u);
 }
 
+// Two cleanups of one log at once (production: the compactor's OPTIMIZE on its thread and the
+// VACUUM round on the writer's, or a second writer process's upkeep): each may find a file the
+// other already deleted. Both VACUUMs return OK, and the expired commits go exactly once.
+TEST_F(DeltaAdapterTest, TwoVacuumsCleaningOneLogAtOnceBothSucceed) {
+  for (int round = 0; round < 10; ++round) {
+    const fs::path dir = MakeTable("race" + std::to_string(round));
+    DeltaTable first = OpenOrDie(dir);
+    for (int64_t i = 0; i < 12; ++i)
+      ASSERT_TRUE(first.Append(Row("r" + std::to_string(i), 1, "promoted", "/r", i + 1), Txn(i, i + 1)).ok());
+    for (int v = 0; v <= 8; ++v) {
+      char name[32];
+      std::snprintf(name, sizeof name, "%020d.json", v);
+      fs::last_write_time(dir / "_delta_log" / name, fs::file_time_type::clock::now() - std::chrono::hours(24 * 40));
+    }
+    DeltaTable second = OpenOrDie(dir);
+    std::optional<Result<int64_t>> b;
+    std::thread other([&] { b = second.Vacuum(0); });
+    Result<int64_t> a = first.Vacuum(0);
+    other.join();
+    ASSERT_TRUE(a.ok()) << round << ": " << a.status().ToString();
+    ASSERT_TRUE(b->ok()) << round << ": " << b->status().ToString();
+    for (int v = 0; v <= 12; ++v) {
+      char name[32];
+      std::snprintf(name, sizeof name, "%020d.json", v);
+      EXPECT_EQ(fs::exists(dir / "_delta_log" / name), v >= 9) << round << ": " << v;
+    }
+    DeltaTable reopened = OpenOrDie(dir);
+    EXPECT_EQ(Rows(reopened).size(), 12u) << round;
+  }
+}
+
 // `oml lake rebuild` (lake/rebuild.h): one commit removes every file and moves the stream's txn
 // back to 0, read back as 0 by a refreshed handle and a fresh one; it never lands over a commit
 // it did not see.

@@ -1667,8 +1667,9 @@ const OML_METADATA_PREFIX: &str = "oml.";
 /// 1,000 of them), so a batch's cost grew with the log's length. The batch path's appends,
 /// MERGEs and commits skip it; each VACUUM round cleans the log instead (upkeep, every
 /// `vacuum_every`: delta-rs after VACUUM's commits, or oml_storage_delta_vacuum when VACUUM
-/// deleted nothing and so committed nothing), and OPTIMIZE's commit still cleans it too (delta-rs 1.1 takes only the app
-/// metadata from OPTIMIZE's commit properties): once per compaction.
+/// deleted nothing and so committed nothing), and OPTIMIZE's commit still cleans it too
+/// (delta-rs 1.1 takes only the app metadata from OPTIMIZE's commit properties): once per
+/// compaction.
 fn commit_properties(
     app_id: &str,
     txn_version: i64,
@@ -2713,7 +2714,7 @@ pub extern "C" fn oml_storage_delta_vacuum(
                 }) => {}
                 Err(e) => {
                     let mut f = map_delta_error(e);
-                    f.message = format!("vacuum {}: expired log cleanup: {}", h.uri, f.message);
+                    f.message = format!("expired log cleanup: {}", f.message); // the caller names the table
                     return Err(f);
                 }
             }
