@@ -8,6 +8,7 @@ compared with the journal and the outbox as the superuser sees them.
 Fault points (src/lake/lakewriter.h) are armed with OML_FAULT=<point>:kill (the process kills
 itself with SIGKILL there) or :stop (SIGSTOP, resumed by the test with SIGCONT).
 """
+import contextlib
 import json
 import os
 import signal
@@ -372,3 +373,146 @@ def test_the_writer_runs_at_a_lower_cpu_priority_than_the_commit_point(deploymen
     assert bad.returncode == 2, bad.stderr
     assert "--nice: Value 20 not in range 0 to 19" in bad.stderr
     assert_exactly_once(d)
+
+
+# --- gold trails the frontier while the writer is busy (issue 22) ------------------------------
+GOLD = "gold/daily_activity"
+
+
+def gold_state(d):
+    """(gold's txn version of the writer's appId or None, {key: events}) as deltalake reads it."""
+    from deltalake import DeltaTable
+    t = DeltaTable(str(d.home / "lake" / GOLD))
+    got = {(g["tenant_id"], g["day"], g["workarea_id"], g["event_type"]): g["events"]
+           for g in t.to_pyarrow_table().to_pylist()}
+    return t.transaction_version(APP), got
+
+
+def bronze_counts(d, through=None):
+    """gold's counts recomputed from bronze's rows (those with outbox_seq <= through)."""
+    want = {}
+    for r in bronze_rows(d):
+        if through is not None and r["outbox_seq"] > through:
+            continue
+        k = (r["tenant_id"], r["occurred_at"].date(), r["workarea_id"] or "", r["event_type"])
+        want[k] = want.get(k, 0) + 1
+    return want
+
+
+def gold_commits(d):
+    """commitInfo of each of gold's commits that carries the writer's txn, oldest first."""
+    out = []
+    for f in sorted((d.home / "lake" / GOLD / "_delta_log").glob("*.json")):
+        actions = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        if any("txn" in a for a in actions):
+            out.append(next(a["commitInfo"] for a in actions if "commitInfo" in a))
+    return out
+
+
+def applied_lines(path):
+    return [l for l in log_lines(Path(path).read_text()) if l["msg"] == "lake writer: batch applied"]
+
+
+@contextlib.contextmanager
+def service_writer(d, log, gold_every_ms, fault=None):
+    """`oml lakewriter` in service mode (--max-rows 4, --poll-ms 50), its log in `log`; killed
+    on the way out if it still runs."""
+    env = {**d.env, **INFO, **({"OML_FAULT": fault} if fault else {})}
+    with open(log, "w") as f:
+        p = subprocess.Popen([OML_BIN, "lakewriter", "--poll-ms", "50", "--max-rows", "4",
+                              "--gold-every-ms", str(gold_every_ms)], env=env, stderr=f, stdout=subprocess.DEVNULL)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_gold_trails_the_frontier_while_busy_and_holds_every_row_once_after_idle_stop_or_kill(deployment, tmp_path):
+    """Service mode lets gold/daily_activity trail the frontier (--gold-every-ms): a batch keeps
+    gold's counts in memory and advances the frontier without gold's MERGE. Gold then holds every
+    bronze row exactly once after each way the trailing ends: the writer going idle (the counts
+    committed alone, txn = the frontier), a graceful stop in the middle of a drain, and a kill -9
+    with counts kept (recovery makes them again from the outbox)."""
+    d = deployment
+    add_events(d, "trail-a", tenants=3, keys=2)
+    last_a = last_outbox_seq(d)
+
+    # 1. Idle: the drain's batches all trail (600 s), then the idle writer brings gold to the
+    #    frontier; stopped (SIGSTOP) just before that commit, gold holds nothing yet.
+    log_a = tmp_path / "a.log"
+    with service_writer(d, log_a, 600000, "lakewriter.gold_flush.before_commit:stop") as a:
+        wait_for(lambda: proc_state(a.pid) == "T", "A stops before gold's catch-up commit")
+        assert frontier(d) == last_a
+        assert bronze_counts(d) == bronze_counts(d, last_a) and sum(bronze_counts(d).values()) == len(outbox_seqs(d))
+        assert gold_state(d) == (None, {})  # every batch left gold's part for later
+        applied = applied_lines(log_a)
+        assert len(applied) == (len(outbox_seqs(d)) + 3) // 4 >= 3
+        assert all([t["table"] for t in l["trailed"]] == [GOLD] for l in applied), applied
+        assert all(GOLD not in [c["table"] for c in l["committed"]] for l in applied)
+        a.send_signal(signal.SIGCONT)
+        wait_for(lambda: gold_state(d)[0] == last_a, "gold reaches the frontier")
+        assert gold_state(d)[1] == bronze_counts(d)
+        info = gold_commits(d)[-1]
+        assert (info["oml.batch_start"], info["oml.batch_end"], info["oml.gold_trailed_from"]) == (last_a, last_a, -1)
+        assert "lake writer: gold brought to the frontier" in log_a.read_text()
+        # More events: drained, trailed, caught up again when idle.
+        add_events(d, "trail-b", tenants=1, keys=2)
+        wait_for(lambda: frontier(d) == last_outbox_seq(d) and gold_state(d)[0] == last_outbox_seq(d),
+                 "A drains and gold catches up")
+        assert gold_state(d)[1] == bronze_counts(d)
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=20) == 0
+    assert_exactly_once(d)
+
+    # 2. A graceful stop in the middle of a drain: the first batch trails, SIGTERM arrives while
+    #    the writer is stopped after the second cut; it applies that batch, then commits gold's
+    #    kept counts before it exits 0.
+    add_events(d, "trail-c", tenants=3, keys=2)
+    log_c = tmp_path / "c.log"
+    with service_writer(d, log_c, 600000, "lakewriter.after_cut:stop") as c:
+        wait_for(lambda: proc_state(c.pid) == "T", "C stops after its first cut")
+        c.send_signal(signal.SIGTERM)
+        c.send_signal(signal.SIGCONT)
+        assert c.wait(timeout=20) == 0
+    applied = applied_lines(log_c)
+    assert len(applied) == 1 and [t["table"] for t in applied[0]["trailed"]] == [GOLD]
+    f_c = frontier(d)
+    assert f_c == applied[0]["batch_end"] < last_outbox_seq(d)
+    txn, got = gold_state(d)
+    assert txn == f_c and got == bronze_counts(d) == bronze_counts(d, f_c)
+    assert "lake writer: gold brought to the frontier" in log_c.read_text()
+
+    # 3. kill -9 with counts kept: the writer drains the rest (trailing) and dies where it would
+    #    have committed them; gold is below the frontier. The next writer refills it from the
+    #    outbox, and every row is in gold exactly once.
+    with service_writer(d, tmp_path / "k.log", 600000, "lakewriter.gold_flush.before_commit:kill") as k:
+        assert k.wait(timeout=60) == -signal.SIGKILL
+    assert frontier(d) == last_outbox_seq(d)
+    assert gold_state(d)[0] == f_c
+    assert gold_state(d)[1] != bronze_counts(d)
+    p = lakewriter(d)
+    assert "a derived table is below the frontier (it may have trailed it); refilling it from the outbox" in p.stderr
+    assert gold_state(d) == (last_outbox_seq(d), bronze_counts(d))
+    assert_exactly_once(d)
+
+
+def test_gold_every_0_commits_gold_with_every_batch_in_service_mode(deployment, tmp_path):
+    """--gold-every-ms 0: no batch leaves gold's part for later (the --once behaviour), and a
+    value outside 0..600000 is a usage error."""
+    d = deployment
+    add_events(d, "every", tenants=2, keys=2)
+    log = tmp_path / "w.log"
+    with service_writer(d, log, 0) as p:
+        wait_for(lambda: frontier(d) == last_outbox_seq(d), "the writer drains")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 0
+    applied = applied_lines(log)
+    assert len(applied) == (len(outbox_seqs(d)) + 3) // 4
+    assert all(l["trailed"] == [] and GOLD in [c["table"] for c in l["committed"]] for l in applied)
+    assert "gold brought to the frontier" not in log.read_text()
+    assert_exactly_once(d)
+    bad = lakewriter(d, "--gold-every-ms", "600001", check=False)
+    assert bad.returncode == 2, bad.stderr
+    assert "--gold-every-ms: Value 600001 not in range 0 to 600000" in bad.stderr

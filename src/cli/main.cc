@@ -878,6 +878,7 @@ Status RunLakewriter(const Config& c, lake::LakeWriterOptions o, bool once) {
                                        StagingSweepInterval(c));
   log::Info("oml lakewriter", {{"stream", o.stream}, {"lake_root", o.lake_root}, {"once", once},
                                {"max_rows", o.max_rows}, {"poll_ms", o.poll_every.count()}, {"min_batch_ms", o.min_batch_interval.count()},
+                               {"gold_every_ms", o.gold_every.count()},
                                {"dead_letter_after", o.dead_letter_after},
                                {"metrics", c.lakewriter_metrics_listen}});
   std::unique_ptr<api::http::Server> metrics;
@@ -1400,6 +1401,7 @@ int Main(int argc, char** argv) {
   int64_t lw_max_rows = 10000;
   int lw_poll_ms = 200;
   int lw_min_batch_ms = 150;
+  int lw_gold_every_ms = 1000;
   int lw_nice = 5;
   int lw_compact_every = 100;
   int lw_compact_target_mb = 128;
@@ -1443,6 +1445,11 @@ int Main(int argc, char** argv) {
                          "start batches at most this often when keeping up (default 150; a backlog drains "
                          "without waiting)")
       ->check(CLI::Range(0, 60000));
+  lakewriter->add_option("--gold-every-ms", lw_gold_every_ms,
+                         "let gold/daily_activity trail the frontier by up to this long while batches keep coming "
+                         "(default 1000; 0: gold commits with every batch; it catches up when the writer is idle; "
+                         "not used by --once)")
+      ->check(CLI::Range(0, 600000));
   lakewriter->add_option("--nice", lw_nice,
                          "lower the writer's CPU priority by this much (0..19, default 5): the commit point keeps "
                          "the CPU when both want it; compaction threads run at nice 10, or at this if it is higher")
@@ -1632,6 +1639,7 @@ int Main(int argc, char** argv) {
     o.max_rows = lw_max_rows;
     o.poll_every = std::chrono::milliseconds(lw_poll_ms);
     o.min_batch_interval = std::chrono::milliseconds(lw_min_batch_ms);
+    o.gold_every = std::chrono::milliseconds(lw_gold_every_ms);
     o.compact_every = lw_compact_every;
     o.compact_target_bytes = static_cast<uint64_t>(lw_compact_target_mb) << 20;
     o.vacuum_every = std::chrono::seconds(lw_vacuum_every_s);

@@ -253,11 +253,14 @@ const std::vector<TargetTable>& TargetTables() {
 
 Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows, int64_t above_seq,
                                       int64_t* bad_seq) {
-  struct Count {
-    int64_t events = 0;
-    int64_t last = 0;
-  };
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, Count> counts;
+  DailyActivityCounts counts;
+  OML_RETURN_IF_ERROR(CountDailyActivity(rows, above_seq, &counts, bad_seq));
+  return DailyActivityJson(counts);
+}
+
+Status CountDailyActivity(const std::vector<const OutboxRow*>& rows, int64_t above_seq, DailyActivityCounts* out,
+                          int64_t* bad_seq) {
+  DailyActivityCounts& counts = *out;
   for (const OutboxRow* row : rows) {
     if (row->target_table != kBronze || row->seq <= above_seq) continue;
 #ifdef OML_SYNC_POINTS
@@ -289,10 +292,10 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
       }
       const std::string day = plain && time ? UtcDayOfText(*time) : std::string();
       if (plain && tenant && type && !day.empty()) {
-        Count& c = counts[{std::string(*tenant), day, workarea ? std::string(*workarea) : std::string(),
-                           std::string(*type)}];
+        DailyActivityCount& c = counts[{std::string(*tenant), day, workarea ? std::string(*workarea) : std::string(),
+                                        std::string(*type)}];
         ++c.events;
-        c.last = std::max(c.last, row->seq);
+        c.last_outbox_seq = std::max(c.last_outbox_seq, row->seq);
         continue;
       }
     }
@@ -309,10 +312,15 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
     }
     std::string workarea;
     if (auto w = doc.find("workarea_id"); w != doc.end() && w->is_string()) workarea = w->get<std::string>();
-    Count& c = counts[{doc["tenant_id"].get<std::string>(), day, workarea, doc["event_type"].get<std::string>()}];
+    DailyActivityCount& c =
+        counts[{doc["tenant_id"].get<std::string>(), day, workarea, doc["event_type"].get<std::string>()}];
     ++c.events;
-    c.last = std::max(c.last, row->seq);
+    c.last_outbox_seq = std::max(c.last_outbox_seq, row->seq);
   }
+  return Status::Ok();
+}
+
+std::string DailyActivityJson(const DailyActivityCounts& counts) {
   std::string out;
   for (const auto& [k, c] : counts) {
     out += nlohmann::json{{"tenant_id", std::get<0>(k)},
@@ -320,7 +328,7 @@ Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows,
                           {"workarea_id", std::get<2>(k)},
                           {"event_type", std::get<3>(k)},
                           {"events", c.events},
-                          {"last_outbox_seq", c.last}}
+                          {"last_outbox_seq", c.last_outbox_seq}}
                .dump();
     out += '\n';
   }
@@ -721,6 +729,64 @@ Status LakeWriter::AdvanceFrontier(int64_t batch_end, const std::vector<std::str
   return Status::Ok();
 }
 
+bool LakeWriter::GoldMayTrail() const {
+  if (!gold_may_trail_ || refilling_ || opts_.gold_every.count() <= 0) return false;
+  return !gold_pending_ || gold_pending_->counts.empty() || Clock::now() - gold_pending_->since < opts_.gold_every;
+}
+
+Status LakeWriter::FlushGold() {
+  if (!gold_pending_) return Status::Ok();
+  GoldPending pending = std::move(*gold_pending_);
+  gold_pending_.reset();  // on any failure below, the caller's error leads to Recover, which refills gold
+  if (pending.counts.empty()) return Status::Ok();
+  const auto t0 = Clock::now();
+  const TargetTable* gold = nullptr;
+  for (const auto& t : TargetTables())
+    if (t.derived) gold = &t;
+  if (gold == nullptr) return Status(Code::kInternal, "no derived lake table");
+  OML_ASSIGN_OR_RETURN(DeltaTable * table, Table(gold->name));
+  // The txn the counts sit on must still be gold's (only this writer commits to it).
+  OML_ASSIGN_OR_RETURN(int64_t at, table->SnapshotVersion());
+  auto& cached = txn_cache_[gold->name];
+  if (cached.table_version != at || cached.table_version < 0) {
+    OML_ASSIGN_OR_RETURN(at, table->Refresh());
+    OML_ASSIGN_OR_RETURN(LastTxn last, table->ReadLastTxn(app_id_));
+    cached = KnownTxn{at, last.version};
+  }
+  if (cached.txn != pending.above || pending.through != frontier_) {
+    return Status(Code::kAborted,
+                  "gold's kept counts (" + std::to_string(pending.above) + ", " + std::to_string(pending.through) +
+                      "] no longer lead to the frontier (gold txn " + std::to_string(cached.txn) + ", frontier " +
+                      std::to_string(frontier_) + "): recovery refills gold",
+                  "lake-gold-moved");
+  }
+  OML_RETURN_IF_ERROR(CheckLease());
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.gold_flush.before_commit"));
+  TxnCommit txn{app_id_, pending.through,
+                {{"oml.batch_start", pending.through}, {"oml.batch_end", pending.through},
+                 {"oml.stream", stream_.name}, {"oml.gold_trailed_from", pending.above}}};
+  const std::string rows = DailyActivityJson(pending.counts);
+  OML_ASSIGN_OR_RETURN(const int64_t version, table->Merge(rows, gold->merge, txn));
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  txn_cache_[gold->name] = KnownTxn{version, pending.through};
+  SawTxn(gold->name, pending.through);
+  const auto n = static_cast<int64_t>(pending.counts.size());
+  Metrics::Get().LakeCommit(gold->name, n, secs);
+  ++stats_.commits;
+  ++stats_.gold_flushes;
+  stats_.rows += n;
+  stats_.rows_by_table[gold->name] += n;
+  OML_RETURN_IF_ERROR(OML_SYNC_POINT("lakewriter.gold_flush.after_commit"));
+  // Recorded like a batch's commit (sql/0018); the frontier stays where it is.
+  OML_RETURN_IF_ERROR(AdvanceFrontier(pending.through, {gold->name}));
+  log::Info("lake writer: gold brought to the frontier",
+            {{"stream", stream_.name}, {"table", gold->name}, {"version", version}, {"from", pending.above},
+             {"through", pending.through}, {"rows", n},
+             {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+  MaybeCompact(gold->name);
+  return Status::Ok();
+}
+
 Status LakeWriter::ApplyBatch(const Batch& b) {
   // Rows dead-lettered earlier (by this writer or a previous one) are not part of any batch.
   OML_ASSIGN_OR_RETURN(DeadLetters dead, DeadLetteredSeqs(*conn_, stream_.name, b.start, b.end));
@@ -823,6 +889,10 @@ struct LakeWriter::Part {
   std::string jsonl;                     // MERGE tables (silver, gold) and JSON appends
   std::optional<ArrowBatch> arrow;       // an append's rows (bronze): no JSON on the adapter's side
   std::vector<const OutboxRow*> lines;   // the outbox row of each JSON line (not for derived)
+  // gold: the counts it lacks when they are left for a later commit (GoldMayTrail); and, when
+  // its commit carries counts of earlier batches, gold's txn they sit on (commit metadata).
+  std::optional<DailyActivityCounts> trailed;
+  int64_t trailed_from = -1;
   // Made by the commit (on a thread of commit_pool_ or the writer's):
   std::optional<Result<int64_t>> version;
   double secs = 0;
@@ -838,6 +908,7 @@ void LakeWriter::CommitPart(const Batch& b, Part* p) {
   }
   TxnCommit txn{app_id_, b.end,
                 {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
+  if (p->trailed_from >= 0) txn.metadata["oml.gold_trailed_from"] = p->trailed_from;
   p->version = target.write == TableWrite::kMerge ? p->table->Merge(p->jsonl, target.merge, txn)
                : p->arrow                          ? p->table->AppendBatch(&*p->arrow, txn)
                                                    : p->table->Append(p->jsonl, txn);
@@ -952,15 +1023,33 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
           ++p->n;
         }
       } else if (target.derived) {
+        // The counts gold lacks: those kept from the batches it trails (rows above its txn up to
+        // this batch's start), then this batch's rows above its txn.
+        DailyActivityCounts counts;
+        p->trailed.reset();
+        p->trailed_from = -1;
+        if (gold_pending_ && !gold_pending_->counts.empty()) {
+          if (gold_pending_->above != last.version || gold_pending_->through != b.start) {
+            return Status(Code::kAborted,
+                          "gold's kept counts (" + std::to_string(gold_pending_->above) + ", " +
+                              std::to_string(gold_pending_->through) + "] do not lead to this batch (gold txn " +
+                              std::to_string(last.version) + ", batch start " + std::to_string(b.start) +
+                              "): recovery refills gold",
+                          "lake-gold-moved");
+          }
+          counts = gold_pending_->counts;
+          p->trailed_from = last.version;
+        }
         int64_t bad = 0;
-        auto rows = DailyActivityRows(p->source, last.version, &bad);
-        if (!rows.ok()) {
+        if (Status st = CountDailyActivity(p->source, last.version, &counts, &bad); !st.ok()) {
           for (const OutboxRow* r : p->source)
-            if (r->seq == bad) *poison = Poison{r, rows.status().message()};
-          if (!*poison) return rows.status();
+            if (r->seq == bad) *poison = Poison{r, st.message()};
+          if (!*poison) return st;
+        } else if (GoldMayTrail()) {
+          p->trailed = std::move(counts);  // n stays 0: not committed in this batch
         } else {
-          p->jsonl = std::move(*rows);
-          p->n = static_cast<int64_t>(std::count(p->jsonl.begin(), p->jsonl.end(), '\n'));
+          p->jsonl = DailyActivityJson(counts);
+          p->n = static_cast<int64_t>(counts.size());
         }
       } else {
         p->jsonl.reserve(RowBytesHint(p->source));
@@ -1079,13 +1168,31 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
   for (const auto& name : skipped) committed_names.push_back(name.get<std::string>());
   OML_RETURN_IF_ERROR(AdvanceFrontier(b.end, committed_names));
   advance_ms = Lap(&lap);
+  // gold's kept counts follow the frontier: a batch without a gold part leaves them valid up to
+  // its end (it had no bronze row gold lacks); one that committed gold empties them; one that
+  // left gold's part for later keeps its counts.
+  nlohmann::json trailed = nlohmann::json::array();
+  if (gold_pending_) gold_pending_->through = b.end;
+  for (Part& part : parts) {
+    if (!part.target->derived) continue;
+    if (part.version && part.version->ok()) {
+      gold_pending_.reset();
+    } else if (part.trailed) {
+      const bool fresh = !gold_pending_ || gold_pending_->counts.empty();
+      gold_pending_ = GoldPending{std::move(*part.trailed), txn_cache_[part.target->name].txn, b.end,
+                                  fresh ? Clock::now() : gold_pending_->since};
+      ++stats_.gold_trailed;
+      trailed.push_back({{"table", part.target->name}, {"from", gold_pending_->above},
+                         {"keys", static_cast<int64_t>(gold_pending_->counts.size())}});
+    }
+  }
   ++stats_.batches;
   Metrics::Get().LakeBatch(live_rows, std::chrono::duration<double>(Clock::now() - t0).count());
   log::Info("lake writer: batch applied",
             {{"stream", stream_.name}, {"batch_start", b.start}, {"batch_end", b.end},
              {"rows", live_rows}, {"dead_lettered", static_cast<int64_t>(dead.size())},
              {"rows_written", rows_written}, {"committed", committed},
-             {"skipped", skipped}, {"frontier", frontier_},
+             {"skipped", skipped}, {"trailed", trailed}, {"frontier", frontier_},
              {"phases_ms", {{"refresh", refresh_ms}, {"check", check_ms}, {"convert", convert_ms}, {"lease", lease_ms},
                             {"commit", commit_ms}, {"advance", advance_ms}}},
              {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
@@ -1235,6 +1342,10 @@ Result<DeltaTable*> LakeWriter::RecoverTable(const std::string& name) {
 }
 
 Result<int64_t> LakeWriter::Recover() {
+  // Counts kept in memory are not trusted past an error: gold's part is made again below from
+  // the outbox (a gold txn below the frontier is refilled), and Loop lets gold trail again.
+  gold_pending_.reset();
+  gold_may_trail_ = false;
   OML_RETURN_IF_ERROR(EnsureConnected());
   OML_ASSIGN_OR_RETURN(int64_t f, ReadFrontier(*conn_, stream_));
   frontier_ = f;
@@ -1272,14 +1383,26 @@ Result<int64_t> LakeWriter::Recover() {
       lead_meta = last.metadata;
     }
     const int64_t recorded = MustHold(target.name);
-    if (std::max<int64_t>(last.version, 0) < recorded && last.version < frontier_) {
-      behind.push_back(target.name);
+    const bool lost = std::max<int64_t>(last.version, 0) < recorded && last.version < frontier_;
+    // A derived table (gold) below the frontier may have trailed it (LakeWriterOptions::gold_every)
+    // when the last writer stopped: the counts it kept died with it. Its rows are made again from
+    // the outbox above its txn (a range without bronze rows commits nothing).
+    const bool trailed = !lost && target.derived && std::max<int64_t>(last.version, 0) < frontier_;
+    if (lost || trailed) {
+      if (lost) behind.push_back(target.name);
       int64_t from = std::max<int64_t>(last.version, 0);
-      log::Warn("lake writer: a table is behind what it committed (lost commits, or replaced by an empty table); "
-                "refilling it from the outbox",
-                {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
-                 {"recorded_txn_version", recorded}, {"frontier", frontier_}});
-      Metrics::Get().LakeRetry("refill");
+      if (lost) {
+        log::Warn("lake writer: a table is behind what it committed (lost commits, or replaced by an empty table); "
+                  "refilling it from the outbox",
+                  {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
+                   {"recorded_txn_version", recorded}, {"frontier", frontier_}});
+        Metrics::Get().LakeRetry("refill");
+      } else {
+        log::Info("lake writer: a derived table is below the frontier (it may have trailed it); refilling it from "
+                  "the outbox",
+                  {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
+                   {"frontier", frontier_}});
+      }
       if (from < marks.pruned_through) {
         // Rows it lacks were pruned from the outbox: they come from the journal, up to the
         // pruned mark; the outbox refill below goes on from there.
@@ -1446,9 +1569,10 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
                 {{"stream", stream_.name}, {"frontier", frontier_}, {"horizon", h}});
     }
     OML_RETURN_IF_ERROR(DrainTo(*once_target_, stop));
-    if (!Stopped(stop)) MaybePrune(/*now=*/true);
+    if (!Stopped(stop)) OML_RETURN_IF_ERROR(MaybePrune(/*now=*/true));
     return Status::Ok();
   }
+  gold_may_trail_ = opts_.gold_every.count() > 0;
   // The horizon rule of outbox_cut.h, polled without blocking; an idle writer takes no xid.
   HorizonTracker tracker(stream_, frontier_);
   auto lag_at = Clock::now() - std::chrono::seconds(1);
@@ -1464,7 +1588,7 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
       checked_at = Clock::now();
     }
     MaybeVacuum();
-    MaybePrune(/*now=*/false);
+    OML_RETURN_IF_ERROR(MaybePrune(/*now=*/false));
     if (!tracker.pending() && drained_at) {
       const auto since = Clock::now() - *drained_at;
       if (since < opts_.min_batch_interval) {
@@ -1474,6 +1598,8 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
     }
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
+      // Nothing new drawn: the writer is idle, and gold catches up with the frontier now.
+      if (!tracker.pending() && gold_pending_) OML_RETURN_IF_ERROR(FlushGold());
       // A pending probe waits only for transactions that were running when it was taken: the
       // commit point's last a few ms, so it is checked again soon. Nothing drawn, or a probe
       // held back for long: the idle interval.
@@ -1485,6 +1611,13 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
     drained_at = Clock::now();
     OML_RETURN_IF_ERROR(DrainTo(stable, stop));
     lag_at = Clock::now();
+  }
+  // A graceful stop brings gold to the frontier (a failure is only logged: the next start's
+  // recovery refills gold from the outbox).
+  if (gold_pending_) {
+    if (Status st = FlushGold(); !st.ok())
+      log::Warn("lake writer: gold not brought to the frontier at stop; the next start refills it",
+                {{"stream", stream_.name}, {"error", st.ToString()}});
   }
   return Status::Ok();
 }
@@ -1518,13 +1651,15 @@ void LakeWriter::MaybeVacuum() {
   }
 }
 
-void LakeWriter::MaybePrune(bool now) {
-  if (opts_.prune_every.count() <= 0 || !lease_held_ || opts_.bypass_lease) return;
-  if (!now && pruned_at_ && Clock::now() - *pruned_at_ < opts_.prune_every) return;
+Status LakeWriter::MaybePrune(bool now) {
+  if (opts_.prune_every.count() <= 0 || !lease_held_ || opts_.bypass_lease) return Status::Ok();
+  if (!now && pruned_at_ && Clock::now() - *pruned_at_ < opts_.prune_every) return Status::Ok();
   pruned_at_ = Clock::now();
   // Never while a table is behind what it committed: its refill may still need the rows (it is
   // re-derived from the journal otherwise, which is slower).
-  if (behind_from_ || refilling_) return;
+  if (behind_from_ || refilling_) return Status::Ok();
+  // Nor over rows gold trails by: it holds every row up to the frontier first.
+  OML_RETURN_IF_ERROR(FlushGold());
   const auto t0 = Clock::now();
   const int64_t retention_s = std::clamp<int64_t>(opts_.outbox_retention_hours, 0, 24 * 366) * 3600;
   int64_t pruned = 0, through = 0;
@@ -1550,6 +1685,7 @@ void LakeWriter::MaybePrune(bool now) {
               {{"stream", stream_.name}, {"rows", pruned}, {"pruned_through", through}, {"frontier", frontier_},
                {"retention_hours", opts_.outbox_retention_hours},
                {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}});
+  return Status::Ok();
 }
 
 Status LakeWriter::RederiveTable(const TargetTable& target, const PruneMarks& marks) {

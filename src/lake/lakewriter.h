@@ -31,7 +31,9 @@
 //               and recovery follows. Any other winner (a compaction, lake/compactor.h): steps 5
 //               and 6 again for that table, on a fresh snapshot.
 //   7. Advance. UPDATE lake_frontier to batch_end (never backwards; fenced by the lease epoch)
-//               only after every touched table committed.
+//               only after every touched table committed. In service mode gold may trail the
+//               frontier (LakeWriterOptions::gold_every): its counts are kept in memory, and
+//               gold's txn still says exactly which bronze rows it holds.
 //
 // Fault points (common/sync_point.h; OML_FAULT=<point>[:kill|:stop] arms them from outside):
 //   lakewriter.after_cut                   rows of a new cut read, nothing committed yet
@@ -44,6 +46,8 @@
 //   (A round: the tables of a batch committed at once; one that lost to a compaction is
 //   committed again in the next round.)
 //   lakewriter.before_frontier_advance     every touched table committed, frontier not moved
+//   lakewriter.gold_flush.before_commit    gold's kept counts about to be committed alone (FlushGold)
+//   lakewriter.gold_flush.after_commit     that commit landed, its lake_table_txn not recorded
 //   lakewriter.compaction.after_snapshot.<table>  a compaction's snapshot read, its OPTIMIZE not
 //                                          begun (bronze: the compactor's thread, lake/compactor.h;
 //                                          silver and gold: the batch path, after the advance)
@@ -62,6 +66,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -111,6 +116,21 @@ const std::vector<TargetTable>& TargetTables();
 Result<std::string> DailyActivityRows(const std::vector<const OutboxRow*>& rows, int64_t above_seq,
                                       int64_t* bad_seq = nullptr);
 
+// gold/daily_activity's counts, kept across batches while the writer lets gold trail the
+// frontier (LakeWriterOptions::gold_every): key (tenant_id, day, workarea_id, event_type).
+struct DailyActivityCount {
+  int64_t events = 0;
+  int64_t last_outbox_seq = 0;
+};
+using DailyActivityCounts =
+    std::map<std::tuple<std::string, std::string, std::string, std::string>, DailyActivityCount>;
+// DailyActivityRows in two steps: CountDailyActivity adds the rows' counts to *counts (on an
+// error *counts holds part of them: count into a copy), DailyActivityJson renders counts as
+// DailyActivityRows does.
+Status CountDailyActivity(const std::vector<const OutboxRow*>& rows, int64_t above_seq, DailyActivityCounts* counts,
+                          int64_t* bad_seq = nullptr);
+std::string DailyActivityJson(const DailyActivityCounts& counts);
+
 // One outbox row as the Delta adapter's JSON line, for the MERGE tables (silver; appends build an
 // Arrow batch with AppendDeltaRow instead), with its trailing '\n': row_data's keys
 // passed through unchanged (the table's binary columns stay base64, which the adapter decodes)
@@ -149,6 +169,15 @@ struct LakeWriterOptions {
   // commit point more than they gain in lag. A backlog (a drain of several batches) is not held
   // back. 0: none.
   std::chrono::milliseconds min_batch_interval{150};
+  // Service mode: gold/daily_activity (derived from bronze by a MERGE whose fixed cost was about
+  // half of a small batch's CPU) may trail the frontier by this long while batches keep coming:
+  // a batch commits gold only once this long has passed since the oldest count gold lacks;
+  // before that its counts are kept in memory (DailyActivityCounts) and the frontier advances
+  // without gold. Gold is brought to the frontier as soon as the writer finds nothing new to
+  // drain, before an outbox prune, and on a graceful stop; after a crash, recovery makes the
+  // counts it lacks again from the outbox (step 2). 0: gold commits with every batch, as
+  // `--once` always does. docs/data/delta-tables.md "gold/daily_activity trails the frontier".
+  std::chrono::milliseconds gold_every{1000};
   std::chrono::milliseconds standby_poll{500};       // lease poll while standby
   std::chrono::milliseconds once_horizon_wait{60000};  // --once: wait this long for a stable horizon
   std::chrono::milliseconds max_backoff{10000};      // after repeated errors
@@ -245,6 +274,8 @@ struct LakeWriterStats {
   int64_t compactions_without_lease = 0;  // compactor requests dropped: the lease was gone
   int64_t retried_commits = 0;    // commits lost to a compaction and written again at once
   int64_t prefetched_cuts = 0;    // batches whose cut was read while the one before was applied
+  int64_t gold_trailed = 0;       // batches whose gold counts were kept for a later commit (gold_every)
+  int64_t gold_flushes = 0;       // gold commits of kept counts alone (FlushGold)
 };
 
 class LakeWriter {
@@ -308,8 +339,9 @@ class LakeWriter {
   // VACUUMs every table when vacuum_every has passed since the last (see LakeWriterOptions).
   void MaybeVacuum();
   // Prunes the outbox when prune_every has passed since the last, or at once if `now` (see
-  // LakeWriterOptions). Failures are logged, not returned: the next round tries again.
-  void MaybePrune(bool now);
+  // LakeWriterOptions), after gold holds every row up to the frontier (FlushGold: its error is
+  // returned). The prune's failures are logged, not returned: the next round tries again.
+  Status MaybePrune(bool now);
   // Empties `target` and commits the rows it held from the pruned prefix of the outbox, re-derived
   // from the journal (lake/rederive.h), in chunks of max_rows: txn 1, 2, ... and the last one
   // marks.pruned_through. A writer stopped midway leaves a txn below its record: the next
@@ -372,6 +404,13 @@ class LakeWriter {
   // Sets the lag gauges (common/metrics.h LakeLag) from the outbox.
   Status PublishLag();
   Status Loop(const std::atomic<bool>* stop, bool once);
+  // Commits the counts gold trails by (gold_pending_) with txn = the frontier, and records it
+  // (lake_table_txn). A gold txn found other than the one the counts sit on: kAborted
+  // "lake-gold-moved" (recovery refills gold from the outbox). gold_pending_ is empty after it,
+  // whatever the result.
+  Status FlushGold();
+  // Whether a batch may leave gold's part for later (opts_.gold_every).
+  bool GoldMayTrail() const;
 
   LakeWriterOptions opts_;
   OutboxStream stream_;
@@ -421,6 +460,18 @@ class LakeWriter {
     int64_t txn = -1;  // this stream's txn version at it
   };
   std::map<std::string, KnownTxn> txn_cache_;
+  // gold/daily_activity's counts of the bronze rows (above, through] that gold does not hold yet
+  // (opts_.gold_every): `above` is gold's txn, `through` the frontier; `since` when the oldest
+  // count was kept. Set only after a batch's frontier advance; cleared when gold's commit lands,
+  // by FlushGold, and by Recover (which makes them again from the outbox instead).
+  struct GoldPending {
+    DailyActivityCounts counts;
+    int64_t above = -1;
+    int64_t through = -1;
+    std::chrono::steady_clock::time_point since{};
+  };
+  std::optional<GoldPending> gold_pending_;
+  bool gold_may_trail_ = false;  // set by Loop in service mode; off in Recover and --once
   LakeWriterStats stats_;
   std::shared_ptr<CompactionLease> compaction_lease_;  // shared with compactor_'s lease_check
   bool warned_no_lease_compaction_ = false;

@@ -707,6 +707,14 @@ TEST_F(LakeWriterTest, TheLeaseIsASingletonAndPassesOnWhenItsSessionEnds) {
   a.reset();
   oml::testing::WaitUntil([&] { return PgFrontier() == LastOutboxSeq(); }, "the standby takes over and drains");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // Gold, which trails the frontier while batches come (LakeWriterOptions::gold_every), is
+  // brought to it once the writer is idle: one commit, and one xid to record it.
+  oml::testing::WaitUntil(
+      [&] {
+        auto r = su_->Exec("SELECT txn_version FROM oml.lake_table_txn WHERE table_name = 'gold/daily_activity'");
+        return r.ok() && r->size() == 1 && r->GetInt(0, 0) == LastOutboxSeq();
+      },
+      "gold catches up with the frontier");
   // Idle, the writer polls every 200 ms without taking an xid (a horizon probe takes one only
   // once a new seq was drawn): ours are the only xids assigned meanwhile.
   auto xid = [&] { return std::stoll((*su_->Exec("SELECT pg_current_xact_id()::text")).Get(0, 0)); };
