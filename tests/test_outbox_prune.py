@@ -399,3 +399,38 @@ def test_a_rebuild_while_the_writer_prunes_and_claims_arrive_leaves_every_table_
     assert v.returncode == 0, v.stdout + v.stderr
     rec = d.run("reconcile", "--json", "--no-objects", check=False)
     assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-2000:]
+
+
+def test_a_gold_below_the_frontier_that_lost_nothing_is_not_re_derived_after_a_prune(served):
+    """Gold's txn below the frontier need not mean lost rows: the stream's last rows may have had
+    nothing to count (a silver-only row here). After a prune past gold's txn, the next writer
+    refills gold from the pruned mark on (nothing), and never empties and re-derives it from the
+    journal (issue 22: gold trails the frontier, and recovery refills a gold below it)."""
+    d = served
+    from deltalake import DeltaTable
+    c = d.submit(d.writer, body="counted").json()
+    verdict(d, d.reviewer, c["artifact_id"], "accept")
+    with d.su() as cn:
+        row = cn.execute("SELECT row_data FROM oml.outbox WHERE target_table = %s ORDER BY seq DESC LIMIT 1",
+                         (SILVER,)).fetchone()[0]
+    lakewriter(d, "--outbox-retention-hours", "0")
+    gold_txn = frontier(d)
+    assert DeltaTable(str(d.home / "lake" / GOLD)).transaction_version("oml-lakewriter") == gold_txn
+    # A silver-only row: the same claim version's row again (a MERGE of what silver holds).
+    with d.su() as cn:
+        with cn.transaction():
+            cn.execute("SELECT set_config('oml.tenant_id', %s, true)", (d.tenant_id,))
+            silver_only = cn.execute("SELECT oml.enqueue_outbox(%s, %s, 1, %s::jsonb)",
+                                     (d.tenant_id, SILVER, json.dumps(row))).fetchone()[0]
+    lakewriter(d, "--outbox-retention-hours", "0")
+    assert frontier(d) == silver_only and prune_state(d)[0] == silver_only
+    gold = DeltaTable(str(d.home / "lake" / GOLD))
+    assert gold.transaction_version("oml-lakewriter") == gold_txn < silver_only
+    version = gold.version()
+    out = lakewriter(d)
+    msgs = [ln["msg"] for ln in log_lines(out.stderr)]
+    assert "lake writer: a derived table is below the frontier (it may have trailed it); refilling it from the outbox" \
+        in msgs
+    assert not [m for m in msgs if "re-deriv" in m], out.stderr
+    assert DeltaTable(str(d.home / "lake" / GOLD)).version() == version
+    assert gold_counts(d) == gold_from_bronze(d)

@@ -1101,6 +1101,7 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       const TargetTable& target = *p->target;
       const Result<int64_t>& version = *p->version;
       if (version.ok()) {
+        if (target.derived) gold_pending_.reset();  // gold holds the kept counts now, whatever follows
         txn_cache_[target.name] = KnownTxn{*version, b.end};
         SawTxn(target.name, b.end);
         Metrics::Get().LakeCommit(target.name, p->n, p->secs);
@@ -1403,7 +1404,12 @@ Result<int64_t> LakeWriter::Recover() {
                   {{"stream", stream_.name}, {"table", target.name}, {"txn_version", last.version},
                    {"frontier", frontier_}});
       }
-      if (from < marks.pruned_through) {
+      if (from < marks.pruned_through && trailed) {
+        // A gold that lost no commits held every row up to the frontier whenever the outbox was
+        // pruned (MaybePrune brings it there first): what it may lack lies above the mark. (Its
+        // txn below the mark means only that the rows above it had nothing to count.)
+        from = marks.pruned_through;
+      } else if (from < marks.pruned_through) {
         // Rows it lacks were pruned from the outbox: they come from the journal, up to the
         // pruned mark; the outbox refill below goes on from there.
         OML_RETURN_IF_ERROR(RederiveTable(target, marks));
@@ -1598,8 +1604,10 @@ Status LakeWriter::Loop(const std::atomic<bool>* stop, bool once) {
     }
     OML_ASSIGN_OR_RETURN(int64_t stable, tracker.Poll(*conn_));
     if (stable <= frontier_) {
-      // Nothing new drawn: the writer is idle, and gold catches up with the frontier now.
-      if (!tracker.pending() && gold_pending_) OML_RETURN_IF_ERROR(FlushGold());
+      // Nothing new drawn (the writer is idle), or a probe held back past gold's interval (a long
+      // transaction): gold catches up with the frontier now.
+      if (gold_pending_ && (!tracker.pending() || Clock::now() - gold_pending_->since >= opts_.gold_every))
+        OML_RETURN_IF_ERROR(FlushGold());
       // A pending probe waits only for transactions that were running when it was taken: the
       // commit point's last a few ms, so it is checked again soon. Nothing drawn, or a probe
       // held back for long: the idle interval.

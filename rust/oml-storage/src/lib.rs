@@ -2519,7 +2519,8 @@ pub extern "C" fn oml_storage_delta_merge(
             .merge(source, predicate)
             .with_source_alias("source")
             .with_target_alias("target")
-            .with_commit_properties(commit_properties(app_id, txn_version, metadata));
+            .with_commit_properties(commit_properties(app_id, txn_version, metadata.clone()));
+        let merge_metadata = metadata;
         if !updates.is_empty() || !adds.is_empty() {
             let newer_pred = newer_name.map(|n| qualified("source", n).gt(qualified("target", n)));
             builder = builder
@@ -2547,8 +2548,37 @@ pub extern "C" fn oml_storage_delta_merge(
                 })
             })
             .map_err(map_delta_error)?;
+        let before = table_version(&t)?;
         let (merged, _metrics) = block_on(builder.into_future())?.map_err(map_commit_error)?;
         *t = merged;
+        if table_version(&t)? == before {
+            // delta-rs commits nothing for a MERGE that changes no row (every source row older
+            // than its target, say), so the txn would not move: commit it alone, conditional on
+            // the same snapshot (a commit that landed since makes it a conflict). Otherwise the
+            // table's txn would stay below the batch its caller recorded it holds.
+            let snap = t.snapshot().map_err(map_delta_error)?;
+            let committed = block_on(
+                CommitBuilder::from(commit_properties(app_id, txn_version, merge_metadata))
+                    .with_actions(Vec::new())
+                    .build(
+                        Some(snap),
+                        t.log_store(),
+                        DeltaOperation::Merge {
+                            predicate: None,
+                            merge_predicate: None,
+                            matched_predicates: Vec::new(),
+                            not_matched_predicates: Vec::new(),
+                            not_matched_by_source_predicates: Vec::new(),
+                        },
+                    )
+                    .into_future(),
+            )?
+            .map_err(map_commit_error)?;
+            let version = committed.version();
+            let mut moved = t.clone();
+            block_on(moved.update_incremental(Some(version)))?.map_err(map_delta_error)?;
+            *t = moved;
+        }
         *out = table_version(&t)?;
         Ok(())
     })
