@@ -498,6 +498,40 @@ def test_gold_trails_the_frontier_while_busy_and_holds_every_row_once_after_idle
     assert_exactly_once(d)
 
 
+def test_gold_counts_due_are_committed_right_after_a_batchs_frontier_advance(deployment, tmp_path):
+    """--gold-every-ms 1: once kept counts are due, they are committed alone right after the next
+    batch's frontier advance (no batch commits gold itself); each such commit carries gold's
+    txn from the one before and the frontier it brings gold to."""
+    d = deployment
+    add_events(d, "due", tenants=3, keys=2)
+    log = tmp_path / "due.log"
+    with service_writer(d, log, 1) as p:
+        wait_for(lambda: frontier(d) == last_outbox_seq(d) and gold_state(d)[0] == last_outbox_seq(d),
+                 "the writer drains and gold catches up")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 0
+    lines = [l for l in log_lines(log.read_text())
+             if l["msg"] in ("lake writer: batch applied", "lake writer: gold brought to the frontier")]
+    batches = [l for l in lines if l["msg"] == "lake writer: batch applied"]
+    flushes = [l for l in lines if l["msg"] != "lake writer: batch applied"]
+    assert len(batches) == (len(outbox_seqs(d)) + 3) // 4 >= 3
+    assert all(GOLD not in [c["table"] for c in l["committed"]] for l in batches)
+    # A batch's counts are kept fresh, so they are due at the batch after (not at its own).
+    assert len(batches) // 2 <= len(flushes) <= len(batches)
+    prev_through = -1
+    for i, l in enumerate(lines):
+        if l["msg"] == "lake writer: batch applied":
+            continue
+        assert lines[i - 1]["msg"] == "lake writer: batch applied"  # right after a batch
+        assert (l["from"], l["through"]) == (prev_through, lines[i - 1]["batch_end"])
+        prev_through = l["through"]
+    assert prev_through == last_outbox_seq(d)
+    assert gold_state(d)[1] == bronze_counts(d)
+    assert [(c["oml.batch_end"], c["oml.gold_trailed_from"]) for c in gold_commits(d)] == \
+        [(f["through"], f["from"]) for f in flushes]
+    assert_exactly_once(d)
+
+
 def test_gold_every_0_commits_gold_with_every_batch_in_service_mode(deployment, tmp_path):
     """--gold-every-ms 0: no batch leaves gold's part for later (the --once behaviour), and a
     value outside 0..600000 is a usage error."""

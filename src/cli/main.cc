@@ -1401,7 +1401,7 @@ int Main(int argc, char** argv) {
   int64_t lw_max_rows = 10000;
   int lw_poll_ms = 200;
   int lw_min_batch_ms = 150;
-  int lw_gold_every_ms = 1000;
+  int lw_gold_every_ms = 10000;
   int lw_nice = 5;
   int lw_compact_every = 100;
   int lw_compact_target_mb = 128;
@@ -1447,7 +1447,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0, 60000));
   lakewriter->add_option("--gold-every-ms", lw_gold_every_ms,
                          "let gold/daily_activity trail the frontier by up to this long while batches keep coming "
-                         "(default 1000; 0: gold commits with every batch; it catches up when the writer is idle; "
+                         "(default 10000; 0: gold commits with every batch; it catches up when the writer is idle; "
                          "not used by --once)")
       ->check(CLI::Range(0, 600000));
   lakewriter->add_option("--nice", lw_nice,

@@ -169,15 +169,16 @@ struct LakeWriterOptions {
   // commit point more than they gain in lag. A backlog (a drain of several batches) is not held
   // back. 0: none.
   std::chrono::milliseconds min_batch_interval{150};
-  // Service mode: gold/daily_activity (derived from bronze by a MERGE whose fixed cost was about
-  // half of a small batch's CPU) may trail the frontier by this long while batches keep coming:
-  // a batch commits gold only once this long has passed since the oldest count gold lacks;
-  // before that its counts are kept in memory (DailyActivityCounts) and the frontier advances
-  // without gold. Gold is brought to the frontier as soon as the writer finds nothing new to
-  // drain, before an outbox prune, and on a graceful stop; after a crash, recovery makes the
-  // counts it lacks again from the outbox (step 2). 0: gold commits with every batch, as
-  // `--once` always does. docs/data/delta-tables.md "gold/daily_activity trails the frontier".
-  std::chrono::milliseconds gold_every{1000};
+  // Service mode: gold/daily_activity (derived from bronze by a MERGE whose fixed cost was more
+  // than half of a small batch's CPU) may trail the frontier by this long while batches keep
+  // coming: a batch keeps its counts in memory (DailyActivityCounts) and advances the frontier
+  // without gold; once the oldest kept count is this old, they are committed alone right after a
+  // batch's frontier advance (FlushGold), so no batch waits for gold's MERGE. Gold is also
+  // brought to the frontier as soon as the writer finds nothing new to drain, before an outbox
+  // prune, and on a graceful stop; after a crash, recovery makes the counts it lacks again from
+  // the outbox (step 2). 0: gold commits with every batch, as `--once` always does.
+  // docs/data/delta-tables.md "gold/daily_activity trails the frontier".
+  std::chrono::milliseconds gold_every{10000};
   std::chrono::milliseconds standby_poll{500};       // lease poll while standby
   std::chrono::milliseconds once_horizon_wait{60000};  // --once: wait this long for a stable horizon
   std::chrono::milliseconds max_backoff{10000};      // after repeated errors
@@ -409,8 +410,11 @@ class LakeWriter {
   // "lake-gold-moved" (recovery refills gold from the outbox). gold_pending_ is empty after it,
   // whatever the result.
   Status FlushGold();
-  // Whether a batch may leave gold's part for later (opts_.gold_every).
+  // Whether a batch leaves gold's part for later (service mode with opts_.gold_every > 0, not
+  // while Recover refills).
   bool GoldMayTrail() const;
+  // Whether gold's kept counts are due (the oldest is opts_.gold_every old): FlushGold.
+  bool GoldDue() const;
 
   LakeWriterOptions opts_;
   OutboxStream stream_;
