@@ -382,7 +382,9 @@ int32_t oml_storage_delta_truncate(OmlStorageDeltaTable* table, const char* app_
  * Rows are applied as if one at a time in their given order: rows with equal keys are folded
  * first (key and update columns from the last such row, or with newer_column from the row with
  * the greatest value, the last of equals; the other columns from the first), so the later (newer)
- * row wins and the result equals sequential application. *out_version as append. */
+ * row wins and the result equals sequential application. A MERGE that changes no row still
+ * commits its txn action and metadata alone (delta-rs would commit nothing), conditional on the
+ * same snapshot: OML_STORAGE_CONFLICT if a commit landed since. *out_version as append. */
 int32_t oml_storage_delta_merge(OmlStorageDeltaTable* table, const char* rows_jsonl,
                                 size_t rows_len, const char* key_columns_json,
                                 const char* update_columns_json, const char* add_columns_json,

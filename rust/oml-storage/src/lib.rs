@@ -2552,7 +2552,7 @@ pub extern "C" fn oml_storage_delta_merge(
         let (merged, _metrics) = block_on(builder.into_future())?.map_err(map_commit_error)?;
         *t = merged;
         if table_version(&t)? == before {
-            // delta-rs commits nothing for a MERGE that changes no row (every source row older
+            // delta-rs commits nothing for a MERGE that changes no row (no source row newer
             // than its target, say), so the txn would not move: commit it alone, conditional on
             // the same snapshot (a commit that landed since makes it a conflict). Otherwise the
             // table's txn would stay below the batch its caller recorded it holds.
