@@ -550,3 +550,31 @@ def test_gold_every_0_commits_gold_with_every_batch_in_service_mode(deployment, 
     bad = lakewriter(d, "--gold-every-ms", "600001", check=False)
     assert bad.returncode == 2, bad.stderr
     assert "--gold-every-ms: Value 600001 not in range 0 to 600000" in bad.stderr
+
+
+def test_gold_catch_up_merges_again_over_an_outside_optimize_of_gold(deployment, tmp_path):
+    """An operator's OPTIMIZE of gold (the deltalake package) lands while the writer is about to
+    commit gold's kept counts: the commit loses the race, and is made again on a fresh snapshot
+    (no recovery, no refill); gold holds every row once."""
+    d = deployment
+    from deltalake import DeltaTable
+    add_events(d, "opt-a", tenants=3, keys=2)
+    lakewriter(d, "--max-rows", "2")  # --once: one gold commit (and file) per batch
+    assert len(DeltaTable(str(d.home / "lake" / GOLD)).file_uris()) >= 4
+    add_events(d, "opt-b", tenants=2, keys=2)
+    log = tmp_path / "opt.log"
+    with service_writer(d, log, 600000, "lakewriter.gold_flush.before_commit:stop") as p:
+        wait_for(lambda: proc_state(p.pid) == "T", "the writer stops before gold's catch-up commit")
+        metrics = DeltaTable(str(d.home / "lake" / GOLD)).optimize.compact()
+        assert metrics["numFilesRemoved"] >= 4
+        p.send_signal(signal.SIGCONT)
+        wait_for(lambda: gold_state(d)[0] == last_outbox_seq(d), "gold reaches the frontier")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 0
+    text = log.read_text()
+    again = [l for l in log_lines(text) if l["msg"] == "lake writer: a commit without this stream's txn landed first; "
+                                                        "committing again"]
+    assert [(l["table"], l["attempt"]) for l in again] == [(GOLD, 1)]
+    assert "batch failed" not in text and "a derived table is below the frontier" not in text
+    assert gold_state(d)[1] == bronze_counts(d)
+    assert_exactly_once(d)

@@ -769,7 +769,22 @@ Status LakeWriter::FlushGold() {
                 {{"oml.batch_start", pending.through}, {"oml.batch_end", pending.through},
                  {"oml.stream", stream_.name}, {"oml.gold_trailed_from", pending.above}}};
   const std::string rows = DailyActivityJson(pending.counts);
-  OML_ASSIGN_OR_RETURN(const int64_t version, table->Merge(rows, gold->merge, txn));
+  // A commit without this stream's txn that landed first (an operator's OPTIMIZE of gold) is
+  // merged over again on a fresh snapshot, as the batch path does; one that moved the txn is
+  // another writer (the error goes to recovery).
+  Result<int64_t> merged = table->Merge(rows, gold->merge, txn);
+  for (int attempt = 1; !merged.ok() && IsConflict(merged.status()) && attempt < kMaxCommitAttempts; ++attempt) {
+    OML_ASSIGN_OR_RETURN(const int64_t at_now, table->Refresh());
+    OML_ASSIGN_OR_RETURN(LastTxn now, table->ReadLastTxn(app_id_));
+    txn_cache_[gold->name] = KnownTxn{at_now, now.version};
+    if (now.version != pending.above) break;
+    ++stats_.retried_commits;
+    Metrics::Get().LakeRetry("rebase");
+    log::Info("lake writer: a commit without this stream's txn landed first; committing again",
+              {{"stream", stream_.name}, {"table", gold->name}, {"batch_end", pending.through}, {"attempt", attempt}});
+    merged = table->Merge(rows, gold->merge, txn);
+  }
+  OML_ASSIGN_OR_RETURN(const int64_t version, std::move(merged));
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   txn_cache_[gold->name] = KnownTxn{version, pending.through};
   SawTxn(gold->name, pending.through);
