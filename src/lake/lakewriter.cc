@@ -907,10 +907,8 @@ struct LakeWriter::Part {
   std::string jsonl;                     // MERGE tables (silver, gold) and JSON appends
   std::optional<ArrowBatch> arrow;       // an append's rows (bronze): no JSON on the adapter's side
   std::vector<const OutboxRow*> lines;   // the outbox row of each JSON line (not for derived)
-  // gold: the counts it lacks when they are left for a later commit (GoldMayTrail); and, when
-  // its commit carries counts of earlier batches, gold's txn they sit on (commit metadata).
+  // gold in service mode (GoldMayTrail): this batch's counts, kept for a later commit.
   std::optional<DailyActivityCounts> trailed;
-  int64_t trailed_from = -1;
   // Made by the commit (on a thread of commit_pool_ or the writer's):
   std::optional<Result<int64_t>> version;
   double secs = 0;
@@ -926,7 +924,6 @@ void LakeWriter::CommitPart(const Batch& b, Part* p) {
   }
   TxnCommit txn{app_id_, b.end,
                 {{"oml.batch_start", b.start}, {"oml.batch_end", b.end}, {"oml.stream", stream_.name}}};
-  if (p->trailed_from >= 0) txn.metadata["oml.gold_trailed_from"] = p->trailed_from;
   p->version = target.write == TableWrite::kMerge ? p->table->Merge(p->jsonl, target.merge, txn)
                : p->arrow                          ? p->table->AppendBatch(&*p->arrow, txn)
                                                    : p->table->Append(p->jsonl, txn);
@@ -1041,29 +1038,26 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
           ++p->n;
         }
       } else if (target.derived) {
-        // The counts gold lacks: those kept from the batches it trails (rows above its txn up to
-        // this batch's start), then this batch's rows above its txn.
+        // This batch's counts (rows above gold's txn). In service mode they are kept, added after
+        // the frontier advance to those of the batches gold trails, which must lead here.
+        const bool trail = GoldMayTrail();
+        if (gold_pending_ && !gold_pending_->counts.empty() &&
+            (!trail || gold_pending_->above != last.version || gold_pending_->through != b.start)) {
+          return Status(Code::kAborted,
+                        "gold's kept counts (" + std::to_string(gold_pending_->above) + ", " +
+                            std::to_string(gold_pending_->through) + "] do not lead to this batch (gold txn " +
+                            std::to_string(last.version) + ", batch start " + std::to_string(b.start) +
+                            "): recovery refills gold",
+                        "lake-gold-moved");
+        }
         DailyActivityCounts counts;
         p->trailed.reset();
-        p->trailed_from = -1;
-        if (gold_pending_ && !gold_pending_->counts.empty()) {
-          if (gold_pending_->above != last.version || gold_pending_->through != b.start) {
-            return Status(Code::kAborted,
-                          "gold's kept counts (" + std::to_string(gold_pending_->above) + ", " +
-                              std::to_string(gold_pending_->through) + "] do not lead to this batch (gold txn " +
-                              std::to_string(last.version) + ", batch start " + std::to_string(b.start) +
-                              "): recovery refills gold",
-                          "lake-gold-moved");
-          }
-          counts = gold_pending_->counts;
-          p->trailed_from = last.version;
-        }
         int64_t bad = 0;
         if (Status st = CountDailyActivity(p->source, last.version, &counts, &bad); !st.ok()) {
           for (const OutboxRow* r : p->source)
             if (r->seq == bad) *poison = Poison{r, st.message()};
           if (!*poison) return st;
-        } else if (GoldMayTrail()) {
+        } else if (trail) {
           p->trailed = std::move(counts);  // n stays 0: not committed in this batch
         } else {
           p->jsonl = DailyActivityJson(counts);
@@ -1119,7 +1113,6 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
       const TargetTable& target = *p->target;
       const Result<int64_t>& version = *p->version;
       if (version.ok()) {
-        if (target.derived) gold_pending_.reset();  // gold holds the kept counts now, whatever follows
         txn_cache_[target.name] = KnownTxn{*version, b.end};
         SawTxn(target.name, b.end);
         Metrics::Get().LakeCommit(target.name, p->n, p->secs);
@@ -1188,22 +1181,23 @@ Status LakeWriter::ApplyParts(const Batch& b, const DeadLetters& dead, std::opti
   OML_RETURN_IF_ERROR(AdvanceFrontier(b.end, committed_names));
   advance_ms = Lap(&lap);
   // gold's kept counts follow the frontier: a batch without a gold part leaves them valid up to
-  // its end (it had no bronze row gold lacks); one that committed gold empties them; one that
-  // left gold's part for later keeps its counts.
+  // its end (it had no bronze row gold lacks); one that left gold's part for later adds its
+  // counts to them.
   nlohmann::json trailed = nlohmann::json::array();
   if (gold_pending_) gold_pending_->through = b.end;
   for (Part& part : parts) {
-    if (!part.target->derived) continue;
-    if (part.version && part.version->ok()) {
-      gold_pending_.reset();
-    } else if (part.trailed) {
-      const bool fresh = !gold_pending_ || gold_pending_->counts.empty();
-      gold_pending_ = GoldPending{std::move(*part.trailed), txn_cache_[part.target->name].txn, b.end,
-                                  fresh ? Clock::now() : gold_pending_->since};
-      ++stats_.gold_trailed;
-      trailed.push_back({{"table", part.target->name}, {"from", gold_pending_->above},
-                         {"keys", static_cast<int64_t>(gold_pending_->counts.size())}});
+    if (!part.target->derived || !part.trailed) continue;
+    if (!gold_pending_ || gold_pending_->counts.empty()) {
+      gold_pending_ = GoldPending{{}, txn_cache_[part.target->name].txn, b.end, Clock::now()};
     }
+    for (auto& [key, c] : *part.trailed) {
+      DailyActivityCount& into = gold_pending_->counts[key];
+      into.events += c.events;
+      into.last_outbox_seq = std::max(into.last_outbox_seq, c.last_outbox_seq);
+    }
+    ++stats_.gold_trailed;
+    trailed.push_back({{"table", part.target->name}, {"from", gold_pending_->above},
+                       {"keys", static_cast<int64_t>(gold_pending_->counts.size())}});
   }
   ++stats_.batches;
   Metrics::Get().LakeBatch(live_rows, std::chrono::duration<double>(Clock::now() - t0).count());

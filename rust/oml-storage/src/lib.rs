@@ -1683,6 +1683,30 @@ fn commit_properties(
         .with_cleanup_expired_logs(Some(false))
 }
 
+/// Commits `actions` (none: the txn and metadata alone) with `props`, conditional on `t`'s
+/// snapshot (max_retries 0: a commit that landed since is a conflict), and moves `t` to the new
+/// version.
+fn commit_on_snapshot(
+    t: &mut DeltaTable,
+    actions: Vec<Action>,
+    props: CommitProperties,
+    operation: DeltaOperation,
+) -> FfiResult<()> {
+    let snap = t.snapshot().map_err(map_delta_error)?;
+    let committed = block_on(
+        CommitBuilder::from(props)
+            .with_actions(actions)
+            .build(Some(snap), t.log_store(), operation)
+            .into_future(),
+    )?
+    .map_err(map_commit_error)?;
+    let version = committed.version();
+    let mut moved = t.clone();
+    block_on(moved.update_incremental(Some(version)))?.map_err(map_delta_error)?;
+    *t = moved;
+    Ok(())
+}
+
 fn txn_args<'a>(app_id: *const c_char, txn_version: i64) -> FfiResult<&'a str> {
     let app_id = cstr_arg(app_id, "app_id")?;
     if app_id.is_empty() {
@@ -2361,21 +2385,12 @@ pub extern "C" fn oml_storage_delta_truncate(
             .into_iter()
             .map(|f| Action::Remove(f.remove_action(true)))
             .collect();
-        let committed = block_on(
-            CommitBuilder::from(commit_properties(app_id, txn_version, metadata))
-                .with_actions(removes)
-                .build(
-                    Some(snap),
-                    t.log_store(),
-                    DeltaOperation::Delete { predicate: None },
-                )
-                .into_future(),
-        )?
-        .map_err(map_commit_error)?;
-        let version = committed.version();
-        let mut moved = t.clone();
-        block_on(moved.update_incremental(Some(version)))?.map_err(map_delta_error)?;
-        *t = moved;
+        commit_on_snapshot(
+            &mut t,
+            removes,
+            commit_properties(app_id, txn_version, metadata),
+            DeltaOperation::Delete { predicate: None },
+        )?;
         *out = table_version(&t)?;
         Ok(())
     })
@@ -2556,28 +2571,18 @@ pub extern "C" fn oml_storage_delta_merge(
             // than its target, say), so the txn would not move: commit it alone, conditional on
             // the same snapshot (a commit that landed since makes it a conflict). Otherwise the
             // table's txn would stay below the batch its caller recorded it holds.
-            let snap = t.snapshot().map_err(map_delta_error)?;
-            let committed = block_on(
-                CommitBuilder::from(commit_properties(app_id, txn_version, merge_metadata))
-                    .with_actions(Vec::new())
-                    .build(
-                        Some(snap),
-                        t.log_store(),
-                        DeltaOperation::Merge {
-                            predicate: None,
-                            merge_predicate: None,
-                            matched_predicates: Vec::new(),
-                            not_matched_predicates: Vec::new(),
-                            not_matched_by_source_predicates: Vec::new(),
-                        },
-                    )
-                    .into_future(),
-            )?
-            .map_err(map_commit_error)?;
-            let version = committed.version();
-            let mut moved = t.clone();
-            block_on(moved.update_incremental(Some(version)))?.map_err(map_delta_error)?;
-            *t = moved;
+            commit_on_snapshot(
+                &mut t,
+                Vec::new(),
+                commit_properties(app_id, txn_version, merge_metadata),
+                DeltaOperation::Merge {
+                    predicate: None,
+                    merge_predicate: None,
+                    matched_predicates: Vec::new(),
+                    not_matched_predicates: Vec::new(),
+                    not_matched_by_source_predicates: Vec::new(),
+                },
+            )?;
         }
         *out = table_version(&t)?;
         Ok(())
